@@ -1,0 +1,17 @@
+"""ort_roi: region-of-interest ops for onnxruntime, exact to their source frameworks.
+
+    import onnxruntime, ort_roi
+    sess = onnxruntime.InferenceSession("model.onnx", ort_roi.session_options())
+    # or, raising ort_roi.RoiOpError on bad input and with exact float attributes:
+    sess = ort_roi.InferenceSession("model.onnx")
+"""
+
+from . import kernels
+from .errors import RoiOpError
+from .session import InferenceSession, session_options
+from .specs import DOMAIN, OPSET_VERSION, SPECS
+
+__version__ = "0.1.0"
+
+__all__ = ["DOMAIN", "OPSET_VERSION", "SPECS", "InferenceSession", "RoiOpError", "kernels",
+           "session_options", "__version__"]

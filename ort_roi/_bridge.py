@@ -1,0 +1,205 @@
+"""Registration of the ops into onnxruntime through onnxruntime-extensions' Python-op bridge.
+
+Three things the stock bridge gets wrong are handled here (see the README):
+- outputs: the stock handler turns every output into a Python list; our invocation hook
+  hands back a C-contiguous array of the declared dtype (ops that are not ours still go to
+  the stock handler);
+- exceptions: one that leaves a Python op aborts the process; our hook catches everything,
+  logs the error, records it for the front door and returns a NaN-filled output;
+- float attributes: they arrive as text with 6 significant digits; ``parse_float`` recovers
+  the model's float32 value (exactly, through the front door's tokens).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Mapping
+
+import numpy as np
+
+from .errors import RoiOpError
+from .specs import TYPES, OpSpec, all_specs
+
+log = logging.getLogger("ort_roi")
+
+_DT = {np.dtype(np.float32): "dt_float", np.dtype(np.float64): "dt_double",
+       np.dtype(np.int32): "dt_int32", np.dtype(np.int64): "dt_int64"}
+_ATTR_DT = {int: "dt_int64", float: "dt_float", str: "dt_string"}
+
+#: kernel id -> (spec, output dtype) for every registered overload of ours.
+_KERNELS: dict[int, tuple[OpSpec, np.dtype]] = {}
+_registered = False
+_lock = threading.Lock()
+_local = threading.local()
+
+
+# --- errors on a side channel -------------------------------------------------------------
+
+def take_errors() -> list[RoiOpError]:
+    """Errors recorded on this thread since the last call (and forget them)."""
+    errs = getattr(_local, "errors", [])
+    _local.errors = []
+    return errs
+
+
+def _report(err: RoiOpError) -> None:
+    if not hasattr(_local, "errors"):
+        _local.errors = []
+    _local.errors.append(err)
+    log.error("%s (the output was filled with NaN)", err)
+
+
+# --- float attributes ----------------------------------------------------------------------
+
+def _g6(x: float) -> str:
+    return "%g" % x  # what onnxruntime prints for a float attribute
+
+
+_tokens: dict[np.float32, np.float32] = {}  # token value -> exact float32 value
+_token_lock = threading.Lock()
+
+
+def float_token(value: float) -> float:
+    """A stand-in for ``value`` that survives the bridge's 6-digit text exactly.
+
+    The front door writes tokens (negative, about -1e30, never a valid scale) into its
+    in-memory copy of the model; ``parse_float`` maps them back to the exact float32.
+    """
+    with _token_lock:
+        exact = np.float32(value)
+        for tok, v in _tokens.items():
+            if v == exact:
+                return float(tok)
+        n = len(_tokens) + 1
+        if n >= 90000:
+            raise RoiOpError("ort_roi", "float attributes", "too many distinct float values")
+        tok = np.float32(-float(f"1{n:05d}e25"))
+        _tokens[tok] = exact
+        return float(tok)
+
+
+def parse_float(text: str) -> np.float32:
+    """The float32 a model most likely holds, given onnxruntime's 6-significant-digit text.
+
+    Front-door tokens map back exactly. Otherwise 1/k (k an integer) wins when it prints as
+    ``text`` (scales like 1/7 and 1/16), else the float32 nearest the decimal (0.7).
+    """
+    v = float(text)
+    f = np.float32(v)
+    if f in _tokens:
+        return _tokens[f]
+    if v > 0 and np.isfinite(v):
+        k = round(1.0 / v)
+        if k >= 1:
+            cand = np.float32(1.0 / k)
+            if _g6(float(cand)) == _g6(float(f)) == _g6(v):
+                return cand
+    return f
+
+
+def parse_attrs(spec: OpSpec, text: Mapping[str, str]) -> dict[str, Any]:
+    """Attribute text from onnxruntime -> typed values (validated later by the kernel)."""
+    out: dict[str, Any] = {}
+    for a in spec.attrs:
+        if a.name not in text:
+            continue
+        s = text[a.name]
+        try:
+            if a.type is int:
+                out[a.name] = int(s)
+            elif a.type is float:
+                out[a.name] = float(parse_float(s))
+            else:
+                out[a.name] = s
+        except ValueError:
+            raise RoiOpError(spec.name, f"attribute '{a.name}'",
+                             f"cannot be read as {a.type.__name__}: {s!r}") from None
+    return out
+
+
+# --- the invocation hook -------------------------------------------------------------------
+
+def _fallback(spec: OpSpec, feed, text: Mapping[str, str], dtype: np.dtype) -> np.ndarray:
+    """A NaN-filled output of the shape the op would have had, where it can be derived."""
+    def dim(v) -> int:
+        try:
+            v = int(v)
+            return v if 0 <= v <= 1 << 20 else 0
+        except (TypeError, ValueError):
+            return 0
+    shapes = [getattr(f, "shape", None) for f in feed]
+    shape = spec.output_shape(shapes[0], shapes[1] if len(shapes) > 1 else None, text)
+    shape = [dim(d) for d in shape]
+    try:
+        return np.full(shape, np.nan, dtype)
+    except (MemoryError, ValueError):
+        return np.full((0, 0, 0, 0), np.nan, dtype)
+
+
+def _run(k_id: int, feed, text: Mapping[str, str]):
+    spec, dtype = _KERNELS[k_id]
+    try:
+        y = spec.kernel(*feed, **parse_attrs(spec, text))
+        y = np.ascontiguousarray(y, dtype=dtype)
+    except BaseException as e:  # noqa: BLE001 - nothing may leave a kernel (it aborts)
+        if not isinstance(e, RoiOpError):
+            e = RoiOpError(spec.name, "kernel", f"internal error {type(e).__name__}: {e}")
+        try:
+            _report(e)
+        except BaseException:  # noqa: BLE001
+            pass
+        y = _fallback(spec, feed, text, dtype)
+    return (k_id, y.shape, y)
+
+
+_stock = None
+
+
+def _hook(k_id, feed, attributes):
+    if k_id in _KERNELS:
+        return _run(k_id, feed, attributes)
+    return _stock(k_id, feed, attributes)
+
+
+def install_hook() -> None:
+    """Install (again) our invocation hook in front of the stock one. Idempotent."""
+    global _stock
+    from onnxruntime_extensions import _ocos
+
+    _stock = _ocos._on_pyop_invocation
+    _ocos.PyCustomOpDef.install_hooker(_hook)
+
+
+# --- registration --------------------------------------------------------------------------
+
+def _overloads(spec: OpSpec):
+    """Type combinations registered for an op: X and boxes each float32/float64 (a mismatch
+    is reported by the kernel, not refused by onnxruntime), counts int32/int64."""
+    floats = TYPES["T"]
+    for tx in floats:
+        for tb in floats:
+            counts = [ix for ix in TYPES["I"]] if any(i.type == "I" for i in spec.inputs) else [None]
+            for ti in counts:
+                types = [tx, tb] + ([ti] if ti is not None else [])
+                yield types, tx
+
+
+def register() -> None:
+    """Register every op of every spec with onnxruntime-extensions (once per process)."""
+    global _registered
+    with _lock:
+        if not _registered:
+            from onnxruntime_extensions import PyCustomOpDef
+            from onnxruntime_extensions._ocos import Opdef
+
+            for spec in all_specs():
+                attrs = {a.name: getattr(PyCustomOpDef, _ATTR_DT[a.type]) for a in spec.attrs}
+                for types, out_dtype in _overloads(spec):
+                    opdef = Opdef.create(
+                        spec.kernel, op_type=f"{spec.domain}::{spec.name}",
+                        inputs=[getattr(PyCustomOpDef, _DT[t]) for t in types],
+                        outputs=[getattr(PyCustomOpDef, _DT[out_dtype])], attrs=attrs)
+                    _KERNELS[opdef._nativedef.obj_id] = (spec, out_dtype)
+            _registered = True
+        install_hook()

@@ -1,0 +1,12 @@
+"""The kernels of ort_roi, callable without ONNX.
+
+Each takes arrays plus the op's attributes as keyword arguments and returns an array of the
+input's type; bad input raises :class:`ort_roi.RoiOpError`.
+"""
+
+from .psroi_pool import psroi_pool
+from .roi_align import roi_align
+from .roi_pool import roi_pool
+from .roi_pooling import roi_pooling
+
+__all__ = ["roi_pooling", "roi_pool", "psroi_pool", "roi_align"]

@@ -1,0 +1,111 @@
+"""Shared helpers of the kernels: input checks, rounding and the integer bins of max pooling.
+
+Every check raises RoiOpError naming the op, the input and the offending value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import RoiOpError
+from ..specs import TYPES
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """C's round(): halves go away from zero (NumPy's np.round goes to even). Exact in x's type."""
+    t = np.trunc(x)
+    frac = x - t  # exact: |x - trunc(x)| < 1 has no rounding error
+    return t + np.where(np.abs(frac) >= 0.5, np.sign(x), 0).astype(x.dtype)
+
+
+def _show(a: np.ndarray, limit: int = 6) -> str:
+    flat = np.asarray(a).ravel()
+    s = ", ".join(repr(v.item()) for v in flat[:limit])
+    return f"[{s}{', ...' if flat.size > limit else ''}]"
+
+
+def check_features(op: str, X, name: str = "X") -> np.ndarray:
+    """X must be a [N, C, H, W] float32/float64 array with H, W >= 1."""
+    X = _as_array(op, name, X)
+    if X.dtype not in TYPES["T"]:
+        raise RoiOpError(op, f"input '{name}'", f"must be float32 or float64, got {X.dtype}")
+    if X.ndim != 4:
+        raise RoiOpError(op, f"input '{name}'",
+                         f"must have rank 4 [N, C, H, W], got shape {list(X.shape)}")
+    if X.shape[2] < 1 or X.shape[3] < 1:
+        raise RoiOpError(op, f"input '{name}'",
+                         f"must have H >= 1 and W >= 1, got shape {list(X.shape)}")
+    return X
+
+
+def check_boxes(op: str, name: str, boxes, X: np.ndarray, cols: int) -> np.ndarray:
+    """boxes must be [R, cols] of X's dtype, all finite."""
+    boxes = _as_array(op, name, boxes)
+    if boxes.ndim != 2 or boxes.shape[1] != cols:
+        raise RoiOpError(op, f"input '{name}'",
+                         f"must have shape [R, {cols}], got {list(boxes.shape)}")
+    if boxes.dtype != X.dtype:
+        raise RoiOpError(op, f"input '{name}'",
+                         f"must have the dtype of X ({X.dtype}), got {boxes.dtype}")
+    finite = np.isfinite(boxes)
+    if not finite.all():
+        r, c = np.argwhere(~finite)[0]
+        raise RoiOpError(op, f"input '{name}'",
+                         f"row {r} has a non-finite coordinate {boxes[r, c].item()!r}: "
+                         f"{_show(boxes[r])}")
+    return boxes
+
+
+def batch_from_column(op: str, name: str, col: np.ndarray, n: int) -> np.ndarray:
+    """Batch indices given as the first column of rois: integer values in [0, N)."""
+    bad = (col != np.floor(col)) | (col < 0) | (col >= n)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        v = col[r].item()
+        why = "is not an integer" if v != np.floor(v) else f"is out of range [0, {n})"
+        raise RoiOpError(op, f"input '{name}'", f"row {r} has batch index {v!r}, which {why}")
+    return col.astype(np.intp)
+
+
+def batch_from_counts(op: str, name: str, counts, n: int, r: int) -> np.ndarray:
+    """Batch indices from per-image counts: int32/int64 [N], non-negative, summing to R."""
+    counts = _as_array(op, name, counts)
+    if counts.dtype not in TYPES["I"]:
+        raise RoiOpError(op, f"input '{name}'", f"must be int32 or int64, got {counts.dtype}")
+    if counts.ndim != 1 or counts.shape[0] != n:
+        raise RoiOpError(op, f"input '{name}'",
+                         f"must have shape [N] = [{n}] (one count per image of X), "
+                         f"got {list(counts.shape)}")
+    if (counts < 0).any():
+        i = int(np.flatnonzero(counts < 0)[0])
+        raise RoiOpError(op, f"input '{name}'", f"count {i} is negative: {counts[i].item()}")
+    # Each count <= R first, so the sum below cannot overflow (huge values cannot cancel out).
+    if (counts > r).any() or int(counts.sum(dtype=np.int64)) != r:
+        raise RoiOpError(op, f"input '{name}'",
+                         f"must sum to R = {r} (the rows of the boxes), got {_show(counts)}")
+    return np.repeat(np.arange(n, dtype=np.intp), counts.astype(np.intp))
+
+
+def _as_array(op: str, name: str, a) -> np.ndarray:
+    if not isinstance(a, np.ndarray):
+        try:
+            a = np.asarray(a)
+        except Exception as e:  # noqa: BLE001 - any conversion failure is a bad input
+            raise RoiOpError(op, f"input '{name}'", f"is not an array: {e}") from None
+    return a
+
+
+def max_pool_bins(start: np.ndarray, end: np.ndarray, pooled: int, size: int):
+    """Integer bins of max pooling along one axis, for every box at once.
+
+    start/end are the already scaled and rounded box edges (in T). Returns int arrays
+    lo, hi of shape [R, pooled]: bin p covers [lo, hi), clipped to [0, size].
+    All arithmetic before the clip is done in T, as the reference kernels do.
+    """
+    t = start.dtype.type
+    length = np.maximum(end - start + t(1), t(1))
+    bin_size = length / t(pooled)
+    p = np.arange(pooled, dtype=start.dtype)
+    lo = np.floor(p * bin_size[:, None]) + start[:, None]
+    hi = np.ceil((p + t(1)) * bin_size[:, None]) + start[:, None]
+    return (np.clip(lo, 0, size).astype(np.intp), np.clip(hi, 0, size).astype(np.intp))

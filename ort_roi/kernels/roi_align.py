@@ -1,0 +1,156 @@
+"""RoIAlign (Paddle roi_align; detectron2 / torchvision semantics).
+
+The mean of bilinear samples is separable: for box r,
+    out[r, c] = Ay[r] @ X[b, c] @ Ax[r].T
+where Ay[r] [PH, H] and Ax[r] [PW, W] hold each bin's summed 1-D bilinear weights divided
+by its sample count. The weights are built from the samples themselves for ordinary grids
+and in closed form for huge adaptive grids, so a giant box costs O(pooled * size), not
+O(samples).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..specs import ROI_ALIGN
+from ._boxes import batch_from_counts, check_boxes, check_features
+
+#: Grids larger than this use the closed form (sample count per axis per bin).
+EXPLICIT_GRID_MAX = 64
+
+
+def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
+              pooled_height: int = 1, pooled_width: int = 1, spatial_scale: float = 1.0,
+              sampling_ratio: int = -1, aligned: int = 1) -> np.ndarray:
+    """Average of bilinear samples over each bin of each box [x1, y1, x2, y2].
+
+    Box edges are scaled by ``spatial_scale`` and shifted by -0.5 when ``aligned``; without
+    ``aligned`` boxes are at least 1x1. Each bin holds ``sampling_ratio`` x
+    ``sampling_ratio`` samples, or ceil(bin size) per side when ``sampling_ratio`` <= 0.
+    Samples beyond one pixel outside the map contribute 0; a bin with no samples gives 0.
+    Returns [R, C, pooled_height, pooled_width] of X's dtype.
+    """
+    op = ROI_ALIGN.name
+    a = ROI_ALIGN.resolve(dict(pooled_height=pooled_height, pooled_width=pooled_width,
+                               spatial_scale=spatial_scale, sampling_ratio=sampling_ratio,
+                               aligned=aligned))
+    X = check_features(op, X)
+    boxes = check_boxes(op, "boxes", boxes, X, 4)
+    batch = batch_from_counts(op, "boxes_num", boxes_num, X.shape[0], boxes.shape[0])
+    return align(X, batch, boxes, a["pooled_height"], a["pooled_width"], a["spatial_scale"],
+                 a["sampling_ratio"], bool(a["aligned"]))
+
+
+def align_geometry(boxes: np.ndarray, spatial_scale: float, pooled_h: int, pooled_w: int,
+                   sampling_ratio: int, aligned: bool):
+    """Per-box start, bin size and grid along y and x, in T, as the reference computes them."""
+    t = boxes.dtype.type
+    s, off = t(spatial_scale), t(0.5 if aligned else 0.0)
+    x1, y1, x2, y2 = (boxes[:, i] * s - off for i in range(4))
+    rw, rh = x2 - x1, y2 - y1
+    if not aligned:
+        rw, rh = np.maximum(rw, t(1)), np.maximum(rh, t(1))
+    bin_h, bin_w = rh / t(pooled_h), rw / t(pooled_w)
+    if sampling_ratio > 0:
+        gh = gw = np.full(boxes.shape[0], sampling_ratio, np.int64)
+    else:
+        # ceil of a huge float is clipped before the cast; a grid <= 0 means no samples.
+        gh = np.clip(np.ceil(rh / t(pooled_h)), 0, 2**62).astype(np.int64)
+        gw = np.clip(np.ceil(rw / t(pooled_w)), 0, 2**62).astype(np.int64)
+    return (y1, bin_h, gh), (x1, bin_w, gw)
+
+
+def axis_weights(start: np.ndarray, bin_size: np.ndarray, grid: np.ndarray, pooled: int,
+                 size: int, dtype) -> np.ndarray:
+    """Weights [R, pooled, size]: row p is bin p's mean 1-D bilinear weight over the map."""
+    R = start.shape[0]
+    A = np.zeros((R, pooled, size), np.float64)
+    big = grid > EXPLICIT_GRID_MAX
+    small = np.flatnonzero(~big & (grid > 0))
+    if small.size:
+        A[small] = _explicit(start[small], bin_size[small], grid[small], pooled, size)
+    for r in np.flatnonzero(big):
+        A[r] = _closed_form(float(start[r]), float(bin_size[r]), int(grid[r]), pooled, size)
+    A /= np.maximum(grid, 1)[:, None, None]
+    return A.astype(dtype)
+
+
+def _explicit(start, bin_size, grid, pooled: int, size: int) -> np.ndarray:
+    """Sum of the samples' 1-D weights, the samples placed exactly as the reference does."""
+    t = start.dtype.type
+    R, G = start.shape[0], int(grid.max())
+    p = np.arange(pooled, dtype=start.dtype)[None, :, None]
+    k = np.arange(G, dtype=start.dtype)[None, None, :]
+    b = bin_size[:, None, None]
+    y = (start[:, None, None] + p * b) + (k + t(0.5)) * b / grid.astype(start.dtype)[:, None, None]
+    use = (y >= -1) & (y <= size) & (np.arange(G)[None, None, :] < grid[:, None, None])
+    y = np.maximum(y, t(0))
+    low = np.floor(y).astype(np.int64)
+    at_end = low >= size - 1
+    low = np.where(at_end, size - 1, low)
+    high = np.where(at_end, size - 1, low + 1)
+    ly = np.where(at_end, t(0), y - low.astype(start.dtype))
+    hy = t(1) - ly
+    row = (np.arange(R)[:, None, None] * pooled + np.arange(pooled)[None, :, None]) * size
+    idx = np.concatenate([(row + low)[use], (row + high)[use]])
+    w = np.concatenate([hy[use], ly[use]]).astype(np.float64)
+    return np.bincount(idx, w, minlength=R * pooled * size).reshape(R, pooled, size)
+
+
+def _closed_form(start: float, bin_size: float, grid: int, pooled: int, size: int) -> np.ndarray:
+    """Summed 1-D weights of ``grid`` evenly spaced samples per bin, in O(pooled * size).
+
+    Samples of bin p sit at y_k = a + (k + 0.5) d with a = start + p*bin_size and
+    d = bin_size / grid. In [-1, 0) a sample weighs 1 on row 0, in [size-1, size] 1 on the
+    last row, and in [j, j+1) it splits (1 - f, f) between rows j and j+1 (f = y - j).
+    Counts and sums of samples per unit interval come from arithmetic series.
+    """
+    a = start + np.arange(pooled)[:, None] * bin_size
+    d = bin_size / grid
+
+    def below(e, inclusive=False):  # number of k in [0, grid) with y_k < e (or <= e)
+        q = (e - a) / d - 0.5
+        n = np.floor(q) + 1 if inclusive else np.ceil(q)
+        return np.clip(n, 0, grid)
+
+    edges = np.arange(-1, size, dtype=np.float64)[None, :]  # -1, 0, ..., size-1
+    K = below(edges)  # [pooled, size+1]
+    k_end = below(np.float64(size), inclusive=True)[:, 0]
+    A = np.zeros((pooled, size))
+    A[:, 0] += K[:, 1] - K[:, 0]  # samples in [-1, 0)
+    A[:, size - 1] += k_end - K[:, size]  # samples in [size-1, size]
+    if size > 1:
+        k0, k1 = K[:, 1:size], K[:, 2:size + 1]  # samples in [j, j+1), j = 0..size-2
+        n = k1 - k0
+        j = np.arange(size - 1)[None, :]
+        frac = n * (a + d * (k0 + k1) / 2) - n * j  # sum of (y_k - j)
+        A[:, :size - 1] += n - frac
+        A[:, 1:] += frac
+    return A
+
+
+def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
+          spatial_scale: float, sampling_ratio: int, aligned: bool) -> np.ndarray:
+    """RoIAlign of checked inputs."""
+    N, C, H, W = X.shape
+    R = boxes.shape[0]
+    out = np.zeros((R, C, ph, pw), X.dtype)
+    if R == 0 or C == 0:
+        return out
+    (y1, bin_h, gh), (x1, bin_w, gw) = align_geometry(boxes, spatial_scale, ph, pw,
+                                                      sampling_ratio, aligned)
+    chunk = max(1, (1 << 22) // (ph * H + pw * W))
+    for c0 in range(0, R, chunk):
+        sl = slice(c0, min(R, c0 + chunk))
+        Ay = axis_weights(y1[sl], bin_h[sl], gh[sl], ph, H, X.dtype)
+        Ax = axis_weights(x1[sl], bin_w[sl], gw[sl], pw, W, X.dtype)
+        for i, r in enumerate(range(sl.start, sl.stop)):
+            rows = np.flatnonzero(Ay[i].any(axis=0))
+            cols = np.flatnonzero(Ax[i].any(axis=0))
+            if rows.size == 0 or cols.size == 0:
+                continue
+            h0, h1, w0, w1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+            crop = X[batch[r], :, h0:h1, w0:w1]
+            t = np.matmul(crop, Ax[i, :, w0:w1].T)  # [C, hc, PW]
+            out[r] = np.matmul(Ay[i, :, h0:h1], t)  # [C, PH, PW]
+    return out

@@ -1,0 +1,234 @@
+"""The op spec table: the single source of truth for every ort_roi op.
+
+Registration (``ort_roi._bridge``), default filling and attribute validation (here),
+ONNX schemas (``ort_roi.schemas``), the CLI's ``info`` and the README's op table all read
+these specs.  Input validation that depends on the data (ranks, dtypes, batch indices,
+counts) lives in ``ort_roi.kernels._boxes`` and is shared by the kernels.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .errors import RoiOpError
+
+DOMAIN = "ort_roi"
+OPSET_VERSION = 1
+
+#: Type constraints: name -> allowed NumPy dtypes.
+TYPES: dict[str, tuple[np.dtype, ...]] = {
+    "T": (np.dtype(np.float32), np.dtype(np.float64)),
+    "I": (np.dtype(np.int32), np.dtype(np.int64)),
+}
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One attribute: its Python type, default (``None`` = required) and valid range."""
+
+    name: str
+    type: type  # int, float or str
+    default: Any = None
+    min: float | None = None  # lower bound
+    min_exclusive: bool = False  # True: value > min, False: value >= min
+    choices: tuple = ()
+    doc: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is None
+
+    def check(self, op: str, value: Any) -> Any:
+        """Return ``value`` converted to this attribute's type, or raise RoiOpError."""
+        try:
+            if self.type is int:
+                if isinstance(value, (bool, np.bool_)) or float(value) != int(value):
+                    raise ValueError
+                value = int(value)
+            elif self.type is float:
+                value = float(np.float32(value))  # ONNX float attributes are float32
+            else:
+                if not isinstance(value, str):
+                    raise ValueError
+        except (TypeError, ValueError, OverflowError):
+            raise RoiOpError(op, f"attribute '{self.name}'",
+                             f"must be {self.type.__name__}, got {value!r}") from None
+        if self.type is float and not np.isfinite(value):
+            raise RoiOpError(op, f"attribute '{self.name}'", f"must be finite, got {value!r}")
+        if self.choices and value not in self.choices:
+            raise RoiOpError(op, f"attribute '{self.name}'",
+                             f"must be one of {list(self.choices)}, got {value!r}")
+        if self.min is not None:
+            bad = value <= self.min if self.min_exclusive else value < self.min
+            if bad:
+                rel = ">" if self.min_exclusive else ">="
+                raise RoiOpError(op, f"attribute '{self.name}'",
+                                 f"must be {rel} {self.min:g}, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str
+    type: str  # a key of TYPES
+    shape: str  # for docs, e.g. "[N, C, H, W]"
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op: its inputs, attributes, output and the kernel that computes it."""
+
+    name: str
+    source: str
+    doc: str
+    inputs: tuple[Input, ...]
+    attrs: tuple[Attr, ...]
+    kernel_name: str  # function in ort_roi.kernels
+    pooled: tuple[str, str]  # the attributes giving the output's spatial size
+    channels_attr: str | None = None  # attribute giving the output channels (else C of X)
+    box_cols: int = 4  # columns of the boxes input
+    domain: str = DOMAIN
+    output: str = "Y"
+    output_shape_doc: str = "[R, C, PH, PW]"
+    _by_name: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def attr(self, name: str) -> Attr:
+        if not self._by_name:
+            self._by_name.update({a.name: a for a in self.attrs})
+        return self._by_name[name]
+
+    def defaults(self) -> dict[str, Any]:
+        return {a.name: a.default for a in self.attrs if not a.required}
+
+    def resolve(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Fill defaults, check every attribute, reject unknown ones. Raises RoiOpError."""
+        unknown = set(given) - {a.name for a in self.attrs}
+        if unknown:
+            raise RoiOpError(self.name, f"attribute '{sorted(unknown)[0]}'",
+                             f"is not an attribute of {self.name} (known: "
+                             f"{', '.join(a.name for a in self.attrs)})")
+        out = {}
+        for a in self.attrs:
+            if a.name in given and given[a.name] is not None:
+                out[a.name] = a.check(self.name, given[a.name])
+            elif a.required:
+                raise RoiOpError(self.name, f"attribute '{a.name}'", "is required but missing")
+            else:
+                out[a.name] = a.default
+        return out
+
+    @property
+    def kernel(self) -> Callable[..., Any]:
+        return getattr(importlib.import_module("ort_roi.kernels"), self.kernel_name)
+
+    def output_shape(self, x_shape, boxes_shape, attrs: Mapping[str, Any]) -> list:
+        """[R, C_out, PH, PW] from the input shapes (entries may be None = unknown)."""
+        r = boxes_shape[0] if boxes_shape is not None and len(boxes_shape) == 2 else None
+        if self.channels_attr:
+            c = attrs.get(self.channels_attr)
+        else:
+            c = x_shape[1] if x_shape is not None and len(x_shape) == 4 else None
+        return [r, c, attrs.get(self.pooled[0]), attrs.get(self.pooled[1])]
+
+
+def _pooled(name: str, default: int | None, doc: str) -> Attr:
+    return Attr(name, int, default, min=1, doc=doc)
+
+
+_SCALE_DOC = "multiplies box coordinates to map them onto X"
+
+ROI_POOLING = OpSpec(
+    name="ROIPooling",
+    source="OpenVINO ROIPooling-1 (max also MXNet ROIPooling, ONNX MaxRoiPool)",
+    doc="Max or bilinear pooling of each box onto a pooled_h x pooled_w grid; "
+        "rows of rois carry their batch index.",
+    inputs=(Input("X", "T", "[N, C, H, W]", "feature map"),
+            Input("rois", "T", "[R, 5]", "rows [batch_id, x1, y1, x2, y2]")),
+    attrs=(_pooled("pooled_h", None, "output height"),
+           _pooled("pooled_w", None, "output width"),
+           Attr("spatial_scale", float, None, min=0.0, min_exclusive=True,
+                doc=_SCALE_DOC + " (method=max; ignored by bilinear)"),
+           Attr("method", str, "max", choices=("max", "bilinear"),
+                doc="max: max over integer bins; bilinear: one bilinear sample per bin, "
+                    "boxes normalized to [0, 1]")),
+    kernel_name="roi_pooling",
+    pooled=("pooled_h", "pooled_w"),
+    box_cols=5,
+)
+
+_COUNTS_DOC = "boxes per image, in order; sums to R"
+
+ROI_POOL = OpSpec(
+    name="RoIPool",
+    source="Paddle roi_pool",
+    doc="Max pooling of each box onto a pooled_height x pooled_width grid "
+        "(arithmetic of ROIPooling max); boxes grouped per image by boxes_num.",
+    inputs=(Input("X", "T", "[N, C, H, W]", "feature map"),
+            Input("boxes", "T", "[R, 4]", "rows [x1, y1, x2, y2]"),
+            Input("boxes_num", "I", "[N]", _COUNTS_DOC)),
+    attrs=(_pooled("pooled_height", 1, "output height"),
+           _pooled("pooled_width", 1, "output width"),
+           Attr("spatial_scale", float, 1.0, min=0.0, min_exclusive=True, doc=_SCALE_DOC)),
+    kernel_name="roi_pool",
+    pooled=("pooled_height", "pooled_width"),
+)
+
+PSROI_POOL = OpSpec(
+    name="PSROIPool",
+    source="Paddle psroi_pool (R-FCN)",
+    doc="Position-sensitive average pooling: output bin (c, ph, pw) averages input channel "
+        "(c*pooled_height + ph)*pooled_width + pw over its region.",
+    inputs=(Input("X", "T", "[N, output_channels*PH*PW, H, W]", "position-sensitive score maps"),
+            Input("rois", "T", "[R, 4]", "rows [x1, y1, x2, y2]"),
+            Input("rois_num", "I", "[N]", _COUNTS_DOC)),
+    attrs=(Attr("output_channels", int, None, min=1, doc="channels of the output"),
+           Attr("spatial_scale", float, 1.0, min=0.0, min_exclusive=True, doc=_SCALE_DOC),
+           _pooled("pooled_height", 1, "output height"),
+           _pooled("pooled_width", 1, "output width")),
+    kernel_name="psroi_pool",
+    pooled=("pooled_height", "pooled_width"),
+    channels_attr="output_channels",
+    output_shape_doc="[R, output_channels, PH, PW]",
+)
+
+ROI_ALIGN = OpSpec(
+    name="RoIAlign",
+    source="Paddle roi_align (detectron2 / torchvision semantics)",
+    doc="Average of bilinear samples on a regular grid in each bin; aligned=1 shifts by "
+        "half a pixel; sampling_ratio <= 0 picks ceil(bin size) samples per bin.",
+    inputs=(Input("X", "T", "[N, C, H, W]", "feature map"),
+            Input("boxes", "T", "[R, 4]", "rows [x1, y1, x2, y2]"),
+            Input("boxes_num", "I", "[N]", _COUNTS_DOC)),
+    attrs=(_pooled("pooled_height", 1, "output height"),
+           _pooled("pooled_width", 1, "output width"),
+           Attr("spatial_scale", float, 1.0, min=0.0, min_exclusive=True, doc=_SCALE_DOC),
+           Attr("sampling_ratio", int, -1,
+                doc="samples per bin side; <= 0: adaptive ceil(roi size / pooled size)"),
+           Attr("aligned", int, 1, choices=(0, 1),
+                doc="1: pixel model with half-pixel offset (detectron2 ROIAlignV2)")),
+    kernel_name="roi_align",
+    pooled=("pooled_height", "pooled_width"),
+)
+
+#: Every op of the ort_roi domain, in documentation order.
+SPECS: tuple[OpSpec, ...] = (ROI_POOLING, ROI_POOL, PSROI_POOL, ROI_ALIGN)
+
+
+def spec(name: str, domain: str = DOMAIN) -> OpSpec:
+    for s in all_specs():
+        if s.name == name and s.domain == domain:
+            return s
+    raise KeyError(f"no op {domain}::{name}")
+
+
+def all_specs() -> tuple[OpSpec, ...]:
+    """SPECS plus ops of other domains ort_roi also registers (mmdeploy)."""
+    return SPECS + EXTRA_SPECS
+
+
+EXTRA_SPECS: tuple[OpSpec, ...] = ()
