@@ -1,0 +1,174 @@
+"""The parity cases: inputs and attributes shared by the golden generator
+(tools/make_goldens.py), the golden tests and the live parity tests.
+
+Each case is a dict: name, op, attrs, inputs (name -> array in ort_roi's convention),
+and optional flags:
+  tie        -- a box edge lands exactly on a .5 after scaling (OpenVINO's CPU plugin may
+                round such ties differently, see PLATFORM notes in README "Semantics")
+  nan_to_zero -- Paddle returns NaN here and ort_roi deliberately returns 0
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+SCALES = (1.0, 1 / 16, 0.7, 1 / 7)
+POOLED = ((1, 1), (2, 2), (3, 5), (7, 7))
+N, C, H, W = 3, 3, 9, 11
+
+
+def _special_boxes(scale: float, tie: bool) -> list[list[float]]:
+    """Image-space boxes: negative, beyond the map, zero-size, inverted, whole map, ties."""
+    hi, wi = H / scale, W / scale
+    b = [[-5 / scale, -3 / scale, 2 / scale, 4 / scale],  # negative corner
+         [wi + 3 / scale, hi + 2 / scale, wi + 9 / scale, hi + 7 / scale],  # beyond the map
+         [2 / scale, 3 / scale, 2 / scale, 3 / scale],  # zero size
+         [6 / scale, 5 / scale, 2 / scale, 1 / scale],  # inverted
+         [0, 0, wi - 1, hi - 1]]  # the whole map
+    if tie:  # x*scale == k + 0.5 exactly (scale 1 or a power of two)
+        b.append([2.5 / scale, 1.5 / scale, 6.5 / scale, 4.5 / scale])
+        b.append([-0.5 / scale, 0.5 / scale, 3.5 / scale, 7.5 / scale])
+    return b
+
+
+def _random_boxes(rng, n: int, scale: float, lo=-0.2, hi=1.1) -> np.ndarray:
+    wi, hi_ = W / scale, H / scale
+    x1 = rng.uniform(lo, hi, n) * wi
+    y1 = rng.uniform(lo, hi, n) * hi_
+    return np.stack([x1, y1, x1 + rng.uniform(0, 0.7, n) * wi,
+                     y1 + rng.uniform(0, 0.7, n) * hi_], 1)
+
+
+def _counts(r: int, dtype) -> np.ndarray:
+    """Three images, the middle one without boxes."""
+    return np.array([r // 2, 0, r - r // 2], dtype)
+
+
+def _x(rng, channels: int, dtype) -> np.ndarray:
+    return rng.standard_normal((N, channels, H, W)).astype(dtype)
+
+
+def _boxes_grid(rng, scale: float, dtype, n_random: int = 6, special: bool = True):
+    tie = scale in (1.0, 1 / 16)
+    rows = (_special_boxes(scale, tie) if special else []) + list(_random_boxes(rng, n_random, scale))
+    return np.asarray(rows, dtype), tie
+
+
+def max_pool_cases(op: str) -> list[dict]:
+    """ROIPooling(max) or RoIPool cases."""
+    rng = np.random.default_rng(1)
+    cases = []
+    seed_x = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
+    seed_b = np.array([[1, 1, 2, 2], [1.5, 1.5, 3, 3]], np.float32)
+    mx_x = np.arange(36, dtype=np.float32).reshape(1, 1, 6, 6)
+    seeds = [("seed_contract", seed_x, seed_b, (1, 1), 1.0),
+             ("seed_mxnet_doc_s1", mx_x, np.array([[0, 0, 4, 4]], np.float32), (2, 2), 1.0),
+             ("seed_mxnet_doc_s07", mx_x, np.array([[0, 0, 4, 4]], np.float32), (2, 2), 0.7)]
+    for name, x, b, (ph, pw), s in seeds:
+        cases.append(_max_case(op, name, x, b, np.array([len(b)], np.int32), ph, pw, s, True))
+    i = 0
+    for dtype in (F32, F64):
+        for scale in SCALES:
+            for ph, pw in POOLED:
+                i += 1
+                boxes, tie = _boxes_grid(rng, scale, dtype)
+                cdt = np.int32 if i % 2 else np.int64
+                cases.append(_max_case(op, f"{dtype.name}_s{scale:.4g}_{ph}x{pw}",
+                                       _x(rng, C, dtype), boxes, _counts(len(boxes), cdt),
+                                       ph, pw, scale, tie))
+    cases.append(_max_case(op, "empty_R0", _x(rng, C, F32), np.zeros((0, 4), np.float32),
+                           np.zeros(N, np.int64), 2, 3, 0.5, False))
+    return cases
+
+
+def _max_case(op, name, x, boxes, counts, ph, pw, scale, tie) -> dict:
+    if op == "ROIPooling":
+        batch = np.repeat(np.arange(len(counts)), counts).astype(x.dtype)[:, None]
+        rois = np.concatenate([batch, boxes.astype(x.dtype)], 1)
+        return dict(name=name, op=op, tie=tie, inputs=dict(X=x, rois=rois),
+                    attrs=dict(pooled_h=ph, pooled_w=pw, spatial_scale=scale, method="max"))
+    return dict(name=name, op=op, tie=tie, inputs=dict(X=x, boxes=boxes, boxes_num=counts),
+                attrs=dict(pooled_height=ph, pooled_width=pw, spatial_scale=scale))
+
+
+def bilinear_cases() -> list[dict]:
+    rng = np.random.default_rng(2)
+    cases = []
+    for dtype in (F32, F64):
+        for ph, pw in POOLED + ((1, 4), (4, 1)):
+            n = 8
+            x1, y1 = rng.uniform(-0.2, 0.9, n), rng.uniform(-0.2, 0.9, n)
+            boxes = np.stack([x1, y1, x1 + rng.uniform(0, 0.6, n), y1 + rng.uniform(0, 0.6, n)], 1)
+            special = [[0, 0, 1, 1], [0.25, 0.5, 0.75, 1.0], [0.5, 0.5, 0.5, 0.5],
+                       [0.9, 0.8, 0.1, 0.2], [1.0, 1.0, 1.2, 1.3]]
+            boxes = np.concatenate([special, boxes]).astype(dtype)
+            batch = np.repeat(np.arange(N), _counts(len(boxes), int)).astype(dtype)[:, None]
+            cases.append(dict(name=f"{dtype.name}_{ph}x{pw}", op="ROIPooling", tie=False,
+                              inputs=dict(X=_x(rng, C, dtype),
+                                          rois=np.concatenate([batch, boxes], 1)),
+                              attrs=dict(pooled_h=ph, pooled_w=pw, spatial_scale=1.0,
+                                         method="bilinear")))
+    return cases
+
+
+def psroi_cases() -> list[dict]:
+    rng = np.random.default_rng(3)
+    cases = []
+    i = 0
+    for dtype in (F32, F64):
+        for scale in SCALES:
+            for ph, pw in POOLED:
+                i += 1
+                oc = 2 + i % 2
+                boxes, _ = _boxes_grid(rng, scale, dtype)
+                cdt = np.int32 if i % 2 else np.int64
+                cases.append(dict(name=f"{dtype.name}_s{scale:.4g}_{ph}x{pw}", op="PSROIPool",
+                                  inputs=dict(X=_x(rng, oc * ph * pw, dtype), rois=boxes,
+                                              rois_num=_counts(len(boxes), cdt)),
+                                  attrs=dict(output_channels=oc, spatial_scale=scale,
+                                             pooled_height=ph, pooled_width=pw)))
+    cases.append(dict(name="empty_R0", op="PSROIPool",
+                      inputs=dict(X=_x(rng, 8, F32), rois=np.zeros((0, 4), np.float32),
+                                  rois_num=np.zeros(N, np.int32)),
+                      attrs=dict(output_channels=2, spatial_scale=1.0, pooled_height=2,
+                                 pooled_width=2)))
+    return cases
+
+
+def roi_align_cases() -> list[dict]:
+    rng = np.random.default_rng(4)
+    cases = []
+    i = 0
+    for dtype in (F32, F64):
+        for scale in SCALES:
+            for ph, pw in POOLED:
+                for sampling_ratio, aligned in ((-1, 1), (2, 0), (0, 0), (3, 1)):
+                    i += 1
+                    boxes, _ = _boxes_grid(rng, scale, dtype)
+                    if sampling_ratio <= 0 and aligned:
+                        boxes = np.delete(boxes, 3, 0)  # inverted: Paddle aborts (length_error)
+                    cdt = np.int32 if i % 2 else np.int64
+                    cases.append(dict(
+                        name=f"{dtype.name}_s{scale:.4g}_{ph}x{pw}_sr{sampling_ratio}_a{aligned}",
+                        op="RoIAlign", nan_to_zero=bool(aligned and sampling_ratio <= 0),
+                        inputs=dict(X=_x(rng, C, dtype), boxes=boxes,
+                                    boxes_num=_counts(len(boxes), cdt)),
+                        attrs=dict(pooled_height=ph, pooled_width=pw, spatial_scale=scale,
+                                   sampling_ratio=sampling_ratio, aligned=aligned)))
+    cases.append(dict(name="empty_R0", op="RoIAlign",
+                      inputs=dict(X=_x(rng, C, F32), boxes=np.zeros((0, 4), np.float32),
+                                  boxes_num=np.zeros(N, np.int32)),
+                      attrs=dict(pooled_height=2, pooled_width=2, spatial_scale=1.0,
+                                 sampling_ratio=2, aligned=1)))
+    return cases
+
+
+#: golden file name -> (oracle, cases)
+SUITES = {
+    "roi_pooling_max": ("mxnet", lambda: max_pool_cases("ROIPooling")),
+    "roi_pooling_bilinear": ("openvino", bilinear_cases),
+    "roi_pool": ("paddle", lambda: max_pool_cases("RoIPool")),
+    "psroi_pool": ("paddle", psroi_cases),
+    "roi_align": ("paddle", roi_align_cases),
+}

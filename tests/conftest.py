@@ -1,0 +1,70 @@
+import functools
+import json
+import os
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import ort_roi  # noqa: E402
+from ort_roi import builders  # noqa: E402
+
+GOLDENS = os.path.join(os.path.dirname(__file__), "goldens")
+
+
+@functools.lru_cache(maxsize=None)
+def _plain_session(op, attrs_json, dtype, count_dtype):
+    attrs = json.loads(attrs_json)
+    m = builders.single_op_model(op, np.dtype(dtype), np.dtype(count_dtype), **attrs)
+    return ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                providers=["CPUExecutionProvider"])
+
+
+def run_plain(op: str, inputs: dict, attrs: dict) -> np.ndarray:
+    """Run one op through a plain onnxruntime.InferenceSession (the real bridge)."""
+    arrays = list(inputs.values())
+    count_dtype = arrays[2].dtype.name if len(arrays) > 2 else "int64"
+    sess = _plain_session(op, json.dumps(attrs, sort_keys=True), arrays[0].dtype.name,
+                          count_dtype)
+    return sess.run(None, dict(zip([i.name for i in sess.get_inputs()], arrays)))[0]
+
+
+def load_golden(suite: str) -> list[dict]:
+    with np.load(os.path.join(GOLDENS, f"{suite}.npz")) as z:
+        names = sorted({k.rsplit(":", 1)[0] for k in z.files})
+        cases = []
+        for n in names:
+            meta = json.loads(str(z[f"{n}:meta"]))
+            keys = [k for k in z.files if k.startswith(n + ":")]
+            inputs = {k.rsplit(":", 1)[1]: z[k] for k in keys
+                      if k.rsplit(":", 1)[1] not in ("meta", "expected", "openvino")}
+            cases.append(dict(name=n, inputs=inputs, expected=z[f"{n}:expected"],
+                              openvino=z[f"{n}:openvino"] if f"{n}:openvino" in z.files else None,
+                              **meta))
+        return cases
+
+
+def input_order(op: str) -> list[str]:
+    from ort_roi.specs import spec
+    return [i.name for i in spec(op).inputs]
+
+
+def ordered(case: dict) -> dict:
+    return {k: case["inputs"][k] for k in input_order(case["op"])}
+
+
+def tolerance(op: str, attrs: dict, dtype) -> dict:
+    """Max pooling is bit-exact; averages 1e-4 (float32) / 1e-9 (float64)."""
+    if op == "RoIPool" or (op == "ROIPooling" and attrs.get("method", "max") == "max"):
+        return dict(rtol=0, atol=0)
+    return dict(rtol=1e-4, atol=1e-4) if np.dtype(dtype) == np.float32 else dict(rtol=1e-9, atol=1e-9)
+
+
+@pytest.fixture(autouse=True)
+def _no_stale_errors():
+    from ort_roi import _bridge
+    _bridge.take_errors()
+    yield

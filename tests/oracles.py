@@ -1,0 +1,107 @@
+"""The source frameworks as oracles: each function runs one case (see cases.py) through the
+real framework and returns its output. Imported lazily: paddle / openvino may be absent."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def paddle_available() -> bool:
+    try:
+        import paddle  # noqa: F401
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def openvino_available() -> bool:
+    try:
+        import openvino  # noqa: F401
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def paddle(case: dict) -> np.ndarray:
+    import paddle as pd
+    from paddle.vision import ops
+
+    a, i = case["attrs"], case["inputs"]
+    x = pd.to_tensor(i["X"])
+    size = (a["pooled_height"], a["pooled_width"])
+    boxes = list(i.values())[1]
+    if len(boxes) == 0:  # not asked of Paddle; the empty result is [0, C_out, ph, pw]
+        c = a.get("output_channels", i["X"].shape[1])
+        return np.zeros((0, c) + size, i["X"].dtype)
+    # Paddle's kernels read the counts as int32 whatever their dtype
+    counts = pd.to_tensor(list(i.values())[2].astype(np.int32))
+    if case["op"] == "RoIPool":
+        y = ops.roi_pool(x, pd.to_tensor(i["boxes"]), counts, size, a["spatial_scale"])
+    elif case["op"] == "PSROIPool":
+        y = ops.psroi_pool(x, pd.to_tensor(i["rois"]), counts, size, a["spatial_scale"])
+    elif case["op"] == "RoIAlign":
+        y = ops.roi_align(x, pd.to_tensor(i["boxes"]), counts, size,
+                          a["spatial_scale"], a["sampling_ratio"], bool(a["aligned"]))
+    else:
+        raise ValueError(case["op"])
+    return y.numpy()
+
+
+def openvino_roi_pooling(case: dict) -> np.ndarray:
+    """OpenVINO ROIPooling-1 on its CPU plugin."""
+    import openvino as ov
+    import openvino.opset8 as ops
+
+    a, i = case["attrs"], case["inputs"]
+    x, rois = i["X"], i["rois"]
+    if len(rois) == 0:  # not asked of OpenVINO; the empty result is [0, C, ph, pw]
+        return np.zeros((0, x.shape[1], a["pooled_h"], a["pooled_w"]), x.dtype)
+    px = ops.parameter(list(x.shape), x.dtype, name="x")
+    pr = ops.parameter(list(rois.shape), rois.dtype, name="rois")
+    node = ops.roi_pooling(px, pr, output_roi=[a["pooled_h"], a["pooled_w"]],
+                           spatial_scale=a["spatial_scale"], method=a["method"])
+    model = ov.Model([node], [px, pr])
+    compiled = ov.Core().compile_model(model, "CPU")
+    return np.asarray(compiled([x, rois])[0])
+
+
+MXNET_SCRIPT = r"""
+import sys, json, numpy as np, mxnet as mx
+data = np.load(sys.argv[1])
+specs = json.loads(str(data["__specs__"]))
+out = {}
+for name, (ph, pw, scale) in specs.items():
+    x, rois = data[name + ":X"], data[name + ":rois"]
+    if len(rois) == 0:  # MXNet refuses R = 0; the empty result is [0, C, ph, pw]
+        out[name] = np.zeros((0, x.shape[1], ph, pw), x.dtype)
+        continue
+    y = mx.nd.ROIPooling(mx.nd.array(x, dtype=x.dtype), mx.nd.array(rois, dtype=rois.dtype),
+                         (ph, pw), scale)
+    out[name] = y.asnumpy()
+np.savez(sys.argv[2], **out)
+"""
+
+
+def mxnet_roi_pooling(cases: list[dict], python: str) -> dict[str, np.ndarray]:
+    """MXNet ROIPooling for many cases at once, in MXNet's own interpreter (it needs
+    numpy 1.23, so it lives in a venv of its own)."""
+    import json
+    import os
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        arrays, specs = {}, {}
+        for c in cases:
+            arrays[c["name"] + ":X"] = c["inputs"]["X"]
+            arrays[c["name"] + ":rois"] = c["inputs"]["rois"]
+            a = c["attrs"]
+            specs[c["name"]] = (a["pooled_h"], a["pooled_w"], a["spatial_scale"])
+        np.savez(os.path.join(d, "in.npz"), __specs__=json.dumps(specs), **arrays)
+        script = os.path.join(d, "mx.py")
+        with open(script, "w") as f:
+            f.write(MXNET_SCRIPT)
+        subprocess.run([python, script, os.path.join(d, "in.npz"), os.path.join(d, "out.npz")],
+                       check=True)
+        with np.load(os.path.join(d, "out.npz")) as out:
+            return {k: out[k] for k in out.files}

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Generate the golden files tests/goldens/*.npz from the real frameworks.
+
+    python tools/make_goldens.py --mxnet-python /path/to/mxnet-venv/bin/python
+
+Needs paddlepaddle and openvino in this interpreter (pip install -e '.[parity]') and MXNet
+1.9.1 in a venv of its own (it needs numpy==1.23.5):
+    python -m venv mxvenv && mxvenv/bin/pip install mxnet==1.9.1 numpy==1.23.5
+
+Each case of tests/cases.py is run through its oracle (MXNet for ROIPooling max, OpenVINO
+for ROIPooling bilinear, Paddle for RoIPool, PSROIPool and RoIAlign); ROIPooling max also
+records OpenVINO's output. One file per suite holds, per case, the inputs, the attributes
+(JSON), the oracle's output ("expected") and the flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+
+import cases as C  # noqa: E402
+import oracles as O  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap.add_argument("--mxnet-python", required=True, help="python of a venv with mxnet 1.9.1")
+    ap.add_argument("--out", default=os.path.join(HERE, "..", "tests", "goldens"))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for suite, (oracle, make) in C.SUITES.items():
+        cases = make()
+        if oracle == "mxnet":
+            mx = O.mxnet_roi_pooling(cases, args.mxnet_python)
+        arrays = {}
+        for c in cases:
+            n = c["name"]
+            if oracle == "mxnet":
+                expected = mx[n]
+                arrays[f"{n}:openvino"] = O.openvino_roi_pooling(c)
+            elif oracle == "openvino":
+                expected = O.openvino_roi_pooling(c)
+            else:
+                expected = O.paddle(c)
+            arrays[f"{n}:expected"] = expected
+            for k, v in c["inputs"].items():
+                arrays[f"{n}:{k}"] = v
+            meta = dict(op=c["op"], attrs=c["attrs"], oracle=oracle,
+                        tie=bool(c.get("tie")), nan_to_zero=bool(c.get("nan_to_zero")))
+            arrays[f"{n}:meta"] = np.array(json.dumps(meta))
+        path = os.path.join(args.out, f"{suite}.npz")
+        np.savez_compressed(path, **arrays)
+        print(f"{path}: {len(cases)} cases from {oracle}, {os.path.getsize(path)} bytes")
+
+
+if __name__ == "__main__":
+    main()
