@@ -55,9 +55,9 @@ def _boxes_grid(rng, scale: float, dtype, n_random: int = 6, special: bool = Tru
     return np.asarray(rows, dtype), tie
 
 
-def max_pool_cases(op: str) -> list[dict]:
+def max_pool_cases(op: str, seed: int = 1) -> list[dict]:
     """ROIPooling(max) or RoIPool cases."""
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     cases = []
     seed_x = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
     seed_b = np.array([[1, 1, 2, 2], [1.5, 1.5, 3, 3]], np.float32)
@@ -92,8 +92,8 @@ def _max_case(op, name, x, boxes, counts, ph, pw, scale, tie) -> dict:
                 attrs=dict(pooled_height=ph, pooled_width=pw, spatial_scale=scale))
 
 
-def bilinear_cases() -> list[dict]:
-    rng = np.random.default_rng(2)
+def bilinear_cases(seed: int = 2) -> list[dict]:
+    rng = np.random.default_rng(seed)
     cases = []
     for dtype in (F32, F64):
         for ph, pw in POOLED + ((1, 4), (4, 1)):
@@ -112,8 +112,8 @@ def bilinear_cases() -> list[dict]:
     return cases
 
 
-def psroi_cases() -> list[dict]:
-    rng = np.random.default_rng(3)
+def psroi_cases(seed: int = 3) -> list[dict]:
+    rng = np.random.default_rng(seed)
     cases = []
     i = 0
     for dtype in (F32, F64):
@@ -136,8 +136,8 @@ def psroi_cases() -> list[dict]:
     return cases
 
 
-def roi_align_cases() -> list[dict]:
-    rng = np.random.default_rng(4)
+def roi_align_cases(seed: int = 4) -> list[dict]:
+    rng = np.random.default_rng(seed)
     cases = []
     i = 0
     for dtype in (F32, F64):
