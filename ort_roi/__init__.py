@@ -6,12 +6,14 @@
     sess = ort_roi.InferenceSession("model.onnx")
 """
 
-from . import kernels
+from . import kernels, schemas
 from .errors import RoiOpError
 from .session import InferenceSession, session_options
 from .specs import DOMAIN, OPSET_VERSION, SPECS
 
 __version__ = "0.1.0"
+
+schemas.register()
 
 __all__ = ["DOMAIN", "OPSET_VERSION", "SPECS", "InferenceSession", "RoiOpError", "kernels",
            "session_options", "__version__"]

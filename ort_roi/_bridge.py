@@ -47,7 +47,19 @@ def _report(err: RoiOpError) -> None:
     if not hasattr(_local, "errors"):
         _local.errors = []
     _local.errors.append(err)
-    log.error("%s (the output was filled with NaN)", err)
+    if not getattr(_local, "raising", False):  # the front door raises it instead
+        log.error("%s (the output was filled with NaN)", err)
+
+
+class raising:
+    """Context: errors on this thread are raised by the caller, not logged."""
+
+    def __enter__(self):
+        take_errors()
+        _local.raising = True
+
+    def __exit__(self, *exc):
+        _local.raising = False
 
 
 # --- float attributes ----------------------------------------------------------------------

@@ -100,9 +100,9 @@ class InferenceSession:
 
     def run(self, output_names, input_feed, run_options=None) -> list[np.ndarray]:
         """Run like onnxruntime; raises RoiOpError if an ort_roi op rejected its input."""
-        _bridge.take_errors()
-        outs = self._sess.run(output_names, input_feed, run_options)
-        errors = _bridge.take_errors()
+        with _bridge.raising():
+            outs = self._sess.run(output_names, input_feed, run_options)
+            errors = _bridge.take_errors()
         if errors:
             raise errors[0]
         return outs

@@ -172,3 +172,33 @@ SUITES = {
     "psroi_pool": ("paddle", psroi_cases),
     "roi_align": ("paddle", roi_align_cases),
 }
+
+
+def demo_cases() -> list[dict]:
+    """One tiny case per op (and method) for `ort-roi demo`, expected values from the
+    frameworks (written to ort_roi/data/demo_cases.json by tools/make_goldens.py)."""
+    x16 = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
+    x36 = np.arange(36, dtype=np.float32).reshape(1, 1, 6, 6)
+    rng = np.random.default_rng(7)
+    xps = np.round(rng.uniform(0, 9, (1, 8, 5, 5))).astype(np.float32)
+    return [
+        dict(name="RoIPool: the contract's worked example", op="RoIPool", oracle="paddle",
+             inputs=dict(X=x16, boxes=np.array([[1, 1, 2, 2], [1.5, 1.5, 3, 3]], np.float32),
+                         boxes_num=np.array([2], np.int32)),
+             attrs=dict(pooled_height=1, pooled_width=1, spatial_scale=1.0)),
+        dict(name="ROIPooling max: MXNet's documented example, scale 0.7", op="ROIPooling",
+             oracle="mxnet", inputs=dict(X=x36, rois=np.array([[0, 0, 0, 4, 4]], np.float32)),
+             attrs=dict(pooled_h=2, pooled_w=2, spatial_scale=0.7, method="max")),
+        dict(name="ROIPooling bilinear: normalized box", op="ROIPooling", oracle="openvino",
+             inputs=dict(X=x16, rois=np.array([[0, 0.25, 0.0, 1.0, 0.5]], np.float32)),
+             attrs=dict(pooled_h=2, pooled_w=2, spatial_scale=1.0, method="bilinear")),
+        dict(name="PSROIPool: 2 classes, 2x2 position-sensitive bins", op="PSROIPool",
+             oracle="paddle", inputs=dict(X=xps, rois=np.array([[0, 0, 3, 3]], np.float32),
+                                          rois_num=np.array([1], np.int32)),
+             attrs=dict(output_channels=2, spatial_scale=1.0, pooled_height=2, pooled_width=2)),
+        dict(name="RoIAlign: aligned, 2x2 samples per bin", op="RoIAlign", oracle="paddle",
+             inputs=dict(X=x16, boxes=np.array([[0.5, 0.5, 3.0, 2.5]], np.float32),
+                         boxes_num=np.array([1], np.int32)),
+             attrs=dict(pooled_height=2, pooled_width=2, spatial_scale=1.0, sampling_ratio=2,
+                        aligned=1)),
+    ]

@@ -58,6 +58,30 @@ def main() -> None:
         path = os.path.join(args.out, f"{suite}.npz")
         np.savez_compressed(path, **arrays)
         print(f"{path}: {len(cases)} cases from {oracle}, {os.path.getsize(path)} bytes")
+    write_demo_cases(args.mxnet_python)
+
+
+def write_demo_cases(mxnet_python: str) -> None:
+    """The built-in example of `ort-roi demo`: tiny inputs with the frameworks' outputs."""
+    demo = []
+    for c in C.demo_cases():
+        if c["oracle"] == "mxnet":
+            expected = O.mxnet_roi_pooling([c], mxnet_python)[c["name"]]
+        elif c["oracle"] == "openvino":
+            expected = O.openvino_roi_pooling(c)
+        else:
+            expected = O.paddle(c)
+        demo.append(dict(name=c["name"], op=c["op"], oracle=c["oracle"], attrs=c["attrs"],
+                         inputs={k: dict(dtype=v.dtype.name, shape=list(v.shape),
+                                         data=v.ravel().tolist())
+                                 for k, v in c["inputs"].items()},
+                         expected=dict(shape=list(expected.shape),
+                                       data=expected.ravel().tolist())))
+    path = os.path.join(HERE, "..", "ort_roi", "data", "demo_cases.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(demo, f, indent=1)
+    print(f"{path}: {len(demo)} demo cases")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,84 @@
+"""ONNX schemas for the ort_roi ops, derived from the spec table and registered on import.
+
+With them ``onnx.checker.check_model(m, full_check=True)`` checks ort_roi nodes (required
+attributes, types) and ``onnx.shape_inference.infer_shapes`` gives [R, C_out, PH, PW].
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import TypeProto
+from onnx.defs import OpSchema
+
+from .errors import RoiOpError
+from .specs import OPSET_VERSION, TYPES, OpSpec, all_specs
+
+_TENSOR = {"float32": "tensor(float)", "float64": "tensor(double)",
+           "int32": "tensor(int32)", "int64": "tensor(int64)"}
+_ATTR = {int: OpSchema.AttrType.INT, float: OpSchema.AttrType.FLOAT,
+         str: OpSchema.AttrType.STRING}
+
+
+def _infer(spec: OpSpec):
+    def infer(ctx) -> None:
+        attrs = {}
+        for a in spec.attrs:
+            proto = ctx.get_attribute(a.name)
+            if proto is None:
+                attrs[a.name] = a.default
+                continue
+            v = onnx.helper.get_attribute_value(proto)
+            attrs[a.name] = v.decode() if isinstance(v, bytes) else v
+        try:
+            attrs = spec.resolve(attrs)
+        except RoiOpError as e:
+            raise onnx.shape_inference.InferenceError(str(e)) from None
+        x, boxes = ctx.get_input_type(0), ctx.get_input_type(1)
+        out = TypeProto()
+        out.tensor_type.elem_type = x.tensor_type.elem_type
+        xdims = list(x.tensor_type.shape.dim) if x.tensor_type.HasField("shape") else None
+        bdims = list(boxes.tensor_type.shape.dim) if boxes.tensor_type.HasField("shape") else None
+        r = bdims[0] if bdims else None
+        c = None if spec.channels_attr else (xdims[1] if xdims and len(xdims) == 4 else None)
+        dims = out.tensor_type.shape.dim
+        for i, d in enumerate([r, c, attrs[spec.pooled[0]], attrs[spec.pooled[1]]]):
+            new = dims.add()
+            if i == 1 and spec.channels_attr:
+                new.dim_value = attrs[spec.channels_attr]
+            elif isinstance(d, int):
+                new.dim_value = d
+            elif d is not None and d.HasField("dim_value"):
+                new.dim_value = d.dim_value
+            elif d is not None and d.HasField("dim_param"):
+                new.dim_param = d.dim_param
+        ctx.set_output_type(0, out)
+
+    return infer
+
+
+def schema(spec: OpSpec) -> OpSchema:
+    """The OpSchema of one op."""
+    attrs = []
+    for a in spec.attrs:
+        if a.required:
+            attrs.append(OpSchema.Attribute(a.name, _ATTR[a.type], a.doc, required=True))
+        else:
+            attrs.append(OpSchema.Attribute(a.name, onnx.helper.make_attribute(a.name, a.default),
+                                            a.doc))
+    used = dict.fromkeys(i.type for i in spec.inputs)
+    s = OpSchema(spec.name, spec.domain, OPSET_VERSION, f"{spec.doc} Source: {spec.source}.",
+                 inputs=[OpSchema.FormalParameter(i.name, i.type, f"{i.shape} {i.doc}")
+                         for i in spec.inputs],
+                 outputs=[OpSchema.FormalParameter(spec.output, "T", spec.output_shape_doc)],
+                 type_constraints=[(t, [_TENSOR[d.name] for d in TYPES[t]], "")
+                                   for t in used],
+                 attributes=attrs)
+    s.set_type_and_shape_inference_function(_infer(spec))
+    return s
+
+
+def register() -> None:
+    """Register every op's schema with onnx (once)."""
+    for spec in all_specs():
+        if not onnx.defs.has(spec.name, spec.domain):
+            onnx.defs.register_schema(schema(spec))
