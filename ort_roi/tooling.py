@@ -63,4 +63,6 @@ def compare_with_reference(model: onnx.ModelProto, inputs: dict[str, np.ndarray]
 
 def add_commands(sub) -> None:
     """Attach validate / convert / bench to the ort-roi argument parser."""
-    del sub
+    from . import bench
+
+    bench.add_command(sub)

@@ -1,0 +1,244 @@
+"""``ort-roi bench``: the standard workloads through onnxruntime, side by side with the peers.
+
+Ours runs as a plain onnxruntime session with ``ort_roi.session_options()``. Peers, in the
+same process: onnxruntime's native RoiAlign (opset 16) and MaxRoiPool always; OpenVINO
+(ROIAlign, ROIPooling max/bilinear, PSROIPooling) and Paddle (roi_align, roi_pool,
+psroi_pool) when installed. Each time is the median of ``--repeat`` runs after a warm-up;
+each peer's output is compared with ours. A ratio is peer time / our time (> 1: we are faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from importlib import resources
+from typing import Callable
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+import ort_roi
+from ort_roi import builders
+
+Runner = Callable[[], np.ndarray]
+
+
+def workloads() -> dict:
+    with resources.files("ort_roi").joinpath("data/workloads.json").open() as f:
+        return {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+
+
+def make_inputs(w: dict, seed: int = 0, normalized: bool = False):
+    """X and boxes as the workloads file describes them (float32)."""
+    rng = np.random.default_rng(seed)
+    n, c, h, wd, r, s = w["N"], w["C"], w["H"], w["W"], w["R"], w["spatial_scale"]
+    if "output_channels" in w:
+        c = w["output_channels"] * w["pooled"] ** 2
+    X = rng.standard_normal((n, c, h, wd), dtype=np.float32)
+    hi, wi = h / s, wd / s
+    ctr = rng.uniform(0, 1, (r, 2)) * [wi, hi]
+    side = rng.uniform(16, 300, (r, 2))
+    boxes = np.concatenate([ctr - side / 2, ctr + side / 2], 1)
+    if normalized:
+        boxes = boxes / [wi, hi, wi, hi]
+    counts = np.full(n, r // n, np.int32)
+    counts[: r % n] += 1
+    return X, boxes.astype(np.float32), counts
+
+
+def _session(model) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 0
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _ours(op: str, feed: dict, **attrs) -> Runner:
+    m = builders.single_op_model(op, **attrs)
+    sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                providers=["CPUExecutionProvider"])
+    return lambda: sess.run(None, feed)[0]
+
+
+def _ort_native(node, feed: dict) -> Runner:
+    ins = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), None)
+           for k, v in feed.items()]
+    g = helper.make_graph([node], "g", ins, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    sess = _session(helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)], ir_version=9))
+    return lambda: sess.run(None, feed)[0]
+
+
+def _openvino(build, feed: list) -> Runner | None:
+    try:
+        import openvino as ov
+        import openvino.opset9 as ops
+    except ImportError:
+        return None
+    params = [ops.parameter(list(a.shape), a.dtype) for a in feed]
+    compiled = ov.Core().compile_model(ov.Model([build(ops, *params)], params), "CPU")
+    req = compiled.create_infer_request()
+    return lambda: np.asarray(req.infer(feed)[0])
+
+
+def _paddle(fn_name: str, X, boxes, counts, *args) -> Runner | None:
+    try:
+        import paddle
+        from paddle.vision import ops
+    except ImportError:
+        return None
+    fn = getattr(ops, fn_name)
+    x, b, n = paddle.to_tensor(X), paddle.to_tensor(boxes), paddle.to_tensor(counts)
+    return lambda: fn(x, b, n, *args).numpy()
+
+
+def cases(w: dict, op: str, seed: int = 0) -> tuple[Runner, dict[str, Runner | None]]:
+    """Our runner and the peers' for one workload and op."""
+    P, s = w["pooled"], w["spatial_scale"]
+    X, boxes, counts = make_inputs(w, seed, normalized=(op == "ROIPooling.bilinear"))
+    batch = np.repeat(np.arange(len(counts)), counts)
+    rois = np.concatenate([batch[:, None].astype(np.float32), boxes], 1)
+    peers: dict[str, Runner | None] = {}
+    if op == "RoIAlign":
+        sr = w.get("sampling_ratio", 0)
+        ours = _ours("RoIAlign", dict(X=X, boxes=boxes, boxes_num=counts), pooled_height=P,
+                     pooled_width=P, spatial_scale=s, sampling_ratio=sr, aligned=1)
+        node = helper.make_node("RoiAlign", ["X", "rois", "batch_indices"], ["Y"],
+                                output_height=P, output_width=P, sampling_ratio=max(sr, 0),
+                                spatial_scale=s, coordinate_transformation_mode="half_pixel")
+        peers["ORT RoiAlign"] = _ort_native(node, dict(X=X, rois=boxes,
+                                                       batch_indices=batch.astype(np.int64)))
+        peers["OpenVINO ROIAlign"] = _openvino(
+            lambda o, x, b, i: o.roi_align(x, b, i, P, P, max(sr, 0), s, "avg", "half_pixel"),
+            [X, boxes, batch.astype(np.int32)])
+        peers["Paddle roi_align"] = _paddle("roi_align", X, boxes, counts, P, s, sr, True)
+    elif op == "ROIPooling.max":
+        ours = _ours("ROIPooling", dict(X=X, rois=rois), pooled_h=P, pooled_w=P,
+                     spatial_scale=s, method="max")
+        node = helper.make_node("MaxRoiPool", ["X", "rois"], ["Y"], pooled_shape=[P, P],
+                                spatial_scale=s)
+        peers["ORT MaxRoiPool"] = _ort_native(node, dict(X=X, rois=rois))
+        peers["OpenVINO ROIPooling"] = _openvino(
+            lambda o, x, r: o.roi_pooling(x, r, output_roi=[P, P], spatial_scale=s,
+                                          method="max"), [X, rois])
+        peers["Paddle roi_pool"] = _paddle("roi_pool", X, boxes, counts, P, s)
+    elif op == "ROIPooling.bilinear":
+        ours = _ours("ROIPooling", dict(X=X, rois=rois), pooled_h=P, pooled_w=P,
+                     spatial_scale=s, method="bilinear")
+        peers["OpenVINO ROIPooling"] = _openvino(
+            lambda o, x, r: o.roi_pooling(x, r, output_roi=[P, P], spatial_scale=s,
+                                          method="bilinear"), [X, rois])
+    elif op == "PSROIPool":
+        oc = w["output_channels"]
+        ours = _ours("PSROIPool", dict(X=X, rois=boxes, rois_num=counts), output_channels=oc,
+                     spatial_scale=s, pooled_height=P, pooled_width=P)
+        peers["OpenVINO PSROIPooling"] = _openvino(
+            lambda o, x, r: o.psroi_pooling(x, r, oc, P, s, 1, 1, "average"), [X, rois])
+        peers["Paddle psroi_pool"] = _paddle("psroi_pool", X, boxes, counts, P, s)
+    else:
+        raise ValueError(op)
+    return ours, peers
+
+
+def timeit(fn: Runner, repeat: int) -> tuple[float, np.ndarray]:
+    y = fn()  # warm-up
+    ts = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        y = fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts), y
+
+
+def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
+        log=print) -> dict:
+    """Run the benchmark; returns the JSON-able results."""
+    results = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+               "python": platform.python_version(), "onnxruntime": ort.__version__,
+               "repeat": repeat, "rows": []}
+    ws = workloads()
+    todo = [(k, dict(v), op) for k, v in ws.items() if not names or k.split("_")[0] in names
+            for op in v["ops"]]
+    if scaling:
+        for r in (100, 1000, 4000):
+            todo.append((f"W2_R{r}", dict(ws["W2_mask_rcnn_p2"], R=r), "RoIAlign"))
+            todo.append((f"W2_R{r}", dict(ws["W2_mask_rcnn_p2"], R=r), "ROIPooling.max"))
+    for wname, w, op in todo:
+        ours, peers = cases(w, op)
+        t_ours, y = timeit(ours, repeat)
+        row = {"workload": wname, "op": op, "ort_roi_s": t_ours, "peers": {}}
+        line = f"{wname:<22} {op:<20} ort_roi {t_ours:8.4f} s"
+        for pname, fn in peers.items():
+            if fn is None:
+                continue
+            t, yp = timeit(fn, repeat)
+            diff = float(np.abs(np.nan_to_num(yp) - y).max()) if y.size else 0.0
+            row["peers"][pname] = {"s": t, "ratio": t / t_ours, "max_abs_diff": diff}
+            line += f" | {pname} {t:.4f} s x{t / t_ours:.2f} (diff {diff:.1e})"
+        log(line)
+        results["rows"].append(row)
+    return results
+
+
+def markdown(results: dict) -> str:
+    """A table of the results: our time and, per peer, its time and peer/ours."""
+    lines = ["| workload | op | ort_roi | peer | peer time | peer / ort_roi | max abs diff |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results["rows"]:
+        for i, (p, v) in enumerate(r["peers"].items() or [("-", None)]):
+            head = (f"| {r['workload']} | {r['op']} | {r['ort_roi_s'] * 1e3:.1f} ms"
+                    if i == 0 else "| | |")
+            if v is None:
+                lines.append(head + " | - | - | - | - |")
+            else:
+                lines.append(f"{head} | {p} | {v['s'] * 1e3:.1f} ms | {v['ratio']:.2f}x | "
+                             f"{v['max_abs_diff']:.1e} |")
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = results["rows"]
+    labels = [f"{r['workload'].split('_')[0]}\n{r['op']}" for r in rows]
+    peers = sorted({p for r in rows for p in r["peers"]})
+    series = [("ort_roi", [r["ort_roi_s"] * 1e3 for r in rows])]
+    series += [(p, [r["peers"].get(p, {}).get("s", 0) * 1e3 for r in rows]) for p in peers]
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 1.3), 5))
+    width = 0.8 / len(series)
+    for i, (name, vals) in enumerate(series):
+        ax.bar(np.arange(len(rows)) + i * width, vals, width, label=name)
+    ax.set_xticks(np.arange(len(rows)) + 0.4 - width / 2, labels, fontsize=7)
+    ax.set_ylabel("ms per run (median)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7)
+    ax.set_title("ort_roi vs peers, float32, one process")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(args: argparse.Namespace) -> int:
+    results = run(args.workloads, args.repeat, args.scaling)
+    print()
+    print(markdown(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    if args.plot:
+        plot(results, args.plot)
+    return 0
+
+
+def add_command(sub) -> None:
+    p = sub.add_parser("bench", help="time the standard workloads against the peers")
+    p.add_argument("workloads", nargs="*", help="W1 W2 ... (default: all)")
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--scaling", action="store_true", help="also W2 with R = 100, 1000, 4000")
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--plot", help="write a PNG bar chart here")
+    p.set_defaults(fn=main)
