@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .errors import RoiOpError
+from .kernels import _workspace
 from .specs import TYPES, OpSpec, all_specs
 
 log = logging.getLogger("ort_roi")
@@ -152,7 +153,8 @@ def _fallback(spec: OpSpec, feed, text: Mapping[str, str], dtype: np.dtype) -> n
 def _run(k_id: int, feed, text: Mapping[str, str]):
     spec, dtype = _KERNELS[k_id]
     try:
-        y = spec.kernel(*feed, **parse_attrs(spec, text))
+        with _workspace.reuse_outputs():  # onnxruntime copies the output before the next call
+            y = spec.kernel(*feed, **parse_attrs(spec, text))
         y = np.ascontiguousarray(y, dtype=dtype)
     except BaseException as e:  # noqa: BLE001 - nothing may leave a kernel (it aborts)
         if not isinstance(e, RoiOpError):

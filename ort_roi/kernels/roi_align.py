@@ -14,6 +14,8 @@ import numpy as np
 
 from ..specs import ROI_ALIGN
 from ._boxes import batch_from_counts, check_boxes, check_features
+from . import _workspace
+from ._parallel import for_ranges
 
 #: Grids larger than this use the closed form (sample count per axis per bin).
 EXPLICIT_GRID_MAX = 64
@@ -131,26 +133,40 @@ def _closed_form(start: float, bin_size: float, grid: int, pooled: int, size: in
 
 def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
           spatial_scale: float, sampling_ratio: int, aligned: bool) -> np.ndarray:
-    """RoIAlign of checked inputs."""
+    """RoIAlign of checked inputs.
+
+    Per box, two GEMMs over the box's crop of an NHWC copy of X:
+    U = Ay[:, crop rows] @ crop ([PH, wc*C]), then for each output row
+    out[r][:, ph, :] = U[ph]^T @ Ax[:, crop cols]^T, written straight into the NCHW output.
+    Boxes are shared among the cores.
+    """
     N, C, H, W = X.shape
     R = boxes.shape[0]
-    out = np.zeros((R, C, ph, pw), X.dtype)
+    out = _workspace.output((R, C, ph, pw), X.dtype)
     if R == 0 or C == 0:
         return out
     (y1, bin_h, gh), (x1, bin_w, gw) = align_geometry(boxes, spatial_scale, ph, pw,
                                                       sampling_ratio, aligned)
+    Xn = _workspace.scratch("nhwc", (N, H, W, C), X.dtype)
+    np.copyto(Xn, X.transpose(0, 2, 3, 1))
     chunk = max(1, (1 << 22) // (ph * H + pw * W))
-    for c0 in range(0, R, chunk):
-        sl = slice(c0, min(R, c0 + chunk))
-        Ay = axis_weights(y1[sl], bin_h[sl], gh[sl], ph, H, X.dtype)
-        Ax = axis_weights(x1[sl], bin_w[sl], gw[sl], pw, W, X.dtype)
-        for i, r in enumerate(range(sl.start, sl.stop)):
-            rows = np.flatnonzero(Ay[i].any(axis=0))
-            cols = np.flatnonzero(Ax[i].any(axis=0))
-            if rows.size == 0 or cols.size == 0:
-                continue
-            h0, h1, w0, w1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
-            crop = X[batch[r], :, h0:h1, w0:w1]
-            t = np.matmul(crop, Ax[i, :, w0:w1].T)  # [C, hc, PW]
-            out[r] = np.matmul(Ay[i, :, h0:h1], t)  # [C, PH, PW]
+
+    def work(start: int, stop: int) -> None:
+        for c0 in range(start, stop, chunk):
+            c1 = min(stop, c0 + chunk)
+            Ay = axis_weights(y1[c0:c1], bin_h[c0:c1], gh[c0:c1], ph, H, X.dtype)
+            Ax = axis_weights(x1[c0:c1], bin_w[c0:c1], gw[c0:c1], pw, W, X.dtype)
+            used_h, used_w = Ay.any(axis=1), Ax.any(axis=1)
+            for i in range(c1 - c0):
+                r = c0 + i
+                rows, cols = np.flatnonzero(used_h[i]), np.flatnonzero(used_w[i])
+                if rows.size == 0 or cols.size == 0:
+                    out[r] = 0
+                    continue
+                h0, h1, w0, w1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+                crop = Xn[batch[r], h0:h1, w0:w1].reshape(h1 - h0, (w1 - w0) * C)
+                U = (Ay[i, :, h0:h1] @ crop).reshape(ph, w1 - w0, C)
+                np.matmul(U.transpose(0, 2, 1), Ax[i, :, w0:w1].T, out=out[r].transpose(1, 0, 2))
+
+    for_ranges(R, work)
     return out

@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Write the example detection heads of ort_roi.examples to models/ (and check them).
+
+    python tools/make_models.py [--out models]
+
+Each model is built with a fixed seed, so the files are reproducible; tests check that the
+committed files equal what this script writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import onnx
+
+from ort_roi import examples
+from ort_roi.tooling import compare_with_reference
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap.add_argument("--out", default=os.path.join(HERE, "..", "models"))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for ex in examples.EXAMPLES:
+        model = ex.build()
+        onnx.checker.check_model(model, full_check=True)
+        report = compare_with_reference(model, examples.generate_inputs(model))
+        path = os.path.join(args.out, ex.file)
+        onnx.save(model, path)
+        print(f"{path}: {os.path.getsize(path)} bytes, {report.summary()}")
+
+
+if __name__ == "__main__":
+    main()
