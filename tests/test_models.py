@@ -1,0 +1,101 @@
+"""Schemas, builders and the example graphs of models/."""
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import ort_roi
+from ort_roi import builders, examples
+from ort_roi.tooling import compare_with_reference
+
+MODELS = os.path.join(os.path.dirname(__file__), "..", "models")
+
+
+@pytest.mark.parametrize("ex", examples.EXAMPLES, ids=lambda e: e.name)
+def test_committed_model_is_what_the_builder_writes(ex):
+    committed = onnx.load(os.path.join(MODELS, ex.file))
+    assert committed.SerializeToString() == ex.build().SerializeToString()
+
+
+@pytest.mark.parametrize("ex", examples.EXAMPLES, ids=lambda e: e.name)
+def test_model_checks_and_runs_like_the_reference(ex):
+    model = onnx.load(os.path.join(MODELS, ex.file))
+    onnx.checker.check_model(model, full_check=True)
+    report = compare_with_reference(model, examples.generate_inputs(model, r=5, seed=3))
+    assert report.ok, report.summary()
+    assert all(np.isfinite(v).all() and v.shape[0] == 5 for v in report.outputs.values())
+
+
+def _hand_written(**attrs):
+    node = helper.make_node("RoIAlign", ["X", "boxes", "boxes_num"], ["Y"], domain="ort_roi",
+                            **attrs)
+    return builders.make_model([node], [builders.tensor("X", "float32", [2, 64, 50, 68]),
+                                        builders.tensor("boxes", "float32", ["R", 4]),
+                                        builders.tensor("boxes_num", "int32", [2])],
+                               [builders.tensor("Y", "float32", ["R", "C", "PH", "PW"])])
+
+
+def test_hand_written_graph_checks_and_infers_shapes():
+    m = _hand_written(pooled_height=7, pooled_width=5, spatial_scale=0.25, sampling_ratio=2,
+                      aligned=1)
+    onnx.checker.check_model(m, full_check=True)
+    inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    y = inferred.graph.output[0].type.tensor_type
+    dims = [d.dim_param or d.dim_value for d in y.shape.dim]
+    assert dims == ["R", 64, 7, 5] and y.elem_type == onnx.TensorProto.FLOAT
+
+
+def test_shape_inference_psroi_channels_come_from_the_attribute():
+    node = builders.psroi_pool("X", "rois", "n", "Y", output_channels=21, pooled_height=7,
+                               pooled_width=7, spatial_scale=0.0625)
+    m = builders.make_model([node], [builders.tensor("X", "float64", [1, 1029, 38, 50]),
+                                     builders.tensor("rois", "float64", [300, 4]),
+                                     builders.tensor("n", "int64", [1])],
+                            [builders.tensor("Y", "float64", None)])
+    y = onnx.shape_inference.infer_shapes(m, strict_mode=True).graph.output[0].type.tensor_type
+    assert [d.dim_value for d in y.shape.dim] == [300, 21, 7, 7]
+    assert y.elem_type == onnx.TensorProto.DOUBLE
+
+
+def test_checker_rejects_missing_required_attribute():
+    node = helper.make_node("ROIPooling", ["X", "rois"], ["Y"], domain="ort_roi", pooled_h=2,
+                            pooled_w=2)  # no spatial_scale
+    m = builders.make_model([node], [builders.tensor("X", "float32", [1, 3, 8, 8]),
+                                     builders.tensor("rois", "float32", [4, 5])],
+                            [builders.tensor("Y", "float32", [4, 3, 2, 2])])
+    with pytest.raises(onnx.checker.ValidationError, match="spatial_scale"):
+        onnx.checker.check_model(m, full_check=True)
+
+
+def test_shape_inference_rejects_bad_attribute_value():
+    m = _hand_written(pooled_height=0, pooled_width=5, spatial_scale=0.25, sampling_ratio=2,
+                      aligned=1)
+    with pytest.raises(Exception, match="pooled_height"):
+        onnx.shape_inference.infer_shapes(m, strict_mode=True)
+
+
+def test_builders_write_every_attribute_and_check_them():
+    node = builders.roi_align("X", "b", "n", "Y")
+    assert {a.name for a in node.attribute} == {"pooled_height", "pooled_width", "spatial_scale",
+                                                "sampling_ratio", "aligned"}
+    with pytest.raises(ort_roi.RoiOpError, match="method"):
+        builders.roi_pooling("X", "r", "Y", pooled_h=1, pooled_w=1, spatial_scale=1.0,
+                             method="avg")
+    m = builders.single_op_model("PSROIPool", output_channels=2)
+    assert m.ir_version == builders.IR_VERSION
+    assert {o.domain: o.version for o in m.opset_import}["ort_roi"] == 1
+
+
+def test_reference_evaluator_uses_the_kernels():
+    from onnx.reference import ReferenceEvaluator
+    import ort_roi.reference
+
+    m = builders.single_op_model("RoIPool", count_dtype=np.int64)
+    X = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
+    y = ReferenceEvaluator(m, new_ops=ort_roi.reference.OPS).run(
+        None, {"X": X, "boxes": np.array([[1, 1, 2, 2], [1.5, 1.5, 3, 3]], np.float32),
+               "boxes_num": np.array([2])})[0]
+    np.testing.assert_array_equal(y.ravel(), [11, 16])
