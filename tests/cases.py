@@ -55,6 +55,18 @@ def _boxes_grid(rng, scale: float, dtype, n_random: int = 6, special: bool = Tru
     return np.asarray(rows, dtype), tie
 
 
+def _sweep(variants=(None,)):
+    """The sweep shared by the suites: dtype x scale x pooled size (x variants), with int32 and
+    int64 counts alternating. Yields (i, dtype, scale, ph, pw, variant, count dtype)."""
+    i = 0
+    for dtype in (F32, F64):
+        for scale in SCALES:
+            for ph, pw in POOLED:
+                for v in variants:
+                    i += 1
+                    yield i, dtype, scale, ph, pw, v, (np.int32 if i % 2 else np.int64)
+
+
 def max_pool_cases(op: str, seed: int = 1) -> list[dict]:
     """ROIPooling(max) or RoIPool cases."""
     rng = np.random.default_rng(seed)
@@ -67,16 +79,10 @@ def max_pool_cases(op: str, seed: int = 1) -> list[dict]:
              ("seed_mxnet_doc_s07", mx_x, np.array([[0, 0, 4, 4]], np.float32), (2, 2), 0.7)]
     for name, x, b, (ph, pw), s in seeds:
         cases.append(_max_case(op, name, x, b, np.array([len(b)], np.int32), ph, pw, s, True))
-    i = 0
-    for dtype in (F32, F64):
-        for scale in SCALES:
-            for ph, pw in POOLED:
-                i += 1
-                boxes, tie = _boxes_grid(rng, scale, dtype)
-                cdt = np.int32 if i % 2 else np.int64
-                cases.append(_max_case(op, f"{dtype.name}_s{scale:.4g}_{ph}x{pw}",
-                                       _x(rng, C, dtype), boxes, _counts(len(boxes), cdt),
-                                       ph, pw, scale, tie))
+    for _, dtype, scale, ph, pw, _, cdt in _sweep():
+        boxes, tie = _boxes_grid(rng, scale, dtype)
+        cases.append(_max_case(op, f"{dtype.name}_s{scale:.4g}_{ph}x{pw}", _x(rng, C, dtype),
+                               boxes, _counts(len(boxes), cdt), ph, pw, scale, tie))
     cases.append(_max_case(op, "empty_R0", _x(rng, C, F32), np.zeros((0, 4), np.float32),
                            np.zeros(N, np.int64), 2, 3, 0.5, False))
     return cases
@@ -115,19 +121,14 @@ def bilinear_cases(seed: int = 2) -> list[dict]:
 def psroi_cases(seed: int = 3) -> list[dict]:
     rng = np.random.default_rng(seed)
     cases = []
-    i = 0
-    for dtype in (F32, F64):
-        for scale in SCALES:
-            for ph, pw in POOLED:
-                i += 1
-                oc = 2 + i % 2
-                boxes, _ = _boxes_grid(rng, scale, dtype)
-                cdt = np.int32 if i % 2 else np.int64
-                cases.append(dict(name=f"{dtype.name}_s{scale:.4g}_{ph}x{pw}", op="PSROIPool",
-                                  inputs=dict(X=_x(rng, oc * ph * pw, dtype), rois=boxes,
-                                              rois_num=_counts(len(boxes), cdt)),
-                                  attrs=dict(output_channels=oc, spatial_scale=scale,
-                                             pooled_height=ph, pooled_width=pw)))
+    for i, dtype, scale, ph, pw, _, cdt in _sweep():
+        oc = 2 + i % 2
+        boxes, _ = _boxes_grid(rng, scale, dtype)
+        cases.append(dict(name=f"{dtype.name}_s{scale:.4g}_{ph}x{pw}", op="PSROIPool",
+                          inputs=dict(X=_x(rng, oc * ph * pw, dtype), rois=boxes,
+                                      rois_num=_counts(len(boxes), cdt)),
+                          attrs=dict(output_channels=oc, spatial_scale=scale,
+                                     pooled_height=ph, pooled_width=pw)))
     cases.append(dict(name="empty_R0", op="PSROIPool",
                       inputs=dict(X=_x(rng, 8, F32), rois=np.zeros((0, 4), np.float32),
                                   rois_num=np.zeros(N, np.int32)),
@@ -139,23 +140,17 @@ def psroi_cases(seed: int = 3) -> list[dict]:
 def roi_align_cases(seed: int = 4) -> list[dict]:
     rng = np.random.default_rng(seed)
     cases = []
-    i = 0
-    for dtype in (F32, F64):
-        for scale in SCALES:
-            for ph, pw in POOLED:
-                for sampling_ratio, aligned in ((-1, 1), (2, 0), (0, 0), (3, 1)):
-                    i += 1
-                    boxes, _ = _boxes_grid(rng, scale, dtype)
-                    if sampling_ratio <= 0 and aligned:
-                        boxes = np.delete(boxes, 3, 0)  # inverted: Paddle aborts (length_error)
-                    cdt = np.int32 if i % 2 else np.int64
-                    cases.append(dict(
-                        name=f"{dtype.name}_s{scale:.4g}_{ph}x{pw}_sr{sampling_ratio}_a{aligned}",
-                        op="RoIAlign", nan_to_zero=bool(aligned and sampling_ratio <= 0),
-                        inputs=dict(X=_x(rng, C, dtype), boxes=boxes,
-                                    boxes_num=_counts(len(boxes), cdt)),
-                        attrs=dict(pooled_height=ph, pooled_width=pw, spatial_scale=scale,
-                                   sampling_ratio=sampling_ratio, aligned=aligned)))
+    variants = ((-1, 1), (2, 0), (0, 0), (3, 1))  # (sampling_ratio, aligned)
+    for _, dtype, scale, ph, pw, (sampling_ratio, aligned), cdt in _sweep(variants):
+        boxes, _ = _boxes_grid(rng, scale, dtype)
+        if sampling_ratio <= 0 and aligned:
+            boxes = np.delete(boxes, 3, 0)  # inverted: Paddle aborts (length_error)
+        cases.append(dict(
+            name=f"{dtype.name}_s{scale:.4g}_{ph}x{pw}_sr{sampling_ratio}_a{aligned}",
+            op="RoIAlign", nan_to_zero=bool(aligned and sampling_ratio <= 0),
+            inputs=dict(X=_x(rng, C, dtype), boxes=boxes, boxes_num=_counts(len(boxes), cdt)),
+            attrs=dict(pooled_height=ph, pooled_width=pw, spatial_scale=scale,
+                       sampling_ratio=sampling_ratio, aligned=aligned)))
     cases.append(dict(name="empty_R0", op="RoIAlign",
                       inputs=dict(X=_x(rng, C, F32), boxes=np.zeros((0, 4), np.float32),
                                   boxes_num=np.zeros(N, np.int32)),
