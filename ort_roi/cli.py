@@ -1,4 +1,4 @@
-"""The ``ort-roi`` command line: demo, info, validate, convert, bench."""
+"""The ``ort-roi`` command line: demo, info, bench."""
 
 from __future__ import annotations
 

@@ -122,15 +122,15 @@ def _image_boxes(rng, r: int) -> np.ndarray:
 def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs for a detection head: features, boxes (image pixels, or normalized for
     bilinear ROIPooling) and counts, as the graph's inputs name and type them."""
-
     rng = np.random.default_rng(seed)
     roi_nodes = [n for n in model.graph.node if n.domain]
     normalized = any(a.name == "method" and a.s == b"bilinear"
                      for n in roi_nodes for a in n.attribute)
     boxes = _image_boxes(rng, r)
     feats = {}
+    weights = {i.name for i in model.graph.initializer}
     for vi in model.graph.input:
-        if vi.name in {i.name for i in model.graph.initializer}:
+        if vi.name in weights:
             continue
         t = vi.type.tensor_type
         dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)

@@ -1,4 +1,4 @@
-"""Graph tooling behind the CLI: validate a model, convert MaxRoiPool, compare runs."""
+"""Graph tooling behind the CLI: compare a model's onnxruntime run with onnx.reference."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def compare_with_reference(model: onnx.ModelProto, inputs: dict[str, np.ndarray]
 
 
 def add_commands(sub) -> None:
-    """Attach validate / convert / bench to the ort-roi argument parser."""
+    """Attach the tooling commands (bench) to the ort-roi argument parser."""
     from . import bench
 
     bench.add_command(sub)

@@ -46,8 +46,3 @@ def reuse_outputs():
         yield
     finally:
         _local.reuse = False
-
-
-def release() -> None:
-    """Drop this thread's buffers."""
-    _local.__dict__.pop("cache", None)
