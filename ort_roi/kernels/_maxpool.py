@@ -1,42 +1,113 @@
-"""Max over integer bins, the shared core of ROIPooling(max) and RoIPool."""
+"""Max over integer bins, the shared core of ROIPooling(max) and RoIPool.
+
+A 2-D sparse table answers every bin with a few gathers: level (i, j) of the table holds,
+at (y, x), the max of X over rows [y, y + 2**i) and columns [x, x + 2**j). A window of
+length L along an axis is covered by ceil(L / 2**k) blocks of length 2**k (k = floor(log2 L)
+gives at most two, overlapping, blocks; max is idempotent), so a bin is the max of a handful
+of table entries. The table is built per block of channels in an NHWC layout (gathers copy
+contiguous channel runs) and its levels are capped so that it fits a fixed budget. Channel
+blocks are shared among the cores.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import _workspace
+from ._parallel import for_ranges
 
-def _window_max(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, axis: int) -> np.ndarray:
-    """Max of ``a`` over the windows [lo[p], hi[p]) along ``axis`` (empty windows: any value).
+#: Elements of sparse table per task (the channel block shrinks to fit; at least one channel).
+TABLE_BUDGET = 1 << 22
+#: Elements of gathered rows per step (keeps the working set in cache).
+CHUNK = 1 << 18
 
-    Windows are padded to the longest one by repeating their last index: max is idempotent,
-    so the padding does not change the result.
+
+def _levels(length: np.ndarray, cap: int) -> np.ndarray:
+    """Per window the table level used: floor(log2(length)), at most ``cap`` (length >= 1)."""
+    return np.minimum(np.floor(np.log2(length)).astype(np.intp), cap)
+
+
+def _capped(Ky: int, Kx: int, cells: int) -> tuple[int, int]:
+    """Lower the top levels until one channel of the table fits the budget."""
+    while (Ky + 1) * (Kx + 1) * cells > TABLE_BUDGET and Ky + Kx > 0:
+        if Ky >= Kx:
+            Ky -= 1
+        else:
+            Kx -= 1
+    return Ky, Kx
+
+
+def _blocks(lo: np.ndarray, hi: np.ndarray, size: int, level: np.ndarray) -> np.ndarray:
+    """Start positions [n, R, P] of the 2**level blocks covering each window [lo, hi).
+
+    Empty windows (hi <= lo) get one in-range position; their bins are zeroed afterwards.
     """
-    length = int((hi - lo).max())
-    last = np.maximum(hi - 1, lo)
-    res = a.take(lo, axis=axis)
-    for k in range(1, length):
-        np.maximum(res, a.take(np.minimum(lo + k, last), axis=axis), out=res)
-    return res
+    length = np.maximum(hi - lo, 1)
+    lo = np.minimum(lo, size - 1)
+    last = np.maximum(lo + length - (1 << level), lo)
+    n = int(((length + (1 << level) - 1) >> level).max())
+    q = np.arange(n)[:, None, None]
+    return np.minimum(lo + (q << level), last)
+
+
+def _sparse_table(T: np.ndarray, Ky: int, Kx: int) -> None:
+    """Fill T[i, j] ([N, H, W, c] each) from T[0, 0]."""
+    H, W = T.shape[3], T.shape[4]
+    for i in range(Ky):
+        s, m = 1 << i, H - (2 << i) + 1
+        np.maximum(T[i, 0, :, :m], T[i, 0, :, s:s + m], out=T[i + 1, 0, :, :m])
+    for i in range(Ky + 1):
+        for j in range(Kx):
+            s, m = 1 << j, W - (2 << j) + 1
+            np.maximum(T[i, j, :, :, :m], T[i, j, :, :, s:s + m], out=T[i, j + 1, :, :, :m])
 
 
 def pool_max(X: np.ndarray, batch: np.ndarray, hlo: np.ndarray, hhi: np.ndarray,
              wlo: np.ndarray, whi: np.ndarray) -> np.ndarray:
     """out[r, c, ph, pw] = max of X[batch[r], c, hlo:hhi, wlo:whi] per bin, 0 if empty."""
-    R, C = batch.shape[0], X.shape[1]
-    PH, PW = hlo.shape[1], wlo.shape[1]
-    out = np.zeros((R, C, PH, PW), X.dtype)
+    N, C, H, W = X.shape
+    R, PH, PW = batch.shape[0], hlo.shape[1], wlo.shape[1]
+    out = _workspace.output((R, C, PH, PW), X.dtype)
     if R == 0 or C == 0:
         return out
-    vh, vw = hhi > hlo, whi > wlo
-    for r in range(R):
-        if not (vh[r].any() and vw[r].any()):
-            continue
-        h0, h1 = hlo[r][vh[r]].min(), hhi[r][vh[r]].max()
-        w0, w1 = wlo[r][vw[r]].min(), whi[r][vw[r]].max()
-        crop = X[batch[r], :, h0:h1, w0:w1]
-        rows = _window_max(crop, np.clip(hlo[r] - h0, 0, h1 - h0 - 1), hhi[r] - h0, axis=1)
-        res = _window_max(rows, np.clip(wlo[r] - w0, 0, w1 - w0 - 1), whi[r] - w0, axis=2)
-        res[:, ~vh[r], :] = 0
-        res[:, :, ~vw[r]] = 0
-        out[r] = res
+    lh, lw = np.maximum(hhi - hlo, 1), np.maximum(whi - wlo, 1)
+    Ky, Kx = _capped(int(np.log2(lh.max())), int(np.log2(lw.max())), N * H * W)
+    ky, kx = _levels(lh, Ky), _levels(lw, Kx)
+    ys, xs = _blocks(hlo, hhi, H, ky), _blocks(wlo, whi, W, kx)  # [ny, R, PH], [nx, R, PW]
+    # Flat table row of (level, batch, y, x) = ((ky*(Kx+1) + kx)*N + b)*H*W + y*W + x.
+    rowy = ((ky * (Kx + 1))[:, :, None] * N + batch[:, None, None]) * (H * W) + ys[:, :, :, None] * W
+    P = PH * PW
+    colx = (kx * (N * H * W))[:, None, :] + xs[:, :, None, :]
+    empty = ~((hhi > hlo)[:, :, None] & (whi > wlo)[:, None, :])
+    has_empty = empty.reshape(R, P).any(axis=1)
+    cells = (Ky + 1) * (Kx + 1) * N * H * W
+    block = int(min(C, max(1, TABLE_BUDGET // cells)))
+    blocks = [(c0, min(C, c0 + block)) for c0 in range(0, C, block)]
+
+    def work(first: int, last: int) -> None:
+        for c0, c1 in blocks[first:last]:
+            cb = c1 - c0
+            T = _workspace.scratch("maxpool:table", (Ky + 1, Kx + 1, N, H, W, cb), X.dtype)
+            np.copyto(T[0, 0], X[:, c0:c1].transpose(0, 2, 3, 1))
+            _sparse_table(T, Ky, Kx)
+            F = T.reshape(-1, cb)
+            rc = max(1, CHUNK // (P * cb))
+            res = _workspace.scratch("maxpool:res", (rc * P, cb), X.dtype)
+            tmp = _workspace.scratch("maxpool:tmp", (rc * P, cb), X.dtype)
+            for r0 in range(0, R, rc):
+                r1 = min(R, r0 + rc)
+                m = (r1 - r0) * P
+                acc = res[:m]
+                for i, (a, b) in enumerate((a, b) for a in rowy[:, r0:r1] for b in colx[:, r0:r1]):
+                    idx = (a + b).ravel()
+                    if i == 0:
+                        np.take(F, idx, axis=0, out=acc)
+                    else:
+                        np.maximum(acc, np.take(F, idx, axis=0, out=tmp[:m]), out=acc)
+                acc = acc.reshape(r1 - r0, PH, PW, cb)
+                if has_empty[r0:r1].any():
+                    acc[empty[r0:r1]] = 0
+                out[r0:r1, c0:c1] = acc.transpose(0, 3, 1, 2)
+
+    for_ranges(len(blocks), work, min_chunk=1)
     return out

@@ -1,0 +1,119 @@
+"""Property tests: every kernel against the literal loop reading of the contract (literal.py).
+
+Random shapes, dtypes, attributes and boxes, with the edge values that break kernels: .5 ties
+under rounding, boxes off the map or inverted, degenerate sizes, tiny maps. Max pooling must
+be bit-identical; averages agree to 1e-4 (float32) / 1e-9 (float64).
+"""
+
+from unittest import mock
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import literal
+from ort_roi import kernels
+from ort_roi.kernels import _maxpool
+
+SETTINGS = settings(max_examples=200, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+dtypes = st.sampled_from([np.float32, np.float64])
+scales = st.sampled_from([1.0, 0.5, 0.25, 0.0625, 0.3, 2.0])
+# integers, halves (rounding ties) and arbitrary values, off the map on both sides
+coords = st.one_of(st.integers(-6, 24).map(float), st.integers(-12, 48).map(lambda v: v / 2),
+                   st.floats(-8, 30, allow_nan=False, width=32))
+
+
+@st.composite
+def problem(draw, ncols=4, normalized=False, channels=None):
+    dt = draw(dtypes)
+    N = draw(st.integers(1, 2))
+    C = channels if channels is not None else draw(st.integers(1, 3))
+    H, W = draw(st.integers(1, 9)), draw(st.integers(1, 9))
+    R = draw(st.integers(0, 5))
+    c = st.floats(-0.25, 1.25, allow_nan=False, width=32) | st.sampled_from([0.0, 0.5, 1.0]) \
+        if normalized else coords
+    boxes = np.array([[draw(c) for _ in range(4)] for _ in range(R)], dt).reshape(R, 4)
+    counts = np.zeros(N, np.int64)
+    for b in draw(st.lists(st.integers(0, N - 1), min_size=R, max_size=R)):
+        counts[b] += 1
+    X = np.random.default_rng(draw(st.integers(0, 2**16))).standard_normal((N, C, H, W)).astype(dt)
+    if draw(st.booleans()):  # ties in X
+        X = np.round(X)
+    return X, boxes, counts
+
+
+def assert_close(got, want, exact):
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if exact:
+        np.testing.assert_array_equal(got, want)
+    else:
+        tol = 1e-4 if got.dtype == np.float32 else 1e-9
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def _rois(boxes, counts):
+    batch = np.repeat(np.arange(counts.size), counts).astype(boxes.dtype)
+    return np.concatenate([batch[:, None], boxes], 1)
+
+
+pooled = st.integers(1, 4)
+
+
+@SETTINGS
+@given(problem(), pooled, pooled, scales)
+def test_roi_pooling_max(p, ph, pw, s):
+    X, boxes, counts = p
+    rois = _rois(boxes, counts)
+    a = dict(pooled_h=ph, pooled_w=pw, spatial_scale=s, method="max")
+    assert_close(kernels.roi_pooling(X, rois, **a), literal.roi_pooling(X, rois, **a), True)
+
+
+@SETTINGS
+@given(problem(normalized=True), pooled, pooled)
+def test_roi_pooling_bilinear(p, ph, pw):
+    X, boxes, counts = p
+    rois = _rois(boxes, counts)
+    a = dict(pooled_h=ph, pooled_w=pw, spatial_scale=1.0, method="bilinear")
+    assert_close(kernels.roi_pooling(X, rois, **a), literal.roi_pooling(X, rois, **a), False)
+
+
+@SETTINGS
+@given(problem(), pooled, pooled, scales)
+def test_roi_pool(p, ph, pw, s):
+    X, boxes, counts = p
+    a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s)
+    assert_close(kernels.roi_pool(X, boxes, counts, **a),
+                 literal.roi_pool(X, boxes, counts, **a), True)
+
+
+@SETTINGS
+@given(st.data(), pooled, pooled, st.integers(1, 3), scales)
+def test_psroi_pool(data, ph, pw, oc, s):
+    X, boxes, counts = data.draw(problem(channels=oc * ph * pw))
+    a = dict(output_channels=oc, pooled_height=ph, pooled_width=pw, spatial_scale=s)
+    assert_close(kernels.psroi_pool(X, boxes, counts, **a),
+                 literal.psroi_pool(X, boxes, counts, **a), False)
+
+
+@SETTINGS
+@given(problem(), pooled, pooled, scales, st.sampled_from([-1, 0, 1, 2, 3]),
+       st.sampled_from([0, 1]))
+def test_roi_align(p, ph, pw, s, sr, aligned):
+    X, boxes, counts = p
+    a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s, sampling_ratio=sr,
+             aligned=aligned)
+    assert_close(kernels.roi_align(X, boxes, counts, **a),
+                 literal.roi_align(X, boxes, counts, **a), False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(problem(), pooled, pooled, scales, st.sampled_from([1, 24, 200]), st.sampled_from([1, 5]))
+def test_max_pooling_with_capped_table(p, ph, pw, s, budget, chunk):
+    """Capped sparse-table levels (windows covered by many blocks) and tiny chunks."""
+    X, boxes, counts = p
+    a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s)
+    with mock.patch.object(_maxpool, "TABLE_BUDGET", budget), \
+            mock.patch.object(_maxpool, "CHUNK", chunk):
+        got = kernels.roi_pool(X, boxes, counts, **a)
+    assert_close(got, literal.roi_pool(X, boxes, counts, **a), True)
