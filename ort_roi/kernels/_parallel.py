@@ -1,8 +1,16 @@
-"""Run a per-roi loop on every core: NumPy and BLAS release the GIL inside their calls."""
+"""Run a per-roi loop on every core: NumPy and BLAS release the GIL inside their calls.
+
+While our workers run, the OpenBLAS that NumPy ships is held to one thread per call: the
+workers already use every core, and OpenBLAS's own threads on top of them cost time (W2
+RoIAlign: 0.35 s with both, 0.25 s with ours alone). The previous setting is restored when
+the last running kernel finishes.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -19,6 +27,55 @@ def _executor() -> ThreadPoolExecutor:
     return _pool
 
 
+def _find_openblas():
+    """(get, set) thread-count functions of the OpenBLAS loaded by NumPy, or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "openblas" in line.lower()}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for suffix in ("64_", ""):
+            for prefix in ("scipy_openblas", "openblas"):
+                get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+                put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+                if get is not None and put is not None:
+                    get.restype, put.argtypes = ctypes.c_int, [ctypes.c_int]
+                    return get, put
+    return None
+
+
+_blas = None
+_blas_lock = threading.Lock()
+_blas_users = 0
+_blas_saved = 1
+
+
+class _SingleThreadBlas:
+    """Context: OpenBLAS at one thread while at least one kernel is inside."""
+
+    def __enter__(self):
+        global _blas, _blas_users, _blas_saved
+        with _blas_lock:
+            if _blas is None:
+                _blas = _find_openblas() or False
+            if _blas and _blas_users == 0:
+                _blas_saved = _blas[0]()
+                _blas[1](1)
+            _blas_users += 1
+
+    def __exit__(self, *exc):
+        global _blas_users
+        with _blas_lock:
+            _blas_users -= 1
+            if _blas and _blas_users == 0:
+                _blas[1](_blas_saved)
+
+
 def for_ranges(n: int, fn: Callable[[int, int], None], min_chunk: int = 16) -> None:
     """Call fn(start, stop) over [0, n) split into one contiguous range per worker."""
     parts = min(_WORKERS, max(1, n // min_chunk))
@@ -26,6 +83,7 @@ def for_ranges(n: int, fn: Callable[[int, int], None], min_chunk: int = 16) -> N
         fn(0, n)
         return
     bounds = [n * i // parts for i in range(parts + 1)]
-    futures = [_executor().submit(fn, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
-    for f in futures:
-        f.result()
+    with _SingleThreadBlas():
+        futures = [_executor().submit(fn, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+        for f in futures:
+            f.result()

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..errors import RoiOpError
 from ..specs import PSROI_POOL
+from ._parallel import for_ranges
 from ._boxes import batch_from_counts, check_boxes, check_features, round_half_away
 
 
@@ -50,19 +51,37 @@ def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
     s = X.dtype.type(a["spatial_scale"])
     hlo, hhi = _bins(rois[:, 1], rois[:, 3], s, ph, H)
     wlo, whi = _bins(rois[:, 0], rois[:, 2], s, pw, W)
-    # Region sums from a float64 integral image: 4 lookups per output element.
-    used = np.unique(batch)
-    integral = np.zeros((used.size, C, H + 1, W + 1), np.float64)
-    np.cumsum(X[used], axis=2, dtype=np.float64, out=integral[:, :, 1:, 1:])
-    np.cumsum(integral[:, :, 1:, 1:], axis=3, out=integral[:, :, 1:, 1:])
-    img = np.searchsorted(used, batch)[:, None, None, None]
-    ch = ((np.arange(oc)[:, None, None] * ph + np.arange(ph)[:, None]) * pw
-          + np.arange(pw))[None]
-    h0, h1 = hlo[:, None, :, None], hhi[:, None, :, None]
-    w0, w1 = wlo[:, None, None, :], whi[:, None, None, :]
-    total = (integral[img, ch, h1, w1] - integral[img, ch, h0, w1]
-             - integral[img, ch, h1, w0] + integral[img, ch, h0, w0])
-    area = (h1 - h0) * (w1 - w0)
-    np.divide(total, area, out=total, where=area > 0)
-    out[...] = np.where(area > 0, total, 0)
+    # Bins of the same size (rows x cols) are summed together: one gather per element of the
+    # region, for all their output channels at once, in Paddle's order (row by row), in T.
+    t = X.dtype.type
+    P = ph * pw
+    lh = np.broadcast_to((hhi - hlo)[:, :, None], (R, ph, pw)).ravel()
+    lw = np.broadcast_to((whi - wlo)[:, None, :], (R, ph, pw)).ravel()
+    base = ((batch[:, None, None] * C + np.arange(P).reshape(ph, pw)) * H
+            + hlo[:, :, None]) * W + wlo[:, None, :]
+    base = base.ravel()
+    channel_step = np.arange(oc) * (P * H * W)
+    key = lh * (int(lw.max()) + 1) + lw
+    order = np.argsort(key, kind="stable")
+    Xf, out3 = X.reshape(-1), out.reshape(R, oc, P)
+
+    def work(first: int, last: int) -> None:
+        seg = order[first:last]
+        starts = np.flatnonzero(np.diff(key[seg], prepend=-1))
+        for a_, b_ in zip(starts, np.append(starts[1:], seg.size)):
+            sel = seg[a_:b_]
+            h_, w_ = int(lh[sel[0]]), int(lw[sel[0]])
+            if h_ <= 0 or w_ <= 0:
+                continue  # empty bins stay 0
+            idx = base[sel][:, None] + channel_step
+            total = Xf.take(idx)
+            tmp = np.empty_like(total)
+            for dy in range(h_):
+                for dx in range(w_):
+                    if dy or dx:
+                        total += Xf.take(idx + (dy * W + dx), out=tmp)
+            total /= t(h_ * w_)
+            out3[sel // P, :, sel % P] = total
+
+    for_ranges(order.size, work, min_chunk=256)
     return out

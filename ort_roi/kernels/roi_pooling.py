@@ -7,7 +7,14 @@ import numpy as np
 from ..specs import ROI_POOLING
 from ._boxes import (batch_from_column, check_boxes, check_features, max_pool_bins,
                      round_half_away)
+from . import _workspace
 from ._maxpool import pool_max
+from ._parallel import for_ranges
+
+#: Channels per task in bilinear pooling (small blocks make the final transposition cheap).
+_CHANNEL_BLOCK = 32
+#: Elements per step of bilinear pooling's working buffers.
+_CHUNK = 1 << 16
 
 
 def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_h: int, pooled_w: int,
@@ -70,29 +77,60 @@ def _bilinear_axis(c: np.ndarray, size: int):
 
 def bilinear_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int,
                   pw: int) -> np.ndarray:
-    """Bilinear ROIPooling of checked inputs (normalized boxes [R, 4])."""
+    """Bilinear ROIPooling of checked inputs (normalized boxes [R, 4]).
+
+    Per block of channels (one per task, on every core): the four neighbours of every sample
+    are gathered from an NHWC copy of the block (contiguous channel runs), interpolated as
+    OpenVINO does (top, bottom, then between them) and written back transposed.
+    """
     N, C, H, W = X.shape
     R = boxes.shape[0]
-    out = np.zeros((R, C, ph, pw), X.dtype)
+    out = _workspace.output((R, C, ph, pw), X.dtype)
     if R == 0 or C == 0:
         return out
     vy, y0, y1, fy = _bilinear_axis(_bilinear_coords(boxes[:, 1], boxes[:, 3], ph, H), H)
     vx, x0, x1, fx = _bilinear_axis(_bilinear_coords(boxes[:, 0], boxes[:, 2], pw, W), W)
-    # Gather from an NHWC view flattened to [N*H*W, C]: each take copies whole channel rows.
-    flat = np.ascontiguousarray(X.transpose(0, 2, 3, 1)).reshape(N * H * W, C)
     base = (batch * (H * W))[:, None, None]
-    ry0, ry1 = (y0 * W)[:, :, None], (y1 * W)[:, :, None]
+    ry0, ry1 = base + (y0 * W)[:, :, None], base + (y1 * W)[:, :, None]
     cx0, cx1 = x0[:, None, :], x1[:, None, :]
-    tl = flat.take((base + ry0 + cx0).ravel(), axis=0)
-    tr = flat.take((base + ry0 + cx1).ravel(), axis=0)
-    bl = flat.take((base + ry1 + cx0).ravel(), axis=0)
-    br = flat.take((base + ry1 + cx1).ravel(), axis=0)
+    corners = [(ry0 + cx0).ravel(), (ry0 + cx1).ravel(), (ry1 + cx0).ravel(), (ry1 + cx1).ravel()]
     dx = np.broadcast_to(fx[:, None, :], (R, ph, pw)).reshape(-1, 1)
     dy = np.broadcast_to(fy[:, :, None], (R, ph, pw)).reshape(-1, 1)
-    top = tl + (tr - tl) * dx
-    bottom = bl + (br - bl) * dx
-    val = top + (bottom - top) * dy
-    valid = (vy[:, :, None] & vx[:, None, :]).reshape(-1, 1)
-    val = np.where(valid, val, 0).reshape(R, ph, pw, C)
-    out[...] = val.transpose(0, 3, 1, 2)
+    invalid = ~(vy[:, :, None] & vx[:, None, :]).reshape(-1)
+    any_invalid = bool(invalid.any())
+    block = min(C, _CHANNEL_BLOCK)
+    blocks = [(c0, min(C, c0 + block)) for c0 in range(0, C, block)]
+
+    def work(first: int, last: int) -> None:
+        for c0, c1 in blocks[first:last]:
+            cb = c1 - c0
+            flat = _workspace.scratch("bilinear:x", (N, H, W, cb), X.dtype)
+            np.copyto(flat, X[:, c0:c1].transpose(0, 2, 3, 1))
+            flat = flat.reshape(N * H * W, cb)
+            rows = max(1, _CHUNK // (cb * ph * pw)) * ph * pw  # whole boxes per step, in cache
+            a, b, c = (_workspace.scratch(f"bilinear:{k}", (rows, cb), X.dtype) for k in "abc")
+            for s0 in range(0, R * ph * pw, rows):
+                s1 = min(R * ph * pw, s0 + rows)
+                m = s1 - s0
+                A, B, Cc = a[:m], b[:m], c[:m]
+                fx_, fy_ = dx[s0:s1], dy[s0:s1]
+                flat.take(corners[0][s0:s1], axis=0, out=A)  # top = tl + (tr - tl) * dx
+                flat.take(corners[1][s0:s1], axis=0, out=B)
+                B -= A
+                B *= fx_
+                A += B
+                flat.take(corners[2][s0:s1], axis=0, out=B)  # bottom = bl + (br - bl) * dx
+                flat.take(corners[3][s0:s1], axis=0, out=Cc)
+                Cc -= B
+                Cc *= fx_
+                B += Cc
+                B -= A  # top + (bottom - top) * dy
+                B *= fy_
+                A += B
+                if any_invalid:
+                    A[invalid[s0:s1]] = 0
+                r0, r1 = s0 // (ph * pw), s1 // (ph * pw)
+                out[r0:r1, c0:c1] = A.reshape(r1 - r0, ph, pw, cb).transpose(0, 3, 1, 2)
+
+    for_ranges(len(blocks), work, min_chunk=1)
     return out
