@@ -11,7 +11,7 @@ import onnxruntime as ort
 
 from . import _bridge
 from .errors import RoiOpError
-from .specs import all_specs
+from .specs import TYPES, all_specs
 
 
 def session_options(so: ort.SessionOptions | None = None) -> ort.SessionOptions:
@@ -96,16 +96,73 @@ class InferenceSession:
                                               providers=providers or ["CPUExecutionProvider"],
                                               **kw)
         except Exception as e:  # onnxruntime refused the graph: say why in our terms
-            raise RoiOpError("ort_roi", "model", f"onnxruntime could not load it: {e}") from e
+            raise _type_error(m) or RoiOpError("ort_roi", "model",
+                                               f"onnxruntime could not load it: {e}") from e
+        self._consumers = _consumers(m)
+        self._declared = {i.name: i.type for i in self._sess.get_inputs()}
 
     def run(self, output_names, input_feed, run_options=None) -> list[np.ndarray]:
         """Run like onnxruntime; raises RoiOpError if an ort_roi op rejected its input."""
         with _bridge.raising():
-            outs = self._sess.run(output_names, input_feed, run_options)
+            try:
+                outs = self._sess.run(output_names, input_feed, run_options)
+            except Exception as e:  # onnxruntime refused the feed: name the op and input
+                raise self._feed_error(input_feed) or e
             errors = _bridge.take_errors()
         if errors:
             raise errors[0]
         return outs
 
+    def _feed_error(self, feed: dict) -> RoiOpError | None:
+        for name, value in feed.items():
+            want, op = self._declared.get(name), self._consumers.get(name)
+            got = f"tensor({_ONNX_TYPE_NAMES.get(np.asarray(value).dtype, np.asarray(value).dtype)})"
+            if op is not None and want is not None and got != want:
+                return RoiOpError(op[0], f"input '{op[1]}'",
+                                  f"graph input {name!r} is declared {want}, got {got}")
+        return None
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sess, name)
+
+
+_ONNX_TYPE_NAMES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
+                    np.dtype(np.float16): "float16", np.dtype(np.int32): "int32",
+                    np.dtype(np.int64): "int64"}
+
+
+def _consumers(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
+    """Graph value name -> (op, input name) of the first ort_roi node reading it."""
+    specs = {(s.domain, s.name): s for s in all_specs()}
+    found: dict[str, tuple[str, str]] = {}
+    for node in model.graph.node:
+        spec = specs.get((node.domain, node.op_type))
+        for name, inp in zip(node.input, spec.inputs if spec else ()):
+            found.setdefault(name, (spec.name, inp.name))
+    return found
+
+
+def _type_error(model: onnx.ModelProto) -> RoiOpError | None:
+    """If one of our nodes reads a tensor of a type it has no kernel for, say which."""
+    specs = {(s.domain, s.name): s for s in all_specs()}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001 - fall back to what the graph declares
+        inferred = model.graph
+    types = {v.name: v.type.tensor_type.elem_type
+             for v in [*inferred.input, *inferred.value_info, *inferred.output]}
+    types.update({t.name: t.data_type for t in inferred.initializer})
+    for node in model.graph.node:
+        spec = specs.get((node.domain, node.op_type))
+        for name, inp in zip(node.input, spec.inputs if spec else ()):
+            elem = types.get(name, 0)
+            if not elem:
+                continue
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+            if dtype not in TYPES[inp.type]:
+                allowed = " or ".join(t.name for t in TYPES[inp.type])
+                return RoiOpError(spec.name, f"input '{inp.name}'",
+                                  f"must be {allowed}, got {dtype.name} (tensor {name!r} of "
+                                  f"node {node.name or '<unnamed>'!r}); onnxruntime has no "
+                                  f"kernel for it")
+    return None

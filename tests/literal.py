@@ -21,6 +21,12 @@ def c_round(v):
     return t(math.copysign(f, float(v)))
 
 
+def edge(v, size):
+    """A bin edge clipped to [0, size]; NaN (0 * inf on an overflowing box) acts as 0, as the
+    C++ references' cast to int gives INT_MIN on x86."""
+    return 0 if np.isnan(v) else int(min(max(float(v), 0.0), size))
+
+
 def _max_region(X, b, c, h0, h1, w0, w1):
     if h1 <= h0 or w1 <= w0:
         return 0
@@ -32,17 +38,22 @@ def _max_region(X, b, c, h0, h1, w0, w1):
 
 
 def _max_pool_box(X, b, x1, y1, x2, y2, PH, PW, s, out_r):
+    with np.errstate(all="ignore"):  # huge boxes overflow T, as in the references
+        _max_pool_box_(X, b, x1, y1, x2, y2, PH, PW, s, out_r)
+
+
+def _max_pool_box_(X, b, x1, y1, x2, y2, PH, PW, s, out_r):
     t = X.dtype.type
     _, C, H, W = X.shape
     xs, ys, xe, ye = (c_round(v * t(np.float32(s))) for v in (x1, y1, x2, y2))
     rh, rw = max(ye - ys + t(1), t(1)), max(xe - xs + t(1), t(1))
     bh, bw = rh / t(PH), rw / t(PW)
     for ph in range(PH):
-        h0 = min(max(int(np.floor(t(ph) * bh) + ys), 0), H)
-        h1 = min(max(int(np.ceil(t(ph + 1) * bh) + ys), 0), H)
+        h0 = edge(np.floor(t(ph) * bh) + ys, H)
+        h1 = edge(np.ceil(t(ph + 1) * bh) + ys, H)
         for pw in range(PW):
-            w0 = min(max(int(np.floor(t(pw) * bw) + xs), 0), W)
-            w1 = min(max(int(np.ceil(t(pw + 1) * bw) + xs), 0), W)
+            w0 = edge(np.floor(t(pw) * bw) + xs, W)
+            w1 = edge(np.ceil(t(pw + 1) * bw) + xs, W)
             for c in range(C):
                 out_r[c, ph, pw] = _max_region(X, b, c, h0, h1, w0, w1)
 
@@ -111,11 +122,11 @@ def psroi_pool(X, rois, rois_num, *, output_channels, spatial_scale=1.0, pooled_
         rh, rw = max(ey - sy, t(0.1)), max(ex - sx, t(0.1))
         bh, bw = rh / t(PH), rw / t(PW)
         for ph in range(PH):
-            h0 = min(max(int(np.floor(t(ph) * bh + sy)), 0), H)
-            h1 = min(max(int(np.ceil(t(ph + 1) * bh + sy)), 0), H)
+            h0 = edge(np.floor(t(ph) * bh + sy), H)
+            h1 = edge(np.ceil(t(ph + 1) * bh + sy), H)
             for pw in range(PW):
-                w0 = min(max(int(np.floor(t(pw) * bw + sx)), 0), W)
-                w1 = min(max(int(np.ceil(t(pw + 1) * bw + sx)), 0), W)
+                w0 = edge(np.floor(t(pw) * bw + sx), W)
+                w1 = edge(np.ceil(t(pw + 1) * bw + sx), W)
                 if h1 <= h0 or w1 <= w0:
                     continue
                 for c in range(output_channels):

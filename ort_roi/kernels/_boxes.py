@@ -5,10 +5,22 @@ Every check raises RoiOpError naming the op, the input and the offending value.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..errors import RoiOpError
 from ..specs import TYPES
+
+
+def quiet(kernel):
+    """Run a kernel with IEEE behaviour: a huge box may overflow T on purpose (inf bin
+    sizes follow the references' arithmetic), so no warnings and no FloatingPointError."""
+    @functools.wraps(kernel)
+    def wrapper(*args, **kwargs):
+        with np.errstate(all="ignore"):
+            return kernel(*args, **kwargs)
+    return wrapper
 
 
 def round_half_away(x: np.ndarray) -> np.ndarray:
@@ -108,4 +120,13 @@ def max_pool_bins(start: np.ndarray, end: np.ndarray, pooled: int, size: int):
     p = np.arange(pooled, dtype=start.dtype)
     lo = np.floor(p * bin_size[:, None]) + start[:, None]
     hi = np.ceil((p + t(1)) * bin_size[:, None]) + start[:, None]
-    return (np.clip(lo, 0, size).astype(np.intp), np.clip(hi, 0, size).astype(np.intp))
+    return clip_edges(lo, size), clip_edges(hi, size)
+
+
+def clip_edges(edges: np.ndarray, size: int) -> np.ndarray:
+    """Bin edges in T clipped to [0, size], as intp.
+
+    An edge is NaN only when a box so large that its size overflows T meets 0 * inf; the
+    C++ references cast it to INT_MIN (x86), which clips to 0: so does this.
+    """
+    return np.clip(np.where(np.isnan(edges), 0, edges), 0, size).astype(np.intp)

@@ -14,10 +14,20 @@ from contextlib import contextmanager
 import numpy as np
 
 _local = threading.local()
+_generation = 0
+
+
+def clear() -> None:
+    """Drop every thread's buffers (each thread lets go at its next request)."""
+    global _generation
+    _generation += 1
+    _local.__dict__.pop("cache", None)
 
 
 def _get(name: str, shape, dtype) -> np.ndarray:
-    cache = _local.__dict__.setdefault("cache", {})
+    if getattr(_local, "generation", None) != _generation:
+        _local.cache, _local.generation = {}, _generation
+    cache = _local.cache
     dtype = np.dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64))
     buf = cache.get((name, dtype))

@@ -7,7 +7,8 @@ import numpy as np
 from ..errors import RoiOpError
 from ..specs import PSROI_POOL
 from ._parallel import for_ranges
-from ._boxes import batch_from_counts, check_boxes, check_features, round_half_away
+from ._boxes import (quiet, batch_from_counts, check_boxes, check_features, clip_edges,
+                     round_half_away)
 
 
 def _bins(lo: np.ndarray, hi: np.ndarray, scale, pooled: int, size: int):
@@ -19,9 +20,10 @@ def _bins(lo: np.ndarray, hi: np.ndarray, scale, pooled: int, size: int):
     p = np.arange(pooled, dtype=lo.dtype)
     a = np.floor(bin_size[:, None] * p + start[:, None])
     b = np.ceil(bin_size[:, None] * (p + t(1)) + start[:, None])
-    return np.clip(a, 0, size).astype(np.intp), np.clip(b, 0, size).astype(np.intp)
+    return clip_edges(a, size), clip_edges(b, size)
 
 
+@quiet
 def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
                output_channels: int, spatial_scale: float = 1.0,
                pooled_height: int = 1, pooled_width: int = 1) -> np.ndarray:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import RoiOpError
 from ..specs import ROI_ALIGN
-from ._boxes import batch_from_counts, check_boxes, check_features
+from ._boxes import quiet, batch_from_counts, check_boxes, check_features
 from . import _workspace
 from ._parallel import for_ranges
 
@@ -21,6 +22,7 @@ from ._parallel import for_ranges
 EXPLICIT_GRID_MAX = 64
 
 
+@quiet
 def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
               pooled_height: int = 1, pooled_width: int = 1, spatial_scale: float = 1.0,
               sampling_ratio: int = -1, aligned: int = 1) -> np.ndarray:
@@ -39,6 +41,13 @@ def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
     X = check_features(op, X)
     boxes = check_boxes(op, "boxes", boxes, X, 4)
     batch = batch_from_counts(op, "boxes_num", boxes_num, X.shape[0], boxes.shape[0])
+    s = boxes.dtype.type(a["spatial_scale"])
+    size = np.stack([boxes[:, 2] * s - boxes[:, 0] * s, boxes[:, 3] * s - boxes[:, 1] * s], 1)
+    if not np.isfinite(size).all():
+        r = int(np.flatnonzero(~np.isfinite(size).all(axis=1))[0])
+        raise RoiOpError(op, "input 'boxes'",
+                         f"row {r}: the scaled box size overflows {boxes.dtype} "
+                         f"({boxes[r].tolist()} x {a['spatial_scale']!r})")
     return align(X, batch, boxes, a["pooled_height"], a["pooled_width"], a["spatial_scale"],
                  a["sampling_ratio"], bool(a["aligned"]))
 

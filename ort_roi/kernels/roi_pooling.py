@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ROI_POOLING
-from ._boxes import (batch_from_column, check_boxes, check_features, max_pool_bins,
+from ._boxes import (quiet, batch_from_column, check_boxes, check_features, max_pool_bins,
                      round_half_away)
 from . import _workspace
 from ._maxpool import pool_max
@@ -17,6 +17,7 @@ _CHANNEL_BLOCK = 32
 _CHUNK = 1 << 16
 
 
+@quiet
 def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_h: int, pooled_w: int,
                 spatial_scale: float, method: str = "max") -> np.ndarray:
     """Pool each row of ``rois`` ([batch_id, x1, y1, x2, y2]) of ``X`` [N, C, H, W].

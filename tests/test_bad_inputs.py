@@ -1,0 +1,228 @@
+"""The catalogue of bad inputs: each entry through the front door (RoiOpError naming the op, the
+input or attribute, and the value) and through a plain onnxruntime session (the process
+survives, the error is logged on the ``ort_roi`` logger, the session keeps working)."""
+
+import logging
+import multiprocessing
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+import ort_roi
+from ort_roi import builders
+
+ATTRS = {
+    "ROIPooling": dict(pooled_h=2, pooled_w=2, spatial_scale=1.0),
+    "RoIPool": dict(pooled_height=2, pooled_width=2),
+    "PSROIPool": dict(output_channels=2, pooled_height=2, pooled_width=2),
+    "RoIAlign": dict(pooled_height=2, pooled_width=2, sampling_ratio=2),
+}
+
+
+def good_feed(op, dtype=np.float32):
+    """A valid feed: 2 images, 2 boxes (one per image)."""
+    X = np.arange(2 * 8 * 5 * 6, dtype=dtype).reshape(2, 8, 5, 6) / 10
+    boxes = np.array([[0, 0, 3, 3], [1, 1, 4, 3]], dtype)
+    if op == "ROIPooling":
+        return [X, np.concatenate([np.array([[0], [1]], dtype), boxes], 1)]
+    return [X, boxes, np.array([1, 1], np.int64)]
+
+
+@dataclass
+class Bad:
+    id: str
+    op: str
+    change: object  # feed -> feed, or None for an attribute change
+    expect: tuple  # fragments the message must contain
+    attrs: dict = field(default_factory=dict)
+
+
+def _set(i, fn):
+    def change(feed):
+        feed = list(feed)
+        feed[i] = fn(feed[i])
+        return feed
+    return change
+
+
+def _rois_cell(r, c, v):
+    def fn(a):
+        a = a.copy()
+        a[r, c] = v
+        return a
+    return fn
+
+
+CATALOGUE = []
+for op in ATTRS:
+    box = "rois" if op in ("ROIPooling", "PSROIPool") else "boxes"
+    cols = 5 if op == "ROIPooling" else 4
+    first = 1 if op == "ROIPooling" else 0  # the first coordinate column
+    CATALOGUE += [
+        Bad("X rank 3", op, _set(0, lambda a: a[0]), ("'X'", "rank 4", "[8, 5, 6]")),
+        Bad("boxes trailing dim", op, _set(1, lambda a: a[:, :-1]),
+            (f"'{box}'", f"[R, {cols}]", f"[2, {cols - 1}]")),
+        Bad("boxes rank 1", op, _set(1, lambda a: a.ravel()), (f"'{box}'", f"[R, {cols}]")),
+        Bad("dtype mismatch", op, _set(1, lambda a: a.astype(np.float64)),
+            (f"'{box}'", "float32", "float64")),
+        Bad("NaN coordinate", op, _set(1, _rois_cell(1, first + 2, np.nan)),
+            (f"'{box}'", "row 1", "nan")),
+        Bad("Inf coordinate", op, _set(1, _rois_cell(0, first, -np.inf)),
+            (f"'{box}'", "row 0", "-inf")),
+        Bad("empty X (H = 0)", op, _set(0, lambda a: a[:, :, :0]), ("'X'", "H >= 1", "0")),
+        Bad("empty X (W = 0)", op, _set(0, lambda a: a[:, :, :, :0]), ("'X'", "W >= 1", "0")),
+    ]
+    pooled = "pooled_h" if op == "ROIPooling" else "pooled_height"
+    CATALOGUE += [
+        Bad("pooled size 0", op, None, (pooled, ">= 1", "0"), {pooled: 0}),
+        Bad("pooled size negative", op, None, (pooled, ">= 1", "-3"), {pooled: -3}),
+        Bad("spatial_scale 0", op, None, ("spatial_scale", "> 0", "0"), {"spatial_scale": 0.0}),
+        Bad("spatial_scale negative", op, None, ("spatial_scale", "> 0", "-0.5"),
+            {"spatial_scale": -0.5}),
+    ]
+    if op == "ROIPooling":
+        CATALOGUE += [
+            Bad("batch index out of range", op, _set(1, _rois_cell(1, 0, 2)),
+                ("'rois'", "row 1", "2.0", "[0, 2)")),
+            Bad("batch index negative", op, _set(1, _rois_cell(0, 0, -1)),
+                ("'rois'", "row 0", "-1.0")),
+            Bad("batch index not an integer", op, _set(1, _rois_cell(0, 0, 0.5)),
+                ("'rois'", "row 0", "0.5", "not an integer")),
+            Bad("unknown method", op, None, ("method", "avg"), {"method": "avg"}),
+        ]
+    else:
+        counts = "rois_num" if op == "PSROIPool" else "boxes_num"
+        CATALOGUE += [
+            Bad("counts wrong length", op, _set(2, lambda a: np.array([1, 1, 0], a.dtype)),
+                (f"'{counts}'", "[N] = [2]", "[3]")),
+            Bad("counts negative", op, _set(2, lambda a: np.array([-1, 3], a.dtype)),
+                (f"'{counts}'", "negative", "-1")),
+            Bad("counts not summing to R", op, _set(2, lambda a: np.array([2, 1], a.dtype)),
+                (f"'{counts}'", "R = 2", "[2, 1]")),
+            Bad("counts huge, cancelling", op,
+                _set(2, lambda a: np.array([2**63 - 1, 2**63 - 1], np.int64)),
+                (f"'{counts}'", "R = 2", str(2**63 - 1))),
+            Bad("counts int32 overflow", op,
+                _set(2, lambda a: np.array([2**31 - 1, 2**31 - 1], np.int32)),
+                (f"'{counts}'", "R = 2", str(2**31 - 1))),
+        ]
+    if op == "PSROIPool":
+        CATALOGUE += [
+            Bad("channels != output_channels*PH*PW", op, None,
+                ("'X'", "output_channels*pooled_height*pooled_width", "3*2*2 = 12", "got 8"),
+                {"output_channels": 3}),
+        ]
+
+
+def _model(case):
+    feed = good_feed(case.op)
+    count_dtype = np.int32 if case.id == "counts int32 overflow" else np.int64
+    m = builders.single_op_model(case.op, dtype=np.float32, count_dtype=count_dtype,
+                                 **ATTRS[case.op])
+    node = m.graph.node[0]  # bad attribute values, written past the builder's checks
+    for name, value in case.attrs.items():
+        kept = [a for a in node.attribute if a.name != name]
+        del node.attribute[:]
+        node.attribute.extend(kept + [helper.make_attribute(name, value)])
+    if case.change is not None:
+        feed = case.change(feed)
+    for value, inp in zip(feed, m.graph.input):  # declare what is fed (dtype cases)
+        inp.type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(value.dtype)
+    return m, feed
+
+
+def _names(sess):
+    return [i.name for i in sess.get_inputs()]
+
+
+@pytest.mark.parametrize("case", CATALOGUE, ids=lambda c: f"{c.op}: {c.id}")
+def test_front_door_raises_roi_op_error(case):
+    m, feed = _model(case)
+    with pytest.raises(ort_roi.RoiOpError) as e:
+        sess = ort_roi.InferenceSession(m)
+        sess.run(None, dict(zip(_names(sess), feed)))
+    msg = str(e.value)
+    assert e.value.op == case.op and case.op in msg
+    for fragment in case.expect:
+        assert fragment in msg, (fragment, msg)
+
+
+@pytest.mark.parametrize("case", CATALOGUE, ids=lambda c: f"{c.op}: {c.id}")
+def test_plain_session_survives_and_logs(case, caplog):
+    m, feed = _model(case)
+    sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                providers=["CPUExecutionProvider"])
+    with caplog.at_level(logging.ERROR, logger="ort_roi"):
+        y = sess.run(None, dict(zip(_names(sess), feed)))[0]
+    assert y.size == 0 or np.isnan(y).all()
+    assert case.op in caplog.text
+    for fragment in case.expect:
+        assert fragment in caplog.text, (fragment, caplog.text)
+    # the same session still computes a good feed (not for attribute errors, which are the
+    # model's, nor for the dtype case, whose graph declares the mismatched types)
+    if case.change is not None and case.id != "dtype mismatch":
+        good = good_feed(case.op)
+        if case.id == "counts int32 overflow":
+            good[2] = good[2].astype(np.int32)
+        assert np.isfinite(sess.run(None, dict(zip(_names(sess), good)))[0]).all()
+
+
+def test_front_door_explains_a_graph_onnxruntime_rejects():
+    """float16 X: onnxruntime finds no kernel at session creation; the front door says why."""
+    m = builders.single_op_model("RoIAlign", dtype=np.float16)
+    with pytest.raises(Exception):
+        ort.InferenceSession(m.SerializeToString(), ort_roi.session_options())
+    with pytest.raises(ort_roi.RoiOpError) as e:
+        ort_roi.InferenceSession(m)
+    msg = str(e.value)
+    assert "RoIAlign" in msg and "'X'" in msg and "float16" in msg
+
+
+def test_front_door_names_the_input_of_a_wrongly_typed_feed():
+    sess = ort_roi.InferenceSession(builders.single_op_model("RoIAlign", **ATTRS["RoIAlign"]))
+    X, boxes, counts = good_feed("RoIAlign")
+    with pytest.raises(ort_roi.RoiOpError) as e:
+        sess.run(None, {"X": X, "boxes": boxes.astype(np.float64), "boxes_num": counts})
+    assert "RoIAlign" in str(e.value) and "'boxes'" in str(e.value) and "double" in str(e.value)
+
+
+def test_integer_batch_values_far_beyond_int_range():
+    """A batch index like 1e30 is rejected, not cast to a wrapped integer."""
+    X, rois = good_feed("ROIPooling")
+    rois[0, 0] = 1e30
+    with pytest.raises(ort_roi.RoiOpError, match="e\\+30"):
+        ort_roi.kernels.roi_pooling(X, rois, **ATTRS["ROIPooling"])
+
+
+# -- processes -------------------------------------------------------------------------------
+
+def _run_in_child(queue):
+    try:
+        sess = ort_roi.InferenceSession(builders.single_op_model(
+            "RoIAlign", count_dtype=np.int64, **ATTRS["RoIAlign"]))
+        feed = good_feed("RoIAlign")
+        queue.put(sess.run(None, dict(zip(_names(sess), feed)))[0])
+    except BaseException as e:  # noqa: BLE001 - report anything to the parent
+        queue.put(repr(e))
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_sessions_work_in_child_processes(method):
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{method} not available")
+    feed = good_feed("RoIAlign")
+    # warm this process's worker threads first: a forked child must not inherit them broken
+    ort_roi.kernels.roi_align(*feed, **ATTRS["RoIAlign"])
+    want = ort_roi.kernels.roi_align(*feed, **ATTRS["RoIAlign"])
+    ctx = multiprocessing.get_context(method)
+    q = ctx.Queue()
+    p = ctx.Process(target=_run_in_child, args=(q,))
+    p.start()
+    got = q.get(timeout=120)
+    p.join(30)
+    assert p.exitcode == 0
+    assert isinstance(got, np.ndarray), got
+    np.testing.assert_array_equal(got, want)

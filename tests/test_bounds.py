@@ -1,0 +1,118 @@
+"""Resource bounds: peak memory on the standard workloads, huge boxes, huge coordinates."""
+
+import importlib
+import time
+import tracemalloc
+from unittest import mock
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import literal
+import ort_roi
+from ort_roi import bench, builders, kernels
+from ort_roi.kernels import _workspace
+
+roi_align_module = importlib.import_module("ort_roi.kernels.roi_align")
+
+MB = 1 << 20
+WORKLOADS = ["W1_faster_rcnn_c4", "W2_mask_rcnn_p2", "W3_batch2_p3"]
+
+
+def _peak_extra(fn) -> int:
+    """Bytes allocated at the peak of fn() beyond what was live before (NumPy is traced)."""
+    _workspace.clear()  # buffers kept from earlier runs would hide allocations
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        fn()
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+def _workload(name):
+    w = bench.workloads()[name]
+    X, boxes, counts = bench.make_inputs(w)
+    p = w["pooled"]
+    align = dict(pooled_height=p, pooled_width=p, spatial_scale=w["spatial_scale"],
+                 sampling_ratio=w["sampling_ratio"])
+    pool = dict(pooled_height=p, pooled_width=p, spatial_scale=w["spatial_scale"])
+    return X, boxes, counts, align, pool
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+@pytest.mark.parametrize("op", ["RoIAlign", "RoIPool"])
+@pytest.mark.parametrize("path", ["kernel", "session"])
+def test_peak_memory_within_twice_input_plus_output_plus_64mb(name, op, path):
+    X, boxes, counts, align, pool = _workload(name)
+    attrs = align if op == "RoIAlign" else pool
+    out_bytes = boxes.shape[0] * X.shape[1] * attrs["pooled_height"] ** 2 * X.itemsize
+    if path == "kernel":
+        fn = getattr(kernels, "roi_align" if op == "RoIAlign" else "roi_pool")
+        run = lambda: fn(X, boxes, counts, **attrs)  # noqa: E731
+    else:
+        m = builders.single_op_model(op, count_dtype=counts.dtype, **attrs)
+        sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                    providers=["CPUExecutionProvider"])
+        feed = dict(zip([i.name for i in sess.get_inputs()], [X, boxes, counts]))
+        run = lambda: sess.run(None, feed)  # noqa: E731
+    extra = _peak_extra(run)
+    bound = 2 * (X.nbytes + out_bytes) + 64 * MB
+    assert extra <= bound, f"{extra / MB:.0f} MB > {bound / MB:.0f} MB"
+
+
+def test_million_pixel_box_with_adaptive_sampling_is_cheap():
+    """A 1e6 x 1e6 box samples 1e12 points per bin: closed form, no memory in proportion."""
+    X = np.random.default_rng(0).standard_normal((1, 4, 32, 32)).astype(np.float32)
+    boxes = np.array([[-5e5, -5e5, 5e5, 5e5], [0, 0, 1e6, 1e6]], np.float32)
+    counts = np.array([2])
+    t = time.perf_counter()
+    extra = _peak_extra(lambda: kernels.roi_align(X, boxes, counts, pooled_height=7,
+                                                  pooled_width=7, sampling_ratio=-1))
+    elapsed = time.perf_counter() - t
+    y = kernels.roi_align(X, boxes, counts, pooled_height=7, pooled_width=7, sampling_ratio=-1)
+    assert elapsed < 2.0 and extra < 16 * MB
+    assert np.isfinite(y).all()
+    # the box is 1e6 / 7 pixels per bin: the map (32 px) lies inside the middle bin of the
+    # first box, whose mean is then tiny but not zero; bins beyond the map are exactly 0
+    assert (y[0, :, 0, :] == 0).all() and (y[1, :, 1:, :] == 0).all()
+    assert np.abs(y[0, :, 3, 3]).max() > 0
+
+
+@pytest.mark.parametrize("grid_side", [65, 97, 130, 301])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_closed_form_weights_equal_the_explicit_samples(grid_side, dtype):
+    """Grids above EXPLICIT_GRID_MAX use the closed form: it must equal summing the samples."""
+    rng = np.random.default_rng(grid_side)
+    X = rng.standard_normal((1, 3, 12, 9)).astype(dtype)
+    side = grid_side * 2 - 0.5  # two bins per side, about grid_side samples per bin
+    boxes = np.array([[-3.2, -1.7, side - 3.2, side - 1.7], [2.5, 0.25, 2.5 + side / 40, 9]],
+                     dtype)
+    a = dict(pooled_height=2, pooled_width=2, sampling_ratio=-1, aligned=1, spatial_scale=1.0)
+    closed = kernels.roi_align(X, boxes, np.array([2]), **a)
+    with mock.patch.object(roi_align_module, "EXPLICIT_GRID_MAX", 10**6):
+        explicit = kernels.roi_align(X, boxes, np.array([2]), **a)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(closed, explicit, rtol=tol, atol=tol)
+    np.testing.assert_allclose(explicit, literal.roi_align(X, boxes, np.array([2]), **a),
+                               rtol=tol * 10, atol=tol * 10)
+
+
+@pytest.mark.parametrize("v", [1e30, -1e30, 3.4e38])
+def test_huge_coordinates_do_not_overflow_index_arithmetic(v):
+    X = np.random.default_rng(1).standard_normal((1, 2, 6, 7)).astype(np.float32)
+    boxes = np.array([[-3.4e38, -3.4e38, v, v], [v, v, v, v]], np.float32)
+    counts = np.array([2])
+    pooled = kernels.roi_pool(X, boxes, counts, pooled_height=1, pooled_width=1)
+    if v == 3.4e38:  # the first box's size overflows to inf: the bin spans the whole map
+        np.testing.assert_array_equal(pooled[0, :, 0, 0], X[0].max(axis=(1, 2)))
+    np.testing.assert_array_equal(pooled, literal.roi_pool(X, boxes, counts))
+    assert np.isfinite(kernels.psroi_pool(X, boxes, counts, output_channels=2)).all()
+    for a in [dict(sampling_ratio=-1), dict(sampling_ratio=2)]:
+        if v == 3.4e38:  # samples of an infinite box are undefined: an error, not NaN
+            with pytest.raises(ort_roi.RoiOpError, match="row 0.*overflows float32"):
+                kernels.roi_align(X, boxes, counts, **a)
+        else:
+            assert np.isfinite(kernels.roi_align(X, boxes, counts, **a)).all()
