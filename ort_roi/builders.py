@@ -38,24 +38,28 @@ def make_node(op: str | OpSpec, inputs: Sequence[str], outputs: Sequence[str], *
                             domain=s.domain, **values)
 
 
-def roi_pooling(X: str, rois: str, Y: str, **attrs: Any) -> onnx.NodeProto:
+def roi_pooling(X: str, rois: str, Y: str, *, name: str | None = None,
+                **attrs: Any) -> onnx.NodeProto:
     """ROIPooling node: pooled_h, pooled_w, spatial_scale, method."""
-    return make_node("ROIPooling", [X, rois], [Y], **attrs)
+    return make_node("ROIPooling", [X, rois], [Y], name=name, **attrs)
 
 
-def roi_pool(X: str, boxes: str, boxes_num: str, Y: str, **attrs: Any) -> onnx.NodeProto:
+def roi_pool(X: str, boxes: str, boxes_num: str, Y: str, *, name: str | None = None,
+             **attrs: Any) -> onnx.NodeProto:
     """RoIPool node: pooled_height, pooled_width, spatial_scale."""
-    return make_node("RoIPool", [X, boxes, boxes_num], [Y], **attrs)
+    return make_node("RoIPool", [X, boxes, boxes_num], [Y], name=name, **attrs)
 
 
-def psroi_pool(X: str, rois: str, rois_num: str, Y: str, **attrs: Any) -> onnx.NodeProto:
+def psroi_pool(X: str, rois: str, rois_num: str, Y: str, *, name: str | None = None,
+               **attrs: Any) -> onnx.NodeProto:
     """PSROIPool node: output_channels, spatial_scale, pooled_height, pooled_width."""
-    return make_node("PSROIPool", [X, rois, rois_num], [Y], **attrs)
+    return make_node("PSROIPool", [X, rois, rois_num], [Y], name=name, **attrs)
 
 
-def roi_align(X: str, boxes: str, boxes_num: str, Y: str, **attrs: Any) -> onnx.NodeProto:
+def roi_align(X: str, boxes: str, boxes_num: str, Y: str, *, name: str | None = None,
+              **attrs: Any) -> onnx.NodeProto:
     """RoIAlign node: pooled_height, pooled_width, spatial_scale, sampling_ratio, aligned."""
-    return make_node("RoIAlign", [X, boxes, boxes_num], [Y], **attrs)
+    return make_node("RoIAlign", [X, boxes, boxes_num], [Y], name=name, **attrs)
 
 
 def tensor(name: str, dtype: Any, shape: Sequence[int | str | None] | None

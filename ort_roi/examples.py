@@ -46,7 +46,7 @@ def fast_rcnn() -> onnx.ModelProto:
     rng, inits = np.random.default_rng(10), []
     classes, P = 5, 7
     nodes = _conv(rng, "features", "conv", FEAT_C, 32, 3, inits)
-    nodes.append(B.roi_pooling("conv", "rois", "pool", pooled_h=P, pooled_w=P,
+    nodes.append(B.roi_pooling("conv", "rois", "pool", name="roi_pooling", pooled_h=P, pooled_w=P,
                                spatial_scale=1 / STRIDE, method="max"))
     nodes.append(helper.make_node("Flatten", ["pool"], ["flat"]))
     nodes += [_fc(rng, "flat", "fc6", 32 * P * P, 64, inits),
@@ -65,7 +65,7 @@ def rfcn() -> onnx.ModelProto:
     rng, inits = np.random.default_rng(11), []
     classes, k = 4, 3
     nodes = _conv(rng, "features", "score_maps", FEAT_C, classes * k * k, 1, inits, act=False)
-    nodes.append(B.psroi_pool("score_maps", "rois", "rois_num", "ps", output_channels=classes,
+    nodes.append(B.psroi_pool("score_maps", "rois", "rois_num", "ps", name="psroi_pool", output_channels=classes,
                               spatial_scale=1 / STRIDE, pooled_height=k, pooled_width=k))
     nodes += [helper.make_node("ReduceMean", ["ps"], ["vote"], axes=[2, 3], keepdims=0),
               helper.make_node("Softmax", ["vote"], ["cls_prob"], axis=1)]
@@ -80,7 +80,7 @@ def mask_rcnn() -> onnx.ModelProto:
     rng, inits = np.random.default_rng(12), []
     classes = 3
     nodes = _conv(rng, "features", "conv", FEAT_C, 16, 3, inits)
-    nodes.append(B.roi_align("conv", "boxes", "boxes_num", "align", pooled_height=14,
+    nodes.append(B.roi_align("conv", "boxes", "boxes_num", "align", name="roi_align", pooled_height=14,
                              pooled_width=14, spatial_scale=1 / STRIDE, sampling_ratio=2,
                              aligned=1))
     nodes += _conv(rng, "align", "mask_conv", 16, 16, 3, inits)
@@ -101,7 +101,7 @@ def bilinear() -> onnx.ModelProto:
     rng, inits = np.random.default_rng(13), []
     classes = 6
     nodes = _conv(rng, "features", "conv", FEAT_C, 32, 3, inits)
-    nodes.append(B.roi_pooling("conv", "rois", "pool", pooled_h=7, pooled_w=7,
+    nodes.append(B.roi_pooling("conv", "rois", "pool", name="roi_pooling_bilinear", pooled_h=7, pooled_w=7,
                                spatial_scale=1.0, method="bilinear"))
     nodes += [helper.make_node("GlobalAveragePool", ["pool"], ["gap"]),
               helper.make_node("Flatten", ["gap"], ["flat"]),

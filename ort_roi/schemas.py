@@ -38,6 +38,7 @@ def _infer(spec: OpSpec):
         out.tensor_type.elem_type = x.tensor_type.elem_type
         xdims = list(x.tensor_type.shape.dim) if x.tensor_type.HasField("shape") else None
         bdims = list(boxes.tensor_type.shape.dim) if boxes.tensor_type.HasField("shape") else None
+        _check_dims(spec, attrs, xdims, bdims)
         r = bdims[0] if bdims else None
         c = None if spec.channels_attr else (xdims[1] if xdims and len(xdims) == 4 else None)
         dims = out.tensor_type.shape.dim
@@ -54,6 +55,28 @@ def _infer(spec: OpSpec):
         ctx.set_output_type(0, out)
 
     return infer
+
+
+def _check_dims(spec: OpSpec, attrs: dict, xdims, bdims) -> None:
+    """Known dimensions that contradict the op: X of rank 4, boxes [R, box_cols], and for
+    position-sensitive pooling C = output_channels * PH * PW."""
+    def fail(name: str, msg: str):
+        raise onnx.shape_inference.InferenceError(f"{spec.name}: input '{name}': {msg}")
+
+    def known(d):
+        return d.dim_value if d.HasField("dim_value") else None
+
+    x_name, b_name = spec.inputs[0].name, spec.inputs[1].name
+    if xdims is not None and len(xdims) != 4:
+        fail(x_name, f"must have rank 4 [N, C, H, W], got rank {len(xdims)}")
+    if bdims is not None and (len(bdims) != 2 or known(bdims[1]) not in (None, spec.box_cols)):
+        shape = [known(d) or (d.dim_param or "?") for d in bdims]
+        fail(b_name, f"must have shape [R, {spec.box_cols}], got {shape}")
+    if spec.channels_attr and xdims is not None and known(xdims[1]) is not None:
+        oc, ph, pw = attrs[spec.channels_attr], attrs[spec.pooled[0]], attrs[spec.pooled[1]]
+        if known(xdims[1]) != oc * ph * pw:
+            fail(x_name, f"must have {spec.channels_attr}*{spec.pooled[0]}*{spec.pooled[1]} = "
+                         f"{oc}*{ph}*{pw} = {oc * ph * pw} channels, got {known(xdims[1])}")
 
 
 def schema(spec: OpSpec) -> OpSchema:

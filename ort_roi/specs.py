@@ -231,4 +231,26 @@ def all_specs() -> tuple[OpSpec, ...]:
     return SPECS + EXTRA_SPECS
 
 
-EXTRA_SPECS: tuple[OpSpec, ...] = ()
+MMCV_ROI_ALIGN = OpSpec(
+    name="MMCVRoiAlign",
+    source="mmdeploy MMCVRoiAlign (mmcv.ops.roi_align)",
+    doc="RoIAlign over rows [batch_id, x1, y1, x2, y2]; mode avg: mean of the samples "
+        "(= RoIAlign), max: largest sample (-10000 for a bin without samples, as mmcv).",
+    inputs=(Input("input", "T", "[N, C, H, W]", "feature map"),
+            Input("rois", "T", "[R, 5]", "rows [batch_id, x1, y1, x2, y2]")),
+    attrs=(_pooled("output_height", 1, "output height"),
+           _pooled("output_width", 1, "output width"),
+           Attr("spatial_scale", float, 1.0, min=0.0, min_exclusive=True, doc=_SCALE_DOC),
+           Attr("sampling_ratio", int, 0,
+                doc="samples per bin side; <= 0: adaptive ceil(roi size / pooled size)"),
+           Attr("mode", str, "avg", choices=("avg", "max"), doc="mean or max of the samples"),
+           Attr("aligned", int, 1, choices=(0, 1), doc="1: half-pixel offset")),
+    kernel_name="mmcv_roi_align",
+    pooled=("output_height", "output_width"),
+    box_cols=5,
+    domain="mmdeploy",
+    output="output",
+)
+
+#: Ops of other domains that ort_roi also registers, so exported graphs run as they are.
+EXTRA_SPECS: tuple[OpSpec, ...] = (MMCV_ROI_ALIGN,)

@@ -187,3 +187,65 @@ def roi_align(X, boxes, boxes_num, *, pooled_height=1, pooled_width=1, spatial_s
                             total += _bilinear(X, b, c, y, x)
                     out[r, c, ph, pw] = total / max(gh * gw, 1)
     return out
+
+
+def _mmcv_sample(X, b, c, y, x):
+    """mmcv's pre_calc bilinear sample, in T: w1*v1 + w2*v2 + w3*v3 + w4*v4 (0 off the map)."""
+    t = X.dtype.type
+    _, _, H, W = X.shape
+    if y < -1 or y > H or x < -1 or x > W:
+        return t(0)
+    y, x = max(y, t(0)), max(x, t(0))
+    yl, xl = int(y), int(x)
+    if yl >= H - 1:
+        yl = yh = H - 1
+        y = t(yl)
+    else:
+        yh = yl + 1
+    if xl >= W - 1:
+        xl = xh = W - 1
+        x = t(xl)
+    else:
+        xh = xl + 1
+    ly, lx = y - t(yl), x - t(xl)
+    hy, hx = t(1) - ly, t(1) - lx
+    v = X[b, c]
+    return hy * hx * v[yl, xl] + hy * lx * v[yl, xh] + ly * hx * v[yh, xl] + ly * lx * v[yh, xh]
+
+
+def mmcv_roi_align(X, rois, *, output_height=1, output_width=1, spatial_scale=1.0,
+                   sampling_ratio=0, mode="avg", aligned=1):
+    """mmdeploy MMCVRoiAlign; "avg" is RoIAlign, "max" the largest sample (-10000 if none)."""
+    R = rois.shape[0]
+    counts = np.bincount(rois[:, 0].astype(int), minlength=X.shape[0])
+    order = np.argsort(rois[:, 0], kind="stable")
+    a = dict(pooled_height=output_height, pooled_width=output_width,
+             spatial_scale=spatial_scale, sampling_ratio=sampling_ratio, aligned=aligned)
+    if mode == "avg":
+        out = np.empty((R, X.shape[1], output_height, output_width), X.dtype)
+        out[order] = roi_align(X, rois[order, 1:], counts, **a)
+        return out
+    t = X.dtype.type
+    PH, PW = output_height, output_width
+    out = np.zeros((R, X.shape[1], PH, PW), X.dtype)
+    s, off = t(np.float32(spatial_scale)), t(0.5 if aligned else 0.0)
+    for r in range(R):
+        b = int(rois[r, 0])
+        x1, y1, x2, y2 = (v * s - off for v in rois[r, 1:])
+        rw, rh = x2 - x1, y2 - y1
+        if not aligned:
+            rw, rh = max(rw, t(1)), max(rh, t(1))
+        bh, bw = rh / t(PH), rw / t(PW)
+        gh = sampling_ratio if sampling_ratio > 0 else max(int(math.ceil(rh / t(PH))), 0)
+        gw = sampling_ratio if sampling_ratio > 0 else max(int(math.ceil(rw / t(PW))), 0)
+        for c in range(X.shape[1]):
+            for ph in range(PH):
+                for pw in range(PW):
+                    best = t(-10000)
+                    for iy in range(gh):
+                        y = y1 + t(ph) * bh + (t(iy) + t(0.5)) * bh / t(gh)
+                        for ix in range(gw):
+                            x = x1 + t(pw) * bw + (t(ix) + t(0.5)) * bw / t(gw)
+                            best = max(best, _mmcv_sample(X, b, c, y, x))
+                    out[r, c, ph, pw] = best
+    return out

@@ -41,15 +41,21 @@ def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
     X = check_features(op, X)
     boxes = check_boxes(op, "boxes", boxes, X, 4)
     batch = batch_from_counts(op, "boxes_num", boxes_num, X.shape[0], boxes.shape[0])
-    s = boxes.dtype.type(a["spatial_scale"])
-    size = np.stack([boxes[:, 2] * s - boxes[:, 0] * s, boxes[:, 3] * s - boxes[:, 1] * s], 1)
-    if not np.isfinite(size).all():
-        r = int(np.flatnonzero(~np.isfinite(size).all(axis=1))[0])
-        raise RoiOpError(op, "input 'boxes'",
-                         f"row {r}: the scaled box size overflows {boxes.dtype} "
-                         f"({boxes[r].tolist()} x {a['spatial_scale']!r})")
+    check_box_sizes(op, "boxes", boxes, a["spatial_scale"])
     return align(X, batch, boxes, a["pooled_height"], a["pooled_width"], a["spatial_scale"],
                  a["sampling_ratio"], bool(a["aligned"]))
+
+
+def check_box_sizes(op: str, name: str, boxes: np.ndarray, spatial_scale: float) -> None:
+    """Samples of a box whose scaled size overflows T are undefined: reject it."""
+    s = boxes.dtype.type(spatial_scale)
+    size = np.stack([boxes[:, 2] * s - boxes[:, 0] * s, boxes[:, 3] * s - boxes[:, 1] * s], 1)
+    bad = ~np.isfinite(size).all(axis=1)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise RoiOpError(op, f"input '{name}'",
+                         f"row {r}: the scaled box size overflows {boxes.dtype} "
+                         f"({boxes[r].tolist()} x {spatial_scale!r})")
 
 
 def align_geometry(boxes: np.ndarray, spatial_scale: float, pooled_h: int, pooled_w: int,

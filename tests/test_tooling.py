@@ -1,0 +1,134 @@
+"""``ort-roi validate`` and ``ort-roi convert``."""
+
+import glob
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import ort_roi
+from ort_roi import builders, cli, tooling
+
+MODELS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "models", "*.onnx")))
+
+
+@pytest.mark.parametrize("path", MODELS, ids=os.path.basename)
+def test_validate_passes_every_committed_model(path, capsys):
+    assert cli.main(["validate", path]) == 0
+    assert "OK" in capsys.readouterr().out
+
+
+def _broken(path, node_name, change):
+    m = onnx.load(path)
+    node = next(n for n in m.graph.node if n.name == node_name)
+    change(node)
+    return m
+
+
+def _attr(node, name):
+    return next(a for a in node.attribute if a.name == name)
+
+
+def _drop(name):
+    def change(node):
+        kept = [a for a in node.attribute if a.name != name]
+        del node.attribute[:]
+        node.attribute.extend(kept)
+    return change
+
+
+BROKEN = [
+    ("fast_rcnn_head", "roi_pooling", _drop("pooled_h"),
+     ("attributes", "ROIPooling", "'pooled_h'", "missing", "'roi_pooling'")),
+    ("fast_rcnn_head", "roi_pooling", lambda n: setattr(_attr(n, "spatial_scale"), "f", -1.0),
+     ("attributes", "'spatial_scale'", "> 0", "-1", "'roi_pooling'")),
+    ("bilinear_roi_head", "roi_pooling_bilinear", lambda n: setattr(_attr(n, "method"), "s", b"avg"),
+     ("attributes", "'method'", "avg", "'roi_pooling_bilinear'")),
+    ("rfcn_head", "psroi_pool", lambda n: setattr(_attr(n, "output_channels"), "i", 5),
+     ("PSROIPool", "'X'", "5*3*3 = 45", "got 36")),
+    ("mask_rcnn_head", "roi_align", lambda n: setattr(_attr(n, "aligned"), "i", 2),
+     ("attributes", "'aligned'", "2", "'roi_align'")),
+]
+
+
+@pytest.mark.parametrize("name,node,change,expect", BROKEN, ids=lambda v: v if isinstance(v, str) else "")
+def test_validate_fails_a_broken_graph_naming_node_and_attribute(tmp_path, capsys, name, node,
+                                                                change, expect):
+    path = os.path.join(os.path.dirname(MODELS[0]), f"{name}.onnx")
+    bad = tmp_path / "bad.onnx"
+    onnx.save(_broken(path, node, change), bad)
+    assert cli.main(["validate", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out
+    for fragment in expect:
+        assert fragment in out, (fragment, out)
+
+
+def test_validate_reports_a_run_that_fails(tmp_path):
+    """A graph that checks but whose run rejects the generated input: batch index 3 of 1."""
+    node = builders.roi_pooling("X", "rois", "Y", name="pool", pooled_h=2, pooled_w=2,
+                                spatial_scale=1.0)
+    bias = helper.make_tensor("three", TensorProto.FLOAT, [1, 5], [3, 0, 0, 0, 0])
+    add = helper.make_node("Add", ["rois_in", "three"], ["rois"], name="shift_batch")
+    m = builders.make_model([add, node], [builders.tensor("X", np.float32, [1, 4, 8, 8]),
+                                          builders.tensor("rois_in", np.float32, ["R", 5])],
+                            [builders.tensor("Y", np.float32, ["R", 4, 2, 2])],
+                            initializers=[bias])
+    problems = tooling.validate(m)
+    assert problems and problems[0][0] == "run"
+    assert "ROIPooling" in problems[0][1] and "batch index 3.0" in problems[0][1]
+
+
+def max_roi_pool_model(pooled=(3, 2), scale=0.5):
+    node = helper.make_node("MaxRoiPool", ["X", "rois"], ["Y"], name="pool",
+                            pooled_shape=list(pooled), spatial_scale=scale)
+    relu = helper.make_node("Relu", ["Y"], ["Z"], name="relu")
+    g = helper.make_graph([node, relu], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3, 12, 10]),
+                           helper.make_tensor_value_info("rois", TensorProto.FLOAT, ["R", 5])],
+                          [helper.make_tensor_value_info("Z", TensorProto.FLOAT, ["R", 3, None, None])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def _feed():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2, 3, 12, 10)).astype(np.float32)
+    xy = rng.uniform(-4, 18, (40, 2))
+    rois = np.concatenate([rng.integers(0, 2, (40, 1)), xy, xy + rng.uniform(0, 14, (40, 2))],
+                          1).astype(np.float32)
+    rois[:4, 1:] = [[1, 1, 5, 5], [0.5, 1.5, 6.5, 7.5], [3, 3, 3, 3], [-9, -9, 40, 40]]  # ties, a point, off the map
+    return {"X": X, "rois": rois}
+
+
+def test_convert_max_roi_pool_gives_identical_outputs(tmp_path, capsys):
+    src, dst, back = tmp_path / "a.onnx", tmp_path / "b.onnx", tmp_path / "c.onnx"
+    onnx.save(max_roi_pool_model(), src)
+    assert cli.main(["convert", str(src), str(dst)]) == 0
+    assert "1 node(s) rewritten" in capsys.readouterr().out
+    converted = onnx.load(dst)
+    assert [(n.domain, n.op_type) for n in converted.graph.node] == [("ort_roi", "ROIPooling"),
+                                                                        ("", "Relu")]
+    assert converted.graph.node[0].name == "pool"
+    onnx.checker.check_model(converted, full_check=True)
+    feed = _feed()
+    native = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    ours = ort.InferenceSession(str(dst), ort_roi.session_options(),
+                                providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_array_equal(ours, native)
+    assert np.abs(native).sum() > 0
+    # and back: the reverse rewrite restores a standard graph with the same outputs
+    assert cli.main(["convert", str(dst), str(back), "--to", "onnx"]) == 0
+    restored = onnx.load(back)
+    assert [n.op_type for n in restored.graph.node] == ["MaxRoiPool", "Relu"]
+    assert all(o.domain != "ort_roi" for o in restored.opset_import)
+    again = ort.InferenceSession(str(back), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_array_equal(again, native)
+
+
+def test_convert_leaves_bilinear_pooling_alone():
+    m = onnx.load(os.path.join(os.path.dirname(MODELS[0]), "bilinear_roi_head.onnx"))
+    out, n = tooling.convert(m, to="onnx")
+    assert n == 0 and out == m
