@@ -7,6 +7,7 @@
 """
 
 from . import kernels, schemas
+from .backend import get_backend, set_backend
 from .errors import RoiOpError
 from .session import InferenceSession, session_options
 from .specs import DOMAIN, OPSET_VERSION, SPECS
@@ -15,5 +16,5 @@ __version__ = "0.1.0"
 
 schemas.register()
 
-__all__ = ["DOMAIN", "OPSET_VERSION", "SPECS", "InferenceSession", "RoiOpError", "kernels",
-           "session_options", "__version__"]
+__all__ = ["DOMAIN", "OPSET_VERSION", "SPECS", "InferenceSession", "RoiOpError", "get_backend",
+           "kernels", "session_options", "set_backend", "__version__"]

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from . import backend
 from .errors import RoiOpError
 from .kernels import _workspace
 from .specs import TYPES, OpSpec, all_specs
@@ -153,8 +154,14 @@ def _fallback(spec: OpSpec, feed, text: Mapping[str, str], dtype: np.dtype) -> n
 def _run(k_id: int, feed, text: Mapping[str, str]):
     spec, dtype = _KERNELS[k_id]
     try:
-        with _workspace.reuse_outputs():  # onnxruntime copies the output before the next call
-            y = spec.kernel(*feed, **parse_attrs(spec, text))
+        attrs = parse_attrs(spec, text)
+        if backend.get_backend() == "cupy":
+            import cupy
+
+            y = cupy.asnumpy(spec.kernel(*(cupy.asarray(f) for f in feed), **attrs))
+        else:
+            with _workspace.reuse_outputs():  # onnxruntime copies it before the next call
+                y = spec.kernel(*feed, **attrs)
         y = np.ascontiguousarray(y, dtype=dtype)
     except BaseException as e:  # noqa: BLE001 - nothing may leave a kernel (it aborts)
         if not isinstance(e, RoiOpError):

@@ -20,6 +20,8 @@ from ._parallel import for_ranges
 TABLE_BUDGET = 1 << 22
 #: Elements of gathered rows per step (keeps the working set in cache).
 CHUNK = 1 << 18
+#: Cost of one gathered element relative to one element of a table-building pass (measured).
+_GATHER_COST = 3
 
 
 def _levels(length: np.ndarray, cap: int) -> np.ndarray:
@@ -27,14 +29,25 @@ def _levels(length: np.ndarray, cap: int) -> np.ndarray:
     return np.minimum(np.floor(np.log2(length)).astype(np.intp), cap)
 
 
-def _capped(Ky: int, Kx: int, cells: int) -> tuple[int, int]:
-    """Lower the top levels until one channel of the table fits the budget."""
-    while (Ky + 1) * (Kx + 1) * cells > TABLE_BUDGET and Ky + Kx > 0:
-        if Ky >= Kx:
-            Ky -= 1
-        else:
-            Kx -= 1
-    return Ky, Kx
+def _choose_levels(lh: np.ndarray, lw: np.ndarray, cells: int) -> tuple[int, int]:
+    """Top table levels (Ky, Kx) minimizing build + query work within the budget.
+
+    Building costs one pass over a channel's map (``cells``) per level pair; a bin costs
+    ny * nx gathers, n = blocks of the chosen level covering its longest window. Few boxes on
+    a big map thus get a shallow table, many boxes a deep one.
+    """
+    queries = lh.shape[0] * lh.shape[1] * lw.shape[1]
+    best, choice = None, (0, 0)
+    for ky in range(int(np.log2(lh.max())) + 1):
+        ny = int(((lh + (1 << _levels(lh, ky)) - 1) >> _levels(lh, ky)).max())
+        for kx in range(int(np.log2(lw.max())) + 1):
+            if (ky + 1) * (kx + 1) * cells > TABLE_BUDGET and (ky, kx) != (0, 0):
+                continue
+            nx = int(((lw + (1 << _levels(lw, kx)) - 1) >> _levels(lw, kx)).max())
+            cost = (ky + 1) * (kx + 1) * cells + _GATHER_COST * queries * ny * nx
+            if best is None or cost < best:
+                best, choice = cost, (ky, kx)
+    return choice
 
 
 def _blocks(lo: np.ndarray, hi: np.ndarray, size: int, level: np.ndarray) -> np.ndarray:
@@ -71,7 +84,7 @@ def pool_max(X: np.ndarray, batch: np.ndarray, hlo: np.ndarray, hhi: np.ndarray,
     if R == 0 or C == 0:
         return out
     lh, lw = np.maximum(hhi - hlo, 1), np.maximum(whi - wlo, 1)
-    Ky, Kx = _capped(int(np.log2(lh.max())), int(np.log2(lw.max())), N * H * W)
+    Ky, Kx = _choose_levels(lh, lw, N * H * W)
     ky, kx = _levels(lh, Ky), _levels(lw, Kx)
     ys, xs = _blocks(hlo, hhi, H, ky), _blocks(wlo, whi, W, kx)  # [ny, R, PH], [nx, R, PW]
     # Flat table row of (level, batch, y, x) = ((ky*(Kx+1) + kx)*N + b)*H*W + y*W + x.

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..specs import MMCV_ROI_ALIGN
 from . import _workspace
+from ._cupy import on_gpu
 from ._boxes import batch_from_column, check_boxes, check_features, quiet
 from ._parallel import for_ranges
 from .roi_align import align, align_geometry, check_box_sizes
@@ -24,6 +25,7 @@ EMPTY_MAX = -10000.0
 _STEP = 1 << 20
 
 
+@on_gpu
 @quiet
 def mmcv_roi_align(input: np.ndarray, rois: np.ndarray, *, output_height: int = 1,
                    output_width: int = 1, spatial_scale: float = 1.0,

@@ -7,6 +7,7 @@ import numpy as np
 from ..errors import RoiOpError
 from ..specs import PSROI_POOL
 from ._parallel import for_ranges
+from ._cupy import on_gpu
 from ._boxes import (quiet, batch_from_counts, check_boxes, check_features, clip_edges,
                      round_half_away)
 
@@ -23,6 +24,7 @@ def _bins(lo: np.ndarray, hi: np.ndarray, scale, pooled: int, size: int):
     return clip_edges(a, size), clip_edges(b, size)
 
 
+@on_gpu
 @quiet
 def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
                output_channels: int, spatial_scale: float = 1.0,

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import RoiOpError
 from ..specs import ROI_ALIGN
+from ._cupy import on_gpu
 from ._boxes import quiet, batch_from_counts, check_boxes, check_features
 from . import _workspace
 from ._parallel import for_ranges
@@ -22,6 +23,7 @@ from ._parallel import for_ranges
 EXPLICIT_GRID_MAX = 64
 
 
+@on_gpu
 @quiet
 def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
               pooled_height: int = 1, pooled_width: int = 1, spatial_scale: float = 1.0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ROI_POOLING
+from ._cupy import on_gpu
 from ._boxes import (quiet, batch_from_column, check_boxes, check_features, max_pool_bins,
                      round_half_away)
 from . import _workspace
@@ -17,6 +18,7 @@ _CHANNEL_BLOCK = 32
 _CHUNK = 1 << 16
 
 
+@on_gpu
 @quiet
 def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_h: int, pooled_w: int,
                 spatial_scale: float, method: str = "max") -> np.ndarray:

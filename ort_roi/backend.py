@@ -1,0 +1,72 @@
+"""Where the registered ops compute: ``numpy`` (the default), ``cupy`` or ``auto``.
+
+Set it with the environment variable ``ORT_ROI_BACKEND`` (read at import) or
+:func:`set_backend`. With ``cupy`` the ops in onnxruntime copy their inputs to the GPU, run
+the CUDA kernels and copy the output back; when CuPy or a GPU is missing they fall back to
+NumPy with one warning. ``auto`` picks the GPU when there is one, silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+
+CHOICES = ("numpy", "cupy", "auto")
+log = logging.getLogger("ort_roi")
+_lock = threading.Lock()
+_choice = "numpy"
+_resolved: str | None = None
+
+
+def set_backend(name: str) -> str:
+    """Choose the backend of the registered ops; returns the one that will actually run."""
+    global _choice, _resolved
+    if name not in CHOICES:
+        raise ValueError(f"ort_roi backend must be one of {', '.join(CHOICES)}, got {name!r}")
+    with _lock:
+        _choice, _resolved = name, None
+    return get_backend()
+
+
+def get_backend() -> str:
+    """The backend the ops use now: "numpy" or "cupy"."""
+    global _resolved
+    with _lock:
+        if _resolved is None:
+            _resolved = _resolve(_choice)
+        return _resolved
+
+
+def gpu_available() -> tuple[bool, str]:
+    """(True, "") when CuPy imports and sees a GPU, else (False, why)."""
+    try:
+        import cupy
+
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # noqa: BLE001 - ImportError, CUDA driver errors, ...
+        return False, f"{type(e).__name__}: {e}"
+    return (n > 0, "" if n > 0 else "no CUDA device")
+
+
+def _resolve(choice: str) -> str:
+    if choice == "numpy":
+        return "numpy"
+    ok, why = gpu_available()
+    if ok:
+        return "cupy"
+    if choice == "cupy":
+        msg = f"ort_roi: backend 'cupy' requested but unavailable ({why}); using NumPy"
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        log.warning(msg)
+    return "numpy"
+
+
+_env = os.environ.get("ORT_ROI_BACKEND", "").strip().lower()
+if _env:
+    if _env in CHOICES:
+        _choice = _env
+    else:
+        warnings.warn(f"ORT_ROI_BACKEND={_env!r} is not one of {', '.join(CHOICES)}; "
+                      f"using numpy", RuntimeWarning, stacklevel=2)

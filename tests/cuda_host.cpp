@@ -1,0 +1,38 @@
+// Builds ort_roi/kernels/roi_ops.cu for the host (g++), so the CUDA arithmetic is tested
+// against the NumPy kernels on machines without a GPU: the grid-stride loop becomes a plain
+// loop over every output element. Built by tests/test_cupy.py with -ffp-contract=off.
+#include <cmath>
+using std::ceil;
+using std::floor;
+using std::isnan;
+using std::round;
+
+#define ORT_ROI_HOST
+#define ORT_ROI_LOOP(i, n) for (long long i = 0; i < (n); ++i)
+#define ORT_ROI_DEVICE inline
+#define __global__
+
+#include "../ort_roi/kernels/roi_ops.cu"
+
+#define ORT_ROI_EXPORT(T, S)                                                                  \
+  extern "C" void max_pool_##S(const T* X, const long long* b, const T* boxes, T* out,       \
+                               long long n, int C, int H, int W, int PH, int PW, T s) {      \
+    max_pool<T>(X, b, boxes, out, n, C, H, W, PH, PW, s);                                    \
+  }                                                                                           \
+  extern "C" void bilinear_pool_##S(const T* X, const long long* b, const T* boxes, T* out,  \
+                                    long long n, int C, int H, int W, int PH, int PW) {      \
+    bilinear_pool<T>(X, b, boxes, out, n, C, H, W, PH, PW);                                  \
+  }                                                                                           \
+  extern "C" void psroi_pool_##S(const T* X, const long long* b, const T* boxes, T* out,     \
+                                 long long n, int Ci, int OC, int H, int W, int PH, int PW,  \
+                                 T s) {                                                       \
+    psroi_pool<T>(X, b, boxes, out, n, Ci, OC, H, W, PH, PW, s);                             \
+  }                                                                                           \
+  extern "C" void roi_align_##S(const T* X, const long long* b, const T* geom,               \
+                                const long long* grid, T* out, long long n, int C, int H,    \
+                                int W, int PH, int PW) {                                     \
+    roi_align<T>(X, b, geom, grid, out, n, C, H, W, PH, PW);                                 \
+  }
+
+ORT_ROI_EXPORT(float, f)
+ORT_ROI_EXPORT(double, d)

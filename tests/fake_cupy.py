@@ -1,0 +1,68 @@
+"""A stand-in for CuPy that runs ort_roi's CUDA source on the host.
+
+``tests/cuda_host.cpp`` builds ``roi_ops.cu`` with g++; this module offers the few CuPy calls
+``ort_roi.kernels._cupy`` makes (arrays are NumPy arrays, RawModule functions are the host
+build), so the GPU backend's own code and its CUDA arithmetic are tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import types
+
+import numpy as np
+
+HERE = os.path.dirname(__file__)
+
+
+def build(tmpdir: str) -> str:
+    lib = os.path.join(tmpdir, "ort_roi_cuda_host.so")
+    subprocess.run(["g++", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-o", lib,
+                    os.path.join(HERE, "cuda_host.cpp")], check=True, capture_output=True)
+    return lib
+
+
+_CTYPES = {np.int32: ctypes.c_int, np.int64: ctypes.c_longlong, np.float32: ctypes.c_float,
+           np.float64: ctypes.c_double}
+
+
+def module(lib_path: str) -> types.ModuleType:
+    lib = ctypes.CDLL(lib_path)
+
+    class RawModule:
+        def __init__(self, code, options=(), name_expressions=()):
+            assert "--fmad=false" in options  # the device build must not contract a*b+c
+            self.names = list(name_expressions)
+
+        def get_function(self, name):
+            assert name in self.names, name
+            kernel, t = name[:-1].split("<")
+            f = getattr(lib, f"{kernel}_{'f' if t == 'float' else 'd'}")
+
+            def launch(grid, block, args):
+                conv, types_ = [], []
+                for a in args:
+                    if isinstance(a, np.ndarray):
+                        assert a.flags.c_contiguous
+                        conv.append(ctypes.c_void_p(a.ctypes.data))
+                        types_.append(ctypes.c_void_p)
+                    else:
+                        ct = _CTYPES[type(a)]
+                        conv.append(ct(a))
+                        types_.append(ct)
+                f.argtypes, f.restype = types_, None
+                f(*conv)
+            return launch
+
+    m = types.ModuleType("cupy")
+    m.RawModule = RawModule
+    m.asarray = lambda a, dtype=None: np.ascontiguousarray(np.asarray(a, dtype))
+    m.ascontiguousarray = np.ascontiguousarray
+    m.asnumpy = np.asarray
+    m.empty = np.empty
+    m.int64 = np.int64
+    m.matmul = np.matmul
+    m.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=lambda: 1))
+    return m

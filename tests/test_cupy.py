@@ -1,0 +1,200 @@
+"""The CuPy backend.
+
+- On a GPU (``gpu`` marker; skipped without CuPy and a device): each kernel on CuPy arrays
+  against the NumPy kernels, and the ops in onnxruntime with the backend switched to cupy.
+- Everywhere with g++: the CUDA source built for the host (tests/cuda_host.cpp) under the
+  backend's own Python code (tests/fake_cupy.py), against the NumPy kernels.
+- Everywhere with nvcc: the CUDA source compiles for sm_80/sm_90 without register spills.
+- The backend switch: names, the environment variable, the fallback with one warning.
+Max pooling must be bit-identical to the NumPy kernels; averages within 1e-5 relative.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from unittest import mock
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import cases as C
+import fake_cupy
+import ort_roi
+from ort_roi import backend, builders, kernels
+from ort_roi.kernels import _cupy
+
+SUITES = {"max": C.max_pool_cases("ROIPooling", 11) + C.max_pool_cases("RoIPool", 12),
+          "bilinear": C.bilinear_cases(13), "psroi": C.psroi_cases(14),
+          "align": C.roi_align_cases(15)}
+ALL = [(k, c) for k, cs in SUITES.items() for c in cs]
+IDS = [f"{k}-{c['name']}" for k, c in ALL]
+
+
+def _check(kind, got, want):
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if kind == "max":
+        np.testing.assert_array_equal(got, want)
+    else:
+        scale = float(np.abs(want).max()) if want.size else 1.0
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, scale))
+
+
+def _kernel(case):
+    return getattr(kernels, {"ROIPooling": "roi_pooling", "RoIPool": "roi_pool",
+                             "PSROIPool": "psroi_pool", "RoIAlign": "roi_align"}[case["op"]])
+
+
+# -- the CUDA source on the host ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def host_lib(tmp_path_factory):
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not found: cannot build the CUDA source for the host")
+    return fake_cupy.build(str(tmp_path_factory.mktemp("cuda_host")))
+
+
+@pytest.fixture
+def host_cupy(host_lib):
+    fake = fake_cupy.module(host_lib)
+    _cupy._module.cache_clear()
+    with mock.patch.dict(sys.modules, {"cupy": fake}):
+        yield fake
+    _cupy._module.cache_clear()
+
+
+@pytest.mark.parametrize("kind,case", ALL, ids=IDS)
+def test_cuda_source_on_host_matches_numpy(host_cupy, kind, case):
+    fn = _kernel(case)
+    gpu_fn = getattr(_cupy, fn.__name__)
+    args = list(case["inputs"].values())
+    _check(kind, gpu_fn(*args, **case["attrs"]), fn(*args, **case["attrs"]))
+
+
+def test_cuda_source_on_host_huge_grid_and_mmcv(host_cupy):
+    """Huge adaptive grids take the closed-form GEMM path; MMCVRoiAlign avg the same kernel."""
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((2, 3, 16, 12)).astype(np.float32)
+    boxes = np.array([[-3e3, -2e3, 4e3, 5e3], [1, 2, 9, 14], [0, 0, 2e3, 3]], np.float32)
+    counts = np.array([2, 1])
+    a = dict(pooled_height=3, pooled_width=2, sampling_ratio=-1)
+    _check("align", _cupy.roi_align(X, boxes, counts, **a), kernels.roi_align(X, boxes, counts, **a))
+    rois = np.concatenate([[[0], [0], [1]], boxes], 1).astype(np.float32)
+    m = dict(output_height=3, output_width=2, sampling_ratio=0, spatial_scale=0.5)
+    for mode in ("avg", "max"):
+        _check("align", _cupy.mmcv_roi_align(X, rois, mode=mode, **m),
+               kernels.mmcv_roi_align(X, rois, mode=mode, **m))
+
+
+def test_cuda_path_reports_bad_input_like_numpy(host_cupy):
+    X = np.zeros((1, 2, 4, 4), np.float32)
+    with pytest.raises(ort_roi.RoiOpError, match="RoIPool.*'boxes_num'"):
+        _cupy.roi_pool(X, np.zeros((2, 4), np.float32), np.array([3]))
+
+
+# -- nvcc -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_cuda_source_compiles_with_nvcc(tmp_path, arch):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not found")
+    src = tmp_path / "inst.cu"
+    lines = [f'#include "{os.path.abspath(_cupy.__file__)[:-8]}roi_ops.cu"']
+    for t in ("float", "double"):
+        lines += [
+            f"template __global__ void max_pool<{t}>(const {t}*, const long long*, const {t}*,"
+            f" {t}*, long long, int, int, int, int, int, {t});",
+            f"template __global__ void bilinear_pool<{t}>(const {t}*, const long long*, "
+            f"const {t}*, {t}*, long long, int, int, int, int, int);",
+            f"template __global__ void psroi_pool<{t}>(const {t}*, const long long*, const {t}*,"
+            f" {t}*, long long, int, int, int, int, int, int, {t});",
+            f"template __global__ void roi_align<{t}>(const {t}*, const long long*, const {t}*, "
+            f"const long long*, {t}*, long long, int, int, int, int, int);"]
+    src.write_text("\n".join(lines) + "\n")
+    r = subprocess.run(["nvcc", "-cubin", f"-arch={arch}", "-fmad=false", "--resource-usage",
+                        "-o", str(tmp_path / "k.cubin"), str(src)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("Compiling entry function") == 8
+    assert "bytes spill" in r.stderr and " 0 bytes spill stores" in r.stderr
+    assert all(" 0 bytes spill stores" in ln for ln in r.stderr.splitlines() if "spill stores" in ln)
+
+
+# -- the switch -------------------------------------------------------------------------------
+
+def test_backend_names_and_default():
+    assert backend.CHOICES == ("numpy", "cupy", "auto")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        ort_roi.set_backend("tpu")
+    assert ort_roi.set_backend("numpy") == "numpy" == ort_roi.get_backend()
+
+
+def test_cupy_requested_without_gpu_falls_back_with_one_warning():
+    with mock.patch.object(backend, "gpu_available", return_value=(False, "no CUDA device")):
+        with pytest.warns(RuntimeWarning, match="cupy.*unavailable.*no CUDA device.*NumPy"):
+            assert ort_roi.set_backend("cupy") == "numpy"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no second warning
+            assert ort_roi.get_backend() == "numpy"
+            sess = ort.InferenceSession(
+                builders.single_op_model("RoIPool").SerializeToString(),
+                ort_roi.session_options(), providers=["CPUExecutionProvider"])
+            X = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4) + 1
+            y = sess.run(None, {"X": X, "boxes": np.array([[1, 1, 2, 2]], np.float32),
+                                "boxes_num": np.array([1], np.int32)})[0]
+        assert y.ravel().tolist() == [11.0]
+        # auto without a GPU: NumPy, silently
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert ort_roi.set_backend("auto") == "numpy"
+    ort_roi.set_backend("numpy")
+
+
+def test_environment_variable_selects_the_backend():
+    code = "import ort_roi; print(ort_roi.backend._choice, ort_roi.get_backend())"
+    env = {**os.environ, "ORT_ROI_BACKEND": "auto"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    expected = "cupy" if backend.gpu_available()[0] else "numpy"
+    assert out.stdout.split() == ["auto", expected]
+    env["ORT_ROI_BACKEND"] = "bogus"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["numpy", "numpy"] and "ORT_ROI_BACKEND" in out.stderr
+
+
+# -- on a GPU ---------------------------------------------------------------------------------
+
+def _gpu():
+    cupy = pytest.importorskip("cupy")
+    if not backend.gpu_available()[0]:
+        pytest.skip("no CUDA device")
+    return cupy
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind,case", ALL, ids=IDS)
+def test_gpu_kernels_match_numpy(kind, case):
+    cupy = _gpu()
+    fn = _kernel(case)
+    args = list(case["inputs"].values())
+    got = fn(*(cupy.asarray(a) for a in args), **case["attrs"])
+    assert isinstance(got, cupy.ndarray)
+    _check(kind, cupy.asnumpy(got), fn(*args, **case["attrs"]))
+
+
+@pytest.mark.gpu
+def test_gpu_backend_in_onnxruntime():
+    _gpu()
+    case = C.roi_align_cases(16)[0]
+    args = list(case["inputs"].values())
+    m = builders.single_op_model("RoIAlign", args[0].dtype, args[2].dtype, **case["attrs"])
+    sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                providers=["CPUExecutionProvider"])
+    feed = dict(zip([i.name for i in sess.get_inputs()], args))
+    try:
+        assert ort_roi.set_backend("cupy") == "cupy"
+        got = sess.run(None, feed)[0]
+    finally:
+        ort_roi.set_backend("numpy")
+    _check("align", got, kernels.roi_align(*args, **case["attrs"]))
