@@ -16,7 +16,6 @@ from importlib import resources
 import numpy as np
 
 from ..specs import MMCV_ROI_ALIGN, PSROI_POOL, ROI_ALIGN, ROI_POOL, ROI_POOLING
-from ..errors import RoiOpError
 from ._boxes import batch_from_column, batch_from_counts, check_boxes, check_features
 
 KERNELS = ("max_pool", "bilinear_pool", "psroi_pool", "roi_align")
@@ -116,16 +115,15 @@ def psroi_pool(X, rois, rois_num, *, output_channels: int, spatial_scale: float 
                pooled_height: int = 1, pooled_width: int = 1):
     import cupy
 
+    from .psroi_pool import check_channels
+
     op = PSROI_POOL.name
     a = PSROI_POOL.resolve(dict(output_channels=output_channels, spatial_scale=spatial_scale,
                                 pooled_height=pooled_height, pooled_width=pooled_width))
     oc, ph, pw = a["output_channels"], a["pooled_height"], a["pooled_width"]
     X = check_features(op, X)
     N, C, H, W = X.shape
-    if C != oc * ph * pw:
-        raise RoiOpError(op, "input 'X'",
-                         f"must have output_channels*pooled_height*pooled_width = "
-                         f"{oc}*{ph}*{pw} = {oc * ph * pw} channels, got {C}")
+    check_channels(op, C, oc, ph, pw)
     rois = check_boxes(op, "rois", _host(rois), X, 4)
     batch = batch_from_counts(op, "rois_num", _host(rois_num), N, rois.shape[0])
     out = cupy.empty((rois.shape[0], oc, ph, pw), X.dtype)

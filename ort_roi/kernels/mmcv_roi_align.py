@@ -17,7 +17,7 @@ from . import _workspace
 from ._cupy import on_gpu
 from ._boxes import batch_from_column, check_boxes, check_features, quiet
 from ._parallel import for_ranges
-from .roi_align import align, align_geometry, check_box_sizes
+from .roi_align import align, align_geometry, check_box_sizes, neighbours
 
 #: mmcv's initial running maximum: what a bin without samples returns in mode "max".
 EMPTY_MAX = -10000.0
@@ -49,19 +49,13 @@ def mmcv_roi_align(input: np.ndarray, rois: np.ndarray, *, output_height: int = 
 
 
 def _samples(start, bin_size, grid, pooled: int, size: int):
-    """Per sample along one axis [pooled * grid]: low, high index, their weights (in T)."""
+    """Per sample along one axis [pooled * grid]: off the map?, low, high, fraction (in T)."""
     t = start.dtype.type
     p = np.repeat(np.arange(pooled, dtype=start.dtype), grid)
     k = np.tile(np.arange(grid, dtype=start.dtype), pooled)
     y = start + p * bin_size + (k + t(0.5)) * bin_size / t(grid)
-    outside = (y < -1) | (y > size)
-    y = np.maximum(y, t(0))
-    low = np.floor(y).astype(np.intp)
-    at_end = low >= size - 1
-    low = np.where(at_end, size - 1, low)
-    high = np.where(at_end, size - 1, low + 1)
-    frac = np.where(at_end, t(0), y - low.astype(start.dtype))
-    return outside, low, high, frac
+    inside, low, high, frac = neighbours(y, size)
+    return ~inside, low, high, frac
 
 
 def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,

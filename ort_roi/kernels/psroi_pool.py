@@ -24,6 +24,14 @@ def _bins(lo: np.ndarray, hi: np.ndarray, scale, pooled: int, size: int):
     return clip_edges(a, size), clip_edges(b, size)
 
 
+def check_channels(op: str, C: int, oc: int, ph: int, pw: int) -> None:
+    """X must carry one channel per (output channel, bin)."""
+    if C != oc * ph * pw:
+        raise RoiOpError(op, "input 'X'",
+                         f"must have output_channels*pooled_height*pooled_width = "
+                         f"{oc}*{ph}*{pw} = {oc * ph * pw} channels, got {C}")
+
+
 @on_gpu
 @quiet
 def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
@@ -42,10 +50,7 @@ def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
     oc, ph, pw = a["output_channels"], a["pooled_height"], a["pooled_width"]
     X = check_features(op, X)
     N, C, H, W = X.shape
-    if C != oc * ph * pw:
-        raise RoiOpError(op, "input 'X'",
-                         f"must have output_channels*pooled_height*pooled_width = "
-                         f"{oc}*{ph}*{pw} = {oc * ph * pw} channels, got {C}")
+    check_channels(op, C, oc, ph, pw)
     rois = check_boxes(op, "rois", rois, X, 4)
     R = rois.shape[0]
     batch = batch_from_counts(op, "rois_num", rois_num, N, R)

@@ -94,6 +94,21 @@ def axis_weights(start: np.ndarray, bin_size: np.ndarray, grid: np.ndarray, pool
     return A.astype(dtype)
 
 
+def neighbours(y: np.ndarray, size: int):
+    """Bilinear neighbours of sample coordinates y along an axis of ``size``, as the
+    references compute them: (inside, low, high, fraction of high), in y's type. A sample
+    is inside when -1 <= y <= size; it is clamped to >= 0, and one at or past the last
+    index uses the last index alone."""
+    t = y.dtype.type
+    inside = (y >= -1) & (y <= size)
+    y = np.maximum(y, t(0))
+    low = np.floor(y).astype(np.intp)
+    at_end = low >= size - 1
+    low = np.where(at_end, size - 1, low)
+    high = np.where(at_end, size - 1, low + 1)
+    return inside, low, high, np.where(at_end, t(0), y - low.astype(y.dtype))
+
+
 def _explicit(start, bin_size, grid, pooled: int, size: int) -> np.ndarray:
     """Sum of the samples' 1-D weights, the samples placed exactly as the reference does."""
     t = start.dtype.type
@@ -102,13 +117,8 @@ def _explicit(start, bin_size, grid, pooled: int, size: int) -> np.ndarray:
     k = np.arange(G, dtype=start.dtype)[None, None, :]
     b = bin_size[:, None, None]
     y = (start[:, None, None] + p * b) + (k + t(0.5)) * b / grid.astype(start.dtype)[:, None, None]
-    use = (y >= -1) & (y <= size) & (np.arange(G)[None, None, :] < grid[:, None, None])
-    y = np.maximum(y, t(0))
-    low = np.floor(y).astype(np.int64)
-    at_end = low >= size - 1
-    low = np.where(at_end, size - 1, low)
-    high = np.where(at_end, size - 1, low + 1)
-    ly = np.where(at_end, t(0), y - low.astype(start.dtype))
+    inside, low, high, ly = neighbours(y, size)
+    use = inside & (np.arange(G)[None, None, :] < grid[:, None, None])
     hy = t(1) - ly
     row = (np.arange(R)[:, None, None] * pooled + np.arange(pooled)[None, :, None]) * size
     idx = np.concatenate([(row + low)[use], (row + high)[use]])
