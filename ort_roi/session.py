@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import onnx
@@ -11,7 +11,7 @@ import onnxruntime as ort
 
 from . import _bridge
 from .errors import RoiOpError
-from .specs import TYPES, all_specs
+from .specs import TYPES, OpSpec, all_specs
 
 
 def session_options(so: ort.SessionOptions | None = None) -> ort.SessionOptions:
@@ -41,39 +41,54 @@ def _load(model) -> onnx.ModelProto:
     raise TypeError(f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
 
 
+def iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node of ``graph`` and of its subgraphs (If/Loop/Scan bodies). A node may be
+    rewritten in place when it is yielded: its subgraphs are read afterwards."""
+    for node in graph.node:
+        yield node
+        for at in node.attribute:
+            for sub in ([at.g] if at.type == onnx.AttributeProto.GRAPH else []) + list(at.graphs):
+                yield from iter_nodes(sub)
+
+
+def spec_of(node: onnx.NodeProto) -> OpSpec | None:
+    """The spec of one of our nodes (ort_roi or mmdeploy domain), else None."""
+    return _SPECS.get((node.domain, node.op_type))
+
+
+_SPECS = {(s.domain, s.name): s for s in all_specs()}
+
+
 def prepare_model(model: onnx.ModelProto, exact_floats: bool = True) -> onnx.ModelProto:
     """Check our nodes' attributes, fill omitted ones with their defaults, and (with
     ``exact_floats``) replace float attributes by tokens that reach the kernels exactly.
     Raises RoiOpError naming the node. Works in place and returns the model."""
-    specs = {(s.domain, s.name): s for s in all_specs()}
-    graphs = [model.graph]
-    while graphs:
-        g = graphs.pop()
-        for node in g.node:
-            for at in node.attribute:
-                graphs.extend([at.g] if at.type == onnx.AttributeProto.GRAPH else [])
-                graphs.extend(at.graphs)
-            spec = specs.get((node.domain, node.op_type))
-            if spec is None:
-                continue
-            given = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-            given = {k: v.decode() if isinstance(v, bytes) else v for k, v in given.items()}
-            try:
-                values = spec.resolve(given)
-            except RoiOpError as e:
-                raise RoiOpError(e.op, e.name,
-                                 f"{e.detail} (node {node.name or '<unnamed>'!r})") from None
-            if len(node.input) != len(spec.inputs):
-                raise RoiOpError(spec.name, "inputs",
-                                 f"node {node.name!r} has {len(node.input)} inputs, expected "
-                                 f"{len(spec.inputs)} ({', '.join(i.name for i in spec.inputs)})")
-            del node.attribute[:]
-            for a in spec.attrs:
-                v = values[a.name]
-                if a.type is float and exact_floats:
-                    v = _bridge.float_token(v)
-                node.attribute.append(onnx.helper.make_attribute(a.name, v))
+    for node in iter_nodes(model.graph):
+        spec = spec_of(node)
+        if spec is not None:
+            _resolve_node(node, spec, exact_floats)
     return model
+
+
+def _resolve_node(node: onnx.NodeProto, spec: OpSpec, exact_floats: bool) -> None:
+    """Check one node's attributes and rewrite them with every default filled in."""
+    given = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    given = {k: v.decode() if isinstance(v, bytes) else v for k, v in given.items()}
+    try:
+        values = spec.resolve(given)
+    except RoiOpError as e:
+        raise RoiOpError(e.op, e.name,
+                         f"{e.detail} (node {node.name or '<unnamed>'!r})") from None
+    if len(node.input) != len(spec.inputs):
+        raise RoiOpError(spec.name, "inputs",
+                         f"node {node.name!r} has {len(node.input)} inputs, expected "
+                         f"{len(spec.inputs)} ({', '.join(i.name for i in spec.inputs)})")
+    del node.attribute[:]
+    for a in spec.attrs:
+        v = values[a.name]
+        if a.type is float and exact_floats:
+            v = _bridge.float_token(v)
+        node.attribute.append(onnx.helper.make_attribute(a.name, v))
 
 
 class InferenceSession:
@@ -116,7 +131,8 @@ class InferenceSession:
     def _feed_error(self, feed: dict) -> RoiOpError | None:
         for name, value in feed.items():
             want, op = self._declared.get(name), self._consumers.get(name)
-            got = f"tensor({_ONNX_TYPE_NAMES.get(np.asarray(value).dtype, np.asarray(value).dtype)})"
+            dtype = np.asarray(value).dtype
+            got = f"tensor({_ONNX_TYPE_NAMES.get(dtype, dtype)})"
             if op is not None and want is not None and got != want:
                 return RoiOpError(op[0], f"input '{op[1]}'",
                                   f"graph input {name!r} is declared {want}, got {got}")
@@ -131,20 +147,24 @@ _ONNX_TYPE_NAMES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double
                     np.dtype(np.int64): "int64"}
 
 
+def _our_inputs(model: onnx.ModelProto):
+    """(node, spec, value name, spec input) for every input of every node of ours."""
+    for node in iter_nodes(model.graph):
+        spec = spec_of(node)
+        for name, inp in zip(node.input, spec.inputs if spec else ()):
+            yield node, spec, name, inp
+
+
 def _consumers(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
     """Graph value name -> (op, input name) of the first ort_roi node reading it."""
-    specs = {(s.domain, s.name): s for s in all_specs()}
     found: dict[str, tuple[str, str]] = {}
-    for node in model.graph.node:
-        spec = specs.get((node.domain, node.op_type))
-        for name, inp in zip(node.input, spec.inputs if spec else ()):
-            found.setdefault(name, (spec.name, inp.name))
+    for _, spec, name, inp in _our_inputs(model):
+        found.setdefault(name, (spec.name, inp.name))
     return found
 
 
 def _type_error(model: onnx.ModelProto) -> RoiOpError | None:
     """If one of our nodes reads a tensor of a type it has no kernel for, say which."""
-    specs = {(s.domain, s.name): s for s in all_specs()}
     try:
         inferred = onnx.shape_inference.infer_shapes(model).graph
     except Exception:  # noqa: BLE001 - fall back to what the graph declares
@@ -152,17 +172,15 @@ def _type_error(model: onnx.ModelProto) -> RoiOpError | None:
     types = {v.name: v.type.tensor_type.elem_type
              for v in [*inferred.input, *inferred.value_info, *inferred.output]}
     types.update({t.name: t.data_type for t in inferred.initializer})
-    for node in model.graph.node:
-        spec = specs.get((node.domain, node.op_type))
-        for name, inp in zip(node.input, spec.inputs if spec else ()):
-            elem = types.get(name, 0)
-            if not elem:
-                continue
-            dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
-            if dtype not in TYPES[inp.type]:
-                allowed = " or ".join(t.name for t in TYPES[inp.type])
-                return RoiOpError(spec.name, f"input '{inp.name}'",
-                                  f"must be {allowed}, got {dtype.name} (tensor {name!r} of "
-                                  f"node {node.name or '<unnamed>'!r}); onnxruntime has no "
-                                  f"kernel for it")
+    for node, spec, name, inp in _our_inputs(model):
+        elem = types.get(name, 0)
+        if not elem:
+            continue
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+        if dtype not in TYPES[inp.type]:
+            allowed = " or ".join(t.name for t in TYPES[inp.type])
+            return RoiOpError(spec.name, f"input '{inp.name}'",
+                              f"must be {allowed}, got {dtype.name} (tensor {name!r} of "
+                              f"node {node.name or '<unnamed>'!r}); onnxruntime has no "
+                              f"kernel for it")
     return None

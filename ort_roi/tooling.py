@@ -109,51 +109,38 @@ def convert(model: onnx.ModelProto, to: str = "ort_roi") -> tuple[onnx.ModelProt
     so outputs are identical. Bilinear ROIPooling has no ONNX equivalent and is left as is.
     Returns the new model and the number of nodes rewritten."""
     from . import builders
+    from .session import iter_nodes
     from .specs import DOMAIN
 
     if to not in ("ort_roi", "onnx"):
         raise ValueError(f"convert: 'to' must be 'ort_roi' or 'onnx', got {to!r}")
     m = _copy(model)
     count = 0
-    graphs = [m.graph]
-    while graphs:
-        g = graphs.pop()
-        for i, node in enumerate(g.node):
-            for at in node.attribute:
-                graphs.extend([at.g] if at.type == onnx.AttributeProto.GRAPH else [])
-                graphs.extend(at.graphs)
-            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-            if to == "ort_roi" and node.op_type == "MaxRoiPool" and node.domain in ("", "ai.onnx"):
-                ph, pw = attrs["pooled_shape"]
-                new = builders.roi_pooling(*node.input, *node.output, pooled_h=ph, pooled_w=pw,
-                                           spatial_scale=attrs.get("spatial_scale", 1.0),
-                                           method="max")
-            elif (to == "onnx" and node.op_type == "ROIPooling" and node.domain == DOMAIN
-                  and attrs.get("method", b"max") in (b"max", "max")):
-                new = onnx.helper.make_node(
-                    "MaxRoiPool", list(node.input), list(node.output),
-                    pooled_shape=[attrs["pooled_h"], attrs["pooled_w"]],
-                    spatial_scale=attrs["spatial_scale"])
-            else:
-                continue
-            new.name = node.name
-            g.node[i].CopyFrom(new)
-            count += 1
-    used = {n.domain for n in _all_nodes(m.graph)}
+    for node in iter_nodes(m.graph):
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if to == "ort_roi" and node.op_type == "MaxRoiPool" and node.domain in ("", "ai.onnx"):
+            ph, pw = attrs["pooled_shape"]
+            new = builders.roi_pooling(*node.input, *node.output, name=node.name or None,
+                                       pooled_h=ph, pooled_w=pw,
+                                       spatial_scale=attrs.get("spatial_scale", 1.0),
+                                       method="max")
+        elif (to == "onnx" and node.op_type == "ROIPooling" and node.domain == DOMAIN
+              and attrs.get("method", b"max") in (b"max", "max")):
+            new = onnx.helper.make_node(
+                "MaxRoiPool", list(node.input), list(node.output), name=node.name or None,
+                pooled_shape=[attrs["pooled_h"], attrs["pooled_w"]],
+                spatial_scale=attrs["spatial_scale"])
+        else:
+            continue
+        node.CopyFrom(new)
+        count += 1
+    used = {n.domain for n in iter_nodes(m.graph)}
     imports = [o for o in m.opset_import if o.domain in used or o.domain in ("", "ai.onnx")]
     if DOMAIN in used and all(o.domain != DOMAIN for o in imports):
         imports.append(onnx.helper.make_opsetid(DOMAIN, builders.OPSET_VERSION))
     del m.opset_import[:]
     m.opset_import.extend(imports)
     return m, count
-
-
-def _all_nodes(g: onnx.GraphProto):
-    for node in g.node:
-        yield node
-        for at in node.attribute:
-            for sub in ([at.g] if at.type == onnx.AttributeProto.GRAPH else []) + list(at.graphs):
-                yield from _all_nodes(sub)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
