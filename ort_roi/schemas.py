@@ -73,10 +73,13 @@ def _check_dims(spec: OpSpec, attrs: dict, xdims, bdims) -> None:
         shape = [known(d) or (d.dim_param or "?") for d in bdims]
         fail(b_name, f"must have shape [R, {spec.box_cols}], got {shape}")
     if spec.channels_attr and xdims is not None and known(xdims[1]) is not None:
-        oc, ph, pw = attrs[spec.channels_attr], attrs[spec.pooled[0]], attrs[spec.pooled[1]]
-        if known(xdims[1]) != oc * ph * pw:
-            fail(x_name, f"must have {spec.channels_attr}*{spec.pooled[0]}*{spec.pooled[1]} = "
-                         f"{oc}*{ph}*{pw} = {oc * ph * pw} channels, got {known(xdims[1])}")
+        from .kernels.psroi_pool import check_channels  # the kernel's own rule and message
+
+        try:
+            check_channels(spec.name, known(xdims[1]), attrs[spec.channels_attr],
+                           attrs[spec.pooled[0]], attrs[spec.pooled[1]])
+        except RoiOpError as e:
+            raise onnx.shape_inference.InferenceError(str(e)) from None
 
 
 def schema(spec: OpSpec) -> OpSchema:

@@ -13,6 +13,11 @@ from ..errors import RoiOpError
 from ..specs import TYPES
 
 
+def is_cupy(a) -> bool:
+    """True for a CuPy array (checked without importing CuPy)."""
+    return type(a).__module__.split(".")[0] == "cupy"
+
+
 def quiet(kernel):
     """Run a kernel with IEEE behaviour: a huge box may overflow T on purpose (inf bin
     sizes follow the references' arithmetic), so no warnings and no FloatingPointError."""
@@ -99,7 +104,7 @@ def batch_from_counts(op: str, name: str, counts, n: int, r: int) -> np.ndarray:
 
 
 def _as_array(op: str, name: str, a) -> np.ndarray:
-    if type(a).__module__.split(".")[0] == "cupy":  # the GPU backend checks X's metadata only
+    if is_cupy(a):  # the GPU backend checks X's metadata only
         return a
     if not isinstance(a, np.ndarray):
         try:

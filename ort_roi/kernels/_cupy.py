@@ -16,16 +16,12 @@ from importlib import resources
 import numpy as np
 
 from ..specs import MMCV_ROI_ALIGN, PSROI_POOL, ROI_ALIGN, ROI_POOL, ROI_POOLING
-from ._boxes import batch_from_column, batch_from_counts, check_boxes, check_features
+from ._boxes import (batch_from_column, batch_from_counts, check_boxes, check_features,
+                     is_cupy)
 
 KERNELS = ("max_pool", "bilinear_pool", "psroi_pool", "roi_align")
 _CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 _THREADS = 256
-
-
-def is_cupy(a) -> bool:
-    """True for a CuPy array (checked without importing CuPy)."""
-    return type(a).__module__.split(".")[0] == "cupy"
 
 
 def source() -> str:

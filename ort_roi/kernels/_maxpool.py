@@ -5,8 +5,9 @@ at (y, x), the max of X over rows [y, y + 2**i) and columns [x, x + 2**j). A win
 length L along an axis is covered by ceil(L / 2**k) blocks of length 2**k (k = floor(log2 L)
 gives at most two, overlapping, blocks; max is idempotent), so a bin is the max of a handful
 of table entries. The table is built per block of channels in an NHWC layout (gathers copy
-contiguous channel runs) and its levels are capped so that it fits a fixed budget. Channel
-blocks are shared among the cores.
+contiguous channel runs); its depth is chosen per call, weighing the passes that build it
+against the gathers it saves, within a fixed memory budget. Channel blocks are shared among
+the cores.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _workspace
-from ._parallel import for_ranges
+from ._parallel import for_channel_blocks
 
 #: Elements of sparse table per task (the channel block shrinks to fit; at least one channel).
 TABLE_BUDGET = 1 << 22
@@ -29,6 +30,11 @@ def _levels(length: np.ndarray, cap: int) -> np.ndarray:
     return np.minimum(np.floor(np.log2(length)).astype(np.intp), cap)
 
 
+def _block_count(length: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """Blocks of length 2**level needed to cover windows of ``length``: ceil(length / 2**level)."""
+    return (length + (1 << level) - 1) >> level
+
+
 def _choose_levels(lh: np.ndarray, lw: np.ndarray, cells: int) -> tuple[int, int]:
     """Top table levels (Ky, Kx) minimizing build + query work within the budget.
 
@@ -39,11 +45,11 @@ def _choose_levels(lh: np.ndarray, lw: np.ndarray, cells: int) -> tuple[int, int
     queries = lh.shape[0] * lh.shape[1] * lw.shape[1]
     best, choice = None, (0, 0)
     for ky in range(int(np.log2(lh.max())) + 1):
-        ny = int(((lh + (1 << _levels(lh, ky)) - 1) >> _levels(lh, ky)).max())
+        ny = int(_block_count(lh, _levels(lh, ky)).max())
         for kx in range(int(np.log2(lw.max())) + 1):
             if (ky + 1) * (kx + 1) * cells > TABLE_BUDGET and (ky, kx) != (0, 0):
                 continue
-            nx = int(((lw + (1 << _levels(lw, kx)) - 1) >> _levels(lw, kx)).max())
+            nx = int(_block_count(lw, _levels(lw, kx)).max())
             cost = (ky + 1) * (kx + 1) * cells + _GATHER_COST * queries * ny * nx
             if best is None or cost < best:
                 best, choice = cost, (ky, kx)
@@ -58,7 +64,7 @@ def _blocks(lo: np.ndarray, hi: np.ndarray, size: int, level: np.ndarray) -> np.
     length = np.maximum(hi - lo, 1)
     lo = np.minimum(lo, size - 1)
     last = np.maximum(lo + length - (1 << level), lo)
-    n = int(((length + (1 << level) - 1) >> level).max())
+    n = int(_block_count(length, level).max())
     q = np.arange(n)[:, None, None]
     return np.minimum(lo + (q << level), last)
 
@@ -95,32 +101,29 @@ def pool_max(X: np.ndarray, batch: np.ndarray, hlo: np.ndarray, hhi: np.ndarray,
     has_empty = empty.reshape(R, P).any(axis=1)
     cells = (Ky + 1) * (Kx + 1) * N * H * W
     block = int(min(C, max(1, TABLE_BUDGET // cells)))
-    blocks = [(c0, min(C, c0 + block)) for c0 in range(0, C, block)]
+    def work(c0: int, c1: int) -> None:
+        cb = c1 - c0
+        T = _workspace.scratch("maxpool:table", (Ky + 1, Kx + 1, N, H, W, cb), X.dtype)
+        np.copyto(T[0, 0], X[:, c0:c1].transpose(0, 2, 3, 1))
+        _sparse_table(T, Ky, Kx)
+        F = T.reshape(-1, cb)
+        rc = max(1, CHUNK // (P * cb))
+        res = _workspace.scratch("maxpool:res", (rc * P, cb), X.dtype)
+        tmp = _workspace.scratch("maxpool:tmp", (rc * P, cb), X.dtype)
+        for r0 in range(0, R, rc):
+            r1 = min(R, r0 + rc)
+            m = (r1 - r0) * P
+            acc = res[:m]
+            for i, (a, b) in enumerate((a, b) for a in rowy[:, r0:r1] for b in colx[:, r0:r1]):
+                idx = (a + b).ravel()
+                if i == 0:
+                    np.take(F, idx, axis=0, out=acc)
+                else:
+                    np.maximum(acc, np.take(F, idx, axis=0, out=tmp[:m]), out=acc)
+            acc = acc.reshape(r1 - r0, PH, PW, cb)
+            if has_empty[r0:r1].any():
+                acc[empty[r0:r1]] = 0
+            out[r0:r1, c0:c1] = acc.transpose(0, 3, 1, 2)
 
-    def work(first: int, last: int) -> None:
-        for c0, c1 in blocks[first:last]:
-            cb = c1 - c0
-            T = _workspace.scratch("maxpool:table", (Ky + 1, Kx + 1, N, H, W, cb), X.dtype)
-            np.copyto(T[0, 0], X[:, c0:c1].transpose(0, 2, 3, 1))
-            _sparse_table(T, Ky, Kx)
-            F = T.reshape(-1, cb)
-            rc = max(1, CHUNK // (P * cb))
-            res = _workspace.scratch("maxpool:res", (rc * P, cb), X.dtype)
-            tmp = _workspace.scratch("maxpool:tmp", (rc * P, cb), X.dtype)
-            for r0 in range(0, R, rc):
-                r1 = min(R, r0 + rc)
-                m = (r1 - r0) * P
-                acc = res[:m]
-                for i, (a, b) in enumerate((a, b) for a in rowy[:, r0:r1] for b in colx[:, r0:r1]):
-                    idx = (a + b).ravel()
-                    if i == 0:
-                        np.take(F, idx, axis=0, out=acc)
-                    else:
-                        np.maximum(acc, np.take(F, idx, axis=0, out=tmp[:m]), out=acc)
-                acc = acc.reshape(r1 - r0, PH, PW, cb)
-                if has_empty[r0:r1].any():
-                    acc[empty[r0:r1]] = 0
-                out[r0:r1, c0:c1] = acc.transpose(0, 3, 1, 2)
-
-    for_ranges(len(blocks), work, min_chunk=1)
+    for_channel_blocks(C, block, work)
     return out

@@ -87,3 +87,14 @@ def for_ranges(n: int, fn: Callable[[int, int], None], min_chunk: int = 16) -> N
         futures = [_executor().submit(fn, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
         for f in futures:
             f.result()
+
+
+def for_channel_blocks(C: int, block: int, fn: Callable[[int, int], None]) -> None:
+    """Call fn(c0, c1) for the channel blocks [c0, c1) of size ``block``, shared by the cores."""
+    blocks = [(c0, min(C, c0 + block)) for c0 in range(0, C, block)]
+
+    def work(first: int, last: int) -> None:
+        for c0, c1 in blocks[first:last]:
+            fn(c0, c1)
+
+    for_ranges(len(blocks), work, min_chunk=1)

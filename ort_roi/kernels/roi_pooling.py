@@ -10,7 +10,7 @@ from ._boxes import (quiet, batch_from_column, check_boxes, check_features, max_
                      round_half_away)
 from . import _workspace
 from ._maxpool import pool_max
-from ._parallel import for_ranges
+from ._parallel import for_channel_blocks
 
 #: Channels per task in bilinear pooling (small blocks make the final transposition cheap).
 _CHANNEL_BLOCK = 32
@@ -102,38 +102,35 @@ def bilinear_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int,
     invalid = ~(vy[:, :, None] & vx[:, None, :]).reshape(-1)
     any_invalid = bool(invalid.any())
     block = min(C, _CHANNEL_BLOCK)
-    blocks = [(c0, min(C, c0 + block)) for c0 in range(0, C, block)]
+    def work(c0: int, c1: int) -> None:
+        cb = c1 - c0
+        flat = _workspace.scratch("bilinear:x", (N, H, W, cb), X.dtype)
+        np.copyto(flat, X[:, c0:c1].transpose(0, 2, 3, 1))
+        flat = flat.reshape(N * H * W, cb)
+        rows = max(1, _CHUNK // (cb * ph * pw)) * ph * pw  # whole boxes per step, in cache
+        a, b, c = (_workspace.scratch(f"bilinear:{k}", (rows, cb), X.dtype) for k in "abc")
+        for s0 in range(0, R * ph * pw, rows):
+            s1 = min(R * ph * pw, s0 + rows)
+            m = s1 - s0
+            A, B, Cc = a[:m], b[:m], c[:m]
+            fx_, fy_ = dx[s0:s1], dy[s0:s1]
+            flat.take(corners[0][s0:s1], axis=0, out=A)  # top = tl + (tr - tl) * dx
+            flat.take(corners[1][s0:s1], axis=0, out=B)
+            B -= A
+            B *= fx_
+            A += B
+            flat.take(corners[2][s0:s1], axis=0, out=B)  # bottom = bl + (br - bl) * dx
+            flat.take(corners[3][s0:s1], axis=0, out=Cc)
+            Cc -= B
+            Cc *= fx_
+            B += Cc
+            B -= A  # top + (bottom - top) * dy
+            B *= fy_
+            A += B
+            if any_invalid:
+                A[invalid[s0:s1]] = 0
+            r0, r1 = s0 // (ph * pw), s1 // (ph * pw)
+            out[r0:r1, c0:c1] = A.reshape(r1 - r0, ph, pw, cb).transpose(0, 3, 1, 2)
 
-    def work(first: int, last: int) -> None:
-        for c0, c1 in blocks[first:last]:
-            cb = c1 - c0
-            flat = _workspace.scratch("bilinear:x", (N, H, W, cb), X.dtype)
-            np.copyto(flat, X[:, c0:c1].transpose(0, 2, 3, 1))
-            flat = flat.reshape(N * H * W, cb)
-            rows = max(1, _CHUNK // (cb * ph * pw)) * ph * pw  # whole boxes per step, in cache
-            a, b, c = (_workspace.scratch(f"bilinear:{k}", (rows, cb), X.dtype) for k in "abc")
-            for s0 in range(0, R * ph * pw, rows):
-                s1 = min(R * ph * pw, s0 + rows)
-                m = s1 - s0
-                A, B, Cc = a[:m], b[:m], c[:m]
-                fx_, fy_ = dx[s0:s1], dy[s0:s1]
-                flat.take(corners[0][s0:s1], axis=0, out=A)  # top = tl + (tr - tl) * dx
-                flat.take(corners[1][s0:s1], axis=0, out=B)
-                B -= A
-                B *= fx_
-                A += B
-                flat.take(corners[2][s0:s1], axis=0, out=B)  # bottom = bl + (br - bl) * dx
-                flat.take(corners[3][s0:s1], axis=0, out=Cc)
-                Cc -= B
-                Cc *= fx_
-                B += Cc
-                B -= A  # top + (bottom - top) * dy
-                B *= fy_
-                A += B
-                if any_invalid:
-                    A[invalid[s0:s1]] = 0
-                r0, r1 = s0 // (ph * pw), s1 // (ph * pw)
-                out[r0:r1, c0:c1] = A.reshape(r1 - r0, ph, pw, cb).transpose(0, 3, 1, 2)
-
-    for_ranges(len(blocks), work, min_chunk=1)
+    for_channel_blocks(C, block, work)
     return out
