@@ -112,8 +112,21 @@ def parse_float(text: str) -> np.float32:
     return f
 
 
+_parsed: dict = {}  # (spec name, domain, attribute text) -> typed values
+
+
 def parse_attrs(spec: OpSpec, text: Mapping[str, str]) -> dict[str, Any]:
     """Attribute text from onnxruntime -> typed values (validated later by the kernel)."""
+    key = (spec.name, spec.domain, tuple(text.items()))
+    out = _parsed.get(key)
+    if out is None:
+        out = _parse_attrs(spec, text)
+        if len(_parsed) < 1024:
+            _parsed[key] = out
+    return dict(out)
+
+
+def _parse_attrs(spec: OpSpec, text: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for a in spec.attrs:
         if a.name not in text:

@@ -96,6 +96,7 @@ class OpSpec:
     output: str = "Y"
     output_shape_doc: str = "[R, C, PH, PW]"
     _by_name: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _resolved: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def attr(self, name: str) -> Attr:
         if not self._by_name:
@@ -106,7 +107,25 @@ class OpSpec:
         return {a.name: a.default for a in self.attrs if not a.required}
 
     def resolve(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        """Fill defaults, check every attribute, reject unknown ones. Raises RoiOpError."""
+        """Fill defaults, check every attribute, reject unknown ones. Raises RoiOpError.
+
+        Accepted attribute sets are remembered (keyed by value and type), so a kernel
+        called again with the same attributes skips the checks.
+        """
+        try:
+            key = tuple((k, type(v), v) for k, v in given.items())
+            return dict(self._resolved[key])
+        except (KeyError, TypeError):  # not seen yet, or an unhashable value
+            pass
+        out = self._resolve(given)
+        if len(self._resolved) < 256:
+            try:
+                self._resolved[key] = out
+            except TypeError:
+                pass
+        return dict(out)
+
+    def _resolve(self, given: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(given) - {a.name for a in self.attrs}
         if unknown:
             raise RoiOpError(self.name, f"attribute '{sorted(unknown)[0]}'",

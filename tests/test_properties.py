@@ -5,14 +5,18 @@ under rounding, boxes off the map or inverted, degenerate sizes, tiny maps. Max 
 be bit-identical; averages agree to 1e-4 (float32) / 1e-9 (float64).
 """
 
+import importlib
 from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import literal
 from ort_roi import kernels
 from ort_roi.kernels import _maxpool
+
+roi_align_mod = importlib.import_module("ort_roi.kernels.roi_align")
 
 SETTINGS = settings(max_examples=200, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -59,14 +63,27 @@ def _rois(boxes, counts):
 
 pooled = st.integers(1, 4)
 
+#: Max pooling and RoIAlign compute small problems by a direct path: test both paths.
+paths = pytest.mark.parametrize("small", [True, False], ids=["small-path", "general-path"])
 
+
+def _path(small: bool):
+    limit = 1 << 30 if small else 0
+    return mock.patch.multiple(_maxpool, SMALL=limit), \
+        mock.patch.multiple(roi_align_mod, SMALL=limit)
+
+
+@paths
 @SETTINGS
-@given(problem(), pooled, pooled, scales)
-def test_roi_pooling_max(p, ph, pw, s):
+@given(p=problem(), ph=pooled, pw=pooled, s=scales)
+def test_roi_pooling_max(small, p, ph, pw, s):
     X, boxes, counts = p
     rois = _rois(boxes, counts)
     a = dict(pooled_h=ph, pooled_w=pw, spatial_scale=s, method="max")
-    assert_close(kernels.roi_pooling(X, rois, **a), literal.roi_pooling(X, rois, **a), True)
+    p1, p2 = _path(small)
+    with p1, p2:
+        got = kernels.roi_pooling(X, rois, **a)
+    assert_close(got, literal.roi_pooling(X, rois, **a), True)
 
 
 @SETTINGS
@@ -78,13 +95,16 @@ def test_roi_pooling_bilinear(p, ph, pw):
     assert_close(kernels.roi_pooling(X, rois, **a), literal.roi_pooling(X, rois, **a), False)
 
 
+@paths
 @SETTINGS
-@given(problem(), pooled, pooled, scales)
-def test_roi_pool(p, ph, pw, s):
+@given(p=problem(), ph=pooled, pw=pooled, s=scales)
+def test_roi_pool(small, p, ph, pw, s):
     X, boxes, counts = p
     a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s)
-    assert_close(kernels.roi_pool(X, boxes, counts, **a),
-                 literal.roi_pool(X, boxes, counts, **a), True)
+    p1, p2 = _path(small)
+    with p1, p2:
+        got = kernels.roi_pool(X, boxes, counts, **a)
+    assert_close(got, literal.roi_pool(X, boxes, counts, **a), True)
 
 
 @SETTINGS
@@ -96,15 +116,18 @@ def test_psroi_pool(data, ph, pw, oc, s):
                  literal.psroi_pool(X, boxes, counts, **a), False)
 
 
+@paths
 @SETTINGS
-@given(problem(), pooled, pooled, scales, st.sampled_from([-1, 0, 1, 2, 3]),
-       st.sampled_from([0, 1]))
-def test_roi_align(p, ph, pw, s, sr, aligned):
+@given(p=problem(), ph=pooled, pw=pooled, s=scales, sr=st.sampled_from([-1, 0, 1, 2, 3]),
+       aligned=st.sampled_from([0, 1]))
+def test_roi_align(small, p, ph, pw, s, sr, aligned):
     X, boxes, counts = p
     a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s, sampling_ratio=sr,
              aligned=aligned)
-    assert_close(kernels.roi_align(X, boxes, counts, **a),
-                 literal.roi_align(X, boxes, counts, **a), False)
+    p1, p2 = _path(small)
+    with p1, p2:
+        got = kernels.roi_align(X, boxes, counts, **a)
+    assert_close(got, literal.roi_align(X, boxes, counts, **a), False)
 
 
 @settings(max_examples=150, deadline=None)
@@ -113,7 +136,6 @@ def test_max_pooling_with_capped_table(p, ph, pw, s, budget, chunk):
     """Capped sparse-table levels (windows covered by many blocks) and tiny chunks."""
     X, boxes, counts = p
     a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s)
-    with mock.patch.object(_maxpool, "TABLE_BUDGET", budget), \
-            mock.patch.object(_maxpool, "CHUNK", chunk):
+    with mock.patch.multiple(_maxpool, TABLE_BUDGET=budget, CHUNK=chunk, SMALL=0):
         got = kernels.roi_pool(X, boxes, counts, **a)
     assert_close(got, literal.roi_pool(X, boxes, counts, **a), True)

@@ -75,13 +75,14 @@ def check_boxes(op: str, name: str, boxes, X: np.ndarray, cols: int) -> np.ndarr
 
 def batch_from_column(op: str, name: str, col: np.ndarray, n: int) -> np.ndarray:
     """Batch indices given as the first column of rois: integer values in [0, N)."""
-    bad = (col != np.floor(col)) | (col < 0) | (col >= n)
+    b = col.astype(np.intp)  # a non-integer or huge value does not survive the round trip
+    bad = (b != col) | (b.view(np.uintp) >= n)  # negatives wrap to huge unsigned values
     if bad.any():
         r = int(np.flatnonzero(bad)[0])
         v = col[r].item()
         why = "is not an integer" if v != np.floor(v) else f"is out of range [0, {n})"
         raise RoiOpError(op, f"input '{name}'", f"row {r} has batch index {v!r}, which {why}")
-    return col.astype(np.intp)
+    return b
 
 
 def batch_from_counts(op: str, name: str, counts, n: int, r: int) -> np.ndarray:
@@ -114,19 +115,23 @@ def _as_array(op: str, name: str, a) -> np.ndarray:
     return a
 
 
-def max_pool_bins(start: np.ndarray, end: np.ndarray, pooled: int, size: int):
-    """Integer bins of max pooling along one axis, for every box at once.
+def max_pool_bins(start: np.ndarray, end: np.ndarray, pooled, size):
+    """Integer bins of max pooling, for every box and axis at once.
 
-    start/end are the already scaled and rounded box edges (in T). Returns int arrays
-    lo, hi of shape [R, pooled]: bin p covers [lo, hi), clipped to [0, size].
-    All arithmetic before the clip is done in T, as the reference kernels do.
+    start/end [R, A] are the already scaled and rounded box edges (in T) along A axes with
+    ``pooled`` bins over ``size`` pixels each (ints or length-A sequences). Returns int
+    arrays lo, hi [R, A, max(pooled)]: bin p covers [lo, hi), clipped to [0, size]; entries
+    past an axis's own pooled count are meaningless. All arithmetic before the clip is done
+    in T, as the reference kernels do.
     """
     t = start.dtype.type
+    pooled = np.asarray(pooled, dtype=start.dtype)
     length = np.maximum(end - start + t(1), t(1))
-    bin_size = length / t(pooled)
-    p = np.arange(pooled, dtype=start.dtype)
-    lo = np.floor(p * bin_size[:, None]) + start[:, None]
-    hi = np.ceil((p + t(1)) * bin_size[:, None]) + start[:, None]
+    bin_size = (length / pooled)[:, :, None]
+    p = np.arange(int(pooled.max()), dtype=start.dtype)
+    lo = np.floor(p * bin_size) + start[:, :, None]
+    hi = np.ceil((p + t(1)) * bin_size) + start[:, :, None]
+    size = np.asarray(size)[..., None]
     return clip_edges(lo, size), clip_edges(hi, size)
 
 
@@ -136,4 +141,4 @@ def clip_edges(edges: np.ndarray, size: int) -> np.ndarray:
     An edge is NaN only when a box so large that its size overflows T meets 0 * inf; the
     C++ references cast it to INT_MIN (x86), which clips to 0: so does this.
     """
-    return np.clip(np.where(np.isnan(edges), 0, edges), 0, size).astype(np.intp)
+    return np.minimum(np.fmax(edges, 0), size).astype(np.intp)  # fmax(NaN, 0) = 0

@@ -23,6 +23,9 @@ TABLE_BUDGET = 1 << 22
 CHUNK = 1 << 18
 #: Cost of one gathered element relative to one element of a table-building pass (measured).
 _GATHER_COST = 3
+#: Problems whose every (box, channel, bin, pixel) fits in this many elements are pooled
+#: directly, in a handful of NumPy calls (the table's fixed cost dominates tiny calls).
+SMALL = 1 << 14
 
 
 def _levels(length: np.ndarray, cap: int) -> np.ndarray:
@@ -89,6 +92,8 @@ def pool_max(X: np.ndarray, batch: np.ndarray, hlo: np.ndarray, hhi: np.ndarray,
     out = _workspace.output((R, C, PH, PW), X.dtype)
     if R == 0 or C == 0:
         return out
+    if R * C * PH * PW * H * W <= SMALL:
+        return _pool_max_small(X, batch, hlo, hhi, wlo, whi, out)
     lh, lw = np.maximum(hhi - hlo, 1), np.maximum(whi - wlo, 1)
     Ky, Kx = _choose_levels(lh, lw, N * H * W)
     ky, kx = _levels(lh, Ky), _levels(lw, Kx)
@@ -126,4 +131,16 @@ def pool_max(X: np.ndarray, batch: np.ndarray, hlo: np.ndarray, hhi: np.ndarray,
             out[r0:r1, c0:c1] = acc.transpose(0, 3, 1, 2)
 
     for_channel_blocks(C, block, work)
+    return out
+
+
+def _pool_max_small(X, batch, hlo, hhi, wlo, whi, out):
+    """pool_max by masks over the whole map: [R, PH, PW, H, W] for a small problem."""
+    rows, cols = np.arange(X.shape[2]), np.arange(X.shape[3])
+    in_h = (rows >= hlo[:, :, None]) & (rows < hhi[:, :, None])  # [R, PH, H]
+    in_w = (cols >= wlo[:, :, None]) & (cols < whi[:, :, None])  # [R, PW, W]
+    mask = in_h[:, None, :, None, :, None] & in_w[:, None, None, :, None, :]
+    v = np.where(mask, X[batch][:, :, None, None], -np.inf).max(axis=(-2, -1))
+    filled = (hhi > hlo)[:, None, :, None] & (whi > wlo)[:, None, None, :]
+    np.copyto(out, np.where(filled, v, 0))
     return out

@@ -21,6 +21,9 @@ from ._parallel import for_ranges
 
 #: Grids larger than this use the closed form (sample count per axis per bin).
 EXPLICIT_GRID_MAX = 64
+#: Problems whose X rows per box, and whose samples x pixels per axis, fit in this many
+#: elements are computed in one pass over dense weights (a handful of NumPy calls).
+SMALL = 1 << 14
 
 
 @on_gpu
@@ -51,32 +54,39 @@ def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
 def check_box_sizes(op: str, name: str, boxes: np.ndarray, spatial_scale: float) -> None:
     """Samples of a box whose scaled size overflows T are undefined: reject it."""
     s = boxes.dtype.type(spatial_scale)
-    size = np.stack([boxes[:, 2] * s - boxes[:, 0] * s, boxes[:, 3] * s - boxes[:, 1] * s], 1)
-    bad = ~np.isfinite(size).all(axis=1)
-    if bad.any():
-        r = int(np.flatnonzero(bad)[0])
+    size = boxes[:, 2:] * s - boxes[:, :2] * s
+    if not np.isfinite(size).all():
+        r = int(np.flatnonzero(~np.isfinite(size).all(axis=1))[0])
         raise RoiOpError(op, f"input '{name}'",
                          f"row {r}: the scaled box size overflows {boxes.dtype} "
                          f"({boxes[r].tolist()} x {spatial_scale!r})")
 
 
+def _geometry(boxes: np.ndarray, spatial_scale: float, pooled_h: int, pooled_w: int,
+              sampling_ratio: int, aligned: bool):
+    """Per box and axis (y, x): start, bin size and grid [R, 2], in T, as the reference
+    computes them."""
+    t = boxes.dtype.type
+    c = boxes[:, [1, 0, 3, 2]] * t(spatial_scale) - t(0.5 if aligned else 0.0)  # y1 x1 y2 x2
+    size = c[:, 2:] - c[:, :2]
+    if not aligned:
+        size = np.maximum(size, t(1))
+    pooled = np.array([pooled_h, pooled_w], boxes.dtype)
+    bin_size = size / pooled
+    if sampling_ratio > 0:
+        grid = np.full(size.shape, sampling_ratio, np.int64)
+    else:
+        # ceil of a huge float is clipped before the cast; a grid <= 0 means no samples.
+        grid = np.minimum(np.maximum(np.ceil(size / pooled), 0), 2**62).astype(np.int64)
+    return c[:, :2], bin_size, grid
+
+
 def align_geometry(boxes: np.ndarray, spatial_scale: float, pooled_h: int, pooled_w: int,
                    sampling_ratio: int, aligned: bool):
     """Per-box start, bin size and grid along y and x, in T, as the reference computes them."""
-    t = boxes.dtype.type
-    s, off = t(spatial_scale), t(0.5 if aligned else 0.0)
-    x1, y1, x2, y2 = (boxes[:, i] * s - off for i in range(4))
-    rw, rh = x2 - x1, y2 - y1
-    if not aligned:
-        rw, rh = np.maximum(rw, t(1)), np.maximum(rh, t(1))
-    bin_h, bin_w = rh / t(pooled_h), rw / t(pooled_w)
-    if sampling_ratio > 0:
-        gh = gw = np.full(boxes.shape[0], sampling_ratio, np.int64)
-    else:
-        # ceil of a huge float is clipped before the cast; a grid <= 0 means no samples.
-        gh = np.clip(np.ceil(rh / t(pooled_h)), 0, 2**62).astype(np.int64)
-        gw = np.clip(np.ceil(rw / t(pooled_w)), 0, 2**62).astype(np.int64)
-    return (y1, bin_h, gh), (x1, bin_w, gw)
+    start, bin_size, grid = _geometry(boxes, spatial_scale, pooled_h, pooled_w,
+                                      sampling_ratio, aligned)
+    return tuple((start[:, i], bin_size[:, i], grid[:, i]) for i in range(2))
 
 
 def axis_weights(start: np.ndarray, bin_size: np.ndarray, grid: np.ndarray, pooled: int,
@@ -172,8 +182,10 @@ def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
     out = _workspace.output((R, C, ph, pw), X.dtype)
     if R == 0 or C == 0:
         return out
-    (y1, bin_h, gh), (x1, bin_w, gw) = align_geometry(boxes, spatial_scale, ph, pw,
-                                                      sampling_ratio, aligned)
+    start, bin_size, grid = _geometry(boxes, spatial_scale, ph, pw, sampling_ratio, aligned)
+    if R * C * H * W <= SMALL and R * max(ph, pw) * int(grid.max()) * max(H, W) <= SMALL:
+        return _align_small(X, batch, start, bin_size, grid, ph, pw, out)
+    (y1, x1), (bin_h, bin_w), (gh, gw) = start.T, bin_size.T, grid.T
     Xn = _workspace.scratch("nhwc", (N, H, W, C), X.dtype)
     np.copyto(Xn, X.transpose(0, 2, 3, 1))
     chunk = max(1, (1 << 22) // (ph * H + pw * W))
@@ -196,4 +208,25 @@ def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
                 np.matmul(U.transpose(0, 2, 1), Ax[i, :, w0:w1].T, out=out[r].transpose(1, 0, 2))
 
     for_ranges(R, work)
+    return out
+
+
+def _align_small(X, batch, start, bin_size, grid, ph: int, pw: int, out):
+    """align() for a small problem: every sample's weights on every row / column at once."""
+    N, C, H, W = X.shape
+    t = X.dtype.type
+    G = max(1, int(grid.max()))
+    p = np.arange(max(ph, pw), dtype=X.dtype)[:, None]
+    k = np.arange(G, dtype=X.dtype)
+    b = bin_size[:, :, None, None]
+    y = (start[:, :, None, None] + p * b) + (k + t(0.5)) * b / grid.astype(X.dtype)[:, :, None, None]
+    inside, low, high, frac = neighbours(y, np.array([H, W])[:, None, None])  # [R, 2, P, G]
+    use = inside & (np.arange(G) < grid[:, :, None, None])
+    s = np.arange(max(H, W))
+    w = (np.where(low[..., None] == s, (t(1) - frac)[..., None], t(0))
+         + np.where(high[..., None] == s, frac[..., None], t(0)))  # [R, 2, P, G, S]
+    A = np.where(use[..., None], w, t(0)).sum(axis=3, dtype=np.float64)
+    A = (A / np.maximum(grid, 1)[:, :, None, None]).astype(X.dtype)
+    Ay, Ax = A[:, 0, :ph, :H], A[:, 1, :pw, :W]
+    np.matmul(Ay[:, None] @ X[batch], Ax.transpose(0, 2, 1)[:, None], out=out)
     return out

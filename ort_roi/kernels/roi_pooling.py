@@ -49,10 +49,9 @@ def max_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: i
     """Max pooling of checked inputs; boxes are [R, 4] rows [x1, y1, x2, y2]."""
     t = X.dtype.type
     s = t(spatial_scale)
-    x1, y1, x2, y2 = (round_half_away(boxes[:, i] * s) for i in range(4))
-    hlo, hhi = max_pool_bins(y1, y2, ph, X.shape[2])
-    wlo, whi = max_pool_bins(x1, x2, pw, X.shape[3])
-    return pool_max(X, batch, hlo, hhi, wlo, whi)
+    e = round_half_away(boxes * s)[:, ::-1]  # y2, x2, y1, x1
+    lo, hi = max_pool_bins(e[:, 2:], e[:, :2], (ph, pw), X.shape[2:])
+    return pool_max(X, batch, lo[:, 0, :ph], hi[:, 0, :ph], lo[:, 1, :pw], hi[:, 1, :pw])
 
 
 def _bilinear_coords(lo: np.ndarray, hi: np.ndarray, pooled: int, size: int):
