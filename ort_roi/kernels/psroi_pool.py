@@ -71,7 +71,9 @@ def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
     base = base.ravel()
     channel_step = np.arange(oc) * (P * H * W)
     key = lh * (int(lw.max()) + 1) + lw
-    order = np.argsort(key, kind="stable")
+    # Within a size, bins of one position (one set of input planes) are gathered together.
+    flat = np.arange(R * P)
+    order = np.lexsort((flat % P, key))
     Xf, out3 = X.reshape(-1), out.reshape(R, oc, P)
 
     def work(first: int, last: int) -> None:
@@ -82,15 +84,15 @@ def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
             h_, w_ = int(lh[sel[0]]), int(lw[sel[0]])
             if h_ <= 0 or w_ <= 0:
                 continue  # empty bins stay 0
-            idx = base[sel][:, None] + channel_step
+            idx = channel_step[:, None] + base[sel]  # [oc, bins]: one plane at a time
             total = Xf.take(idx)
             tmp = np.empty_like(total)
             for dy in range(h_):
                 for dx in range(w_):
                     if dy or dx:
-                        total += Xf.take(idx + (dy * W + dx), out=tmp)
+                        total += Xf.take(idx + (dy * W + dx), out=tmp, mode="clip")
             total /= t(h_ * w_)
-            out3[sel // P, :, sel % P] = total
+            out3[sel // P, :, sel % P] = total.T
 
     for_ranges(order.size, work, min_chunk=256)
     return out

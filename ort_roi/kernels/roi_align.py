@@ -187,7 +187,8 @@ def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
         return _align_small(X, batch, start, bin_size, grid, ph, pw, out)
     (y1, x1), (bin_h, bin_w), (gh, gw) = start.T, bin_size.T, grid.T
     Xn = _workspace.scratch("nhwc", (N, H, W, C), X.dtype)
-    np.copyto(Xn, X.transpose(0, 2, 3, 1))
+    for_ranges(H, lambda h0, h1: np.copyto(Xn[:, h0:h1], X[:, :, h0:h1].transpose(0, 2, 3, 1)),
+               min_chunk=1)
     chunk = max(1, (1 << 22) // (ph * H + pw * W))
 
     def work(start: int, stop: int) -> None:

@@ -10,11 +10,9 @@ from ._boxes import (quiet, batch_from_column, check_boxes, check_features, max_
                      round_half_away)
 from . import _workspace
 from ._maxpool import pool_max
-from ._parallel import for_channel_blocks
+from ._parallel import for_ranges
 
-#: Channels per task in bilinear pooling (small blocks make the final transposition cheap).
-_CHANNEL_BLOCK = 32
-#: Elements per step of bilinear pooling's working buffers.
+#: Elements (channels x samples) per step of bilinear pooling's working buffers.
 _CHUNK = 1 << 16
 
 
@@ -81,55 +79,58 @@ def bilinear_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int,
                   pw: int) -> np.ndarray:
     """Bilinear ROIPooling of checked inputs (normalized boxes [R, 4]).
 
-    Per block of channels (one per task, on every core): the four neighbours of every sample
-    are gathered from an NHWC copy of the block (contiguous channel runs), interpolated as
-    OpenVINO does (top, bottom, then between them) and written back transposed.
+    Only samples on the map are computed (the rest are 0): their four neighbours are
+    gathered from each channel's H x W plane (cache-resident) for a range of channels per
+    core, interpolated as OpenVINO does (top, bottom, then between them) and scattered into
+    the output.
     """
     N, C, H, W = X.shape
-    R = boxes.shape[0]
+    R, P = boxes.shape[0], ph * pw
     out = _workspace.output((R, C, ph, pw), X.dtype)
     if R == 0 or C == 0:
         return out
     vy, y0, y1, fy = _bilinear_axis(_bilinear_coords(boxes[:, 1], boxes[:, 3], ph, H), H)
     vx, x0, x1, fx = _bilinear_axis(_bilinear_coords(boxes[:, 0], boxes[:, 2], pw, W), W)
-    base = (batch * (H * W))[:, None, None]
-    ry0, ry1 = base + (y0 * W)[:, :, None], base + (y1 * W)[:, :, None]
-    cx0, cx1 = x0[:, None, :], x1[:, None, :]
-    corners = [(ry0 + cx0).ravel(), (ry0 + cx1).ravel(), (ry1 + cx0).ravel(), (ry1 + cx1).ravel()]
-    dx = np.broadcast_to(fx[:, None, :], (R, ph, pw)).reshape(-1, 1)
-    dy = np.broadcast_to(fy[:, :, None], (R, ph, pw)).reshape(-1, 1)
-    invalid = ~(vy[:, :, None] & vx[:, None, :]).reshape(-1)
-    any_invalid = bool(invalid.any())
-    block = min(C, _CHANNEL_BLOCK)
+    on_map = np.flatnonzero((vy[:, :, None] & vx[:, None, :]).reshape(R * P))
+    r, p = np.divmod(on_map, P)
+    iy, ix = np.divmod(p, pw)
+    images = []  # per image: its samples' boxes, bins, corner indices and fractions
+    for b in (range(N) if N > 1 else [0]):
+        k = np.flatnonzero(batch[r] == b) if N > 1 else slice(None)
+        rk, yk, xk = r[k], iy[k], ix[k]
+        top, bottom = y0[rk, yk] * W, y1[rk, yk] * W
+        left, right = x0[rk, xk], x1[rk, xk]
+        images.append((b, rk, p[k], (top + left, top + right, bottom + left, bottom + right),
+                       fx[rk, xk], fy[rk, yk]))
+    o3 = out.reshape(R, C, P)
+    dense = on_map.size == R * P
+
     def work(c0: int, c1: int) -> None:
         cb = c1 - c0
-        flat = _workspace.scratch("bilinear:x", (N, H, W, cb), X.dtype)
-        np.copyto(flat, X[:, c0:c1].transpose(0, 2, 3, 1))
-        flat = flat.reshape(N * H * W, cb)
-        rows = max(1, _CHUNK // (cb * ph * pw)) * ph * pw  # whole boxes per step, in cache
-        a, b, c = (_workspace.scratch(f"bilinear:{k}", (rows, cb), X.dtype) for k in "abc")
-        for s0 in range(0, R * ph * pw, rows):
-            s1 = min(R * ph * pw, s0 + rows)
-            m = s1 - s0
-            A, B, Cc = a[:m], b[:m], c[:m]
-            fx_, fy_ = dx[s0:s1], dy[s0:s1]
-            flat.take(corners[0][s0:s1], axis=0, out=A)  # top = tl + (tr - tl) * dx
-            flat.take(corners[1][s0:s1], axis=0, out=B)
-            B -= A
-            B *= fx_
-            A += B
-            flat.take(corners[2][s0:s1], axis=0, out=B)  # bottom = bl + (br - bl) * dx
-            flat.take(corners[3][s0:s1], axis=0, out=Cc)
-            Cc -= B
-            Cc *= fx_
-            B += Cc
-            B -= A  # top + (bottom - top) * dy
-            B *= fy_
-            A += B
-            if any_invalid:
-                A[invalid[s0:s1]] = 0
-            r0, r1 = s0 // (ph * pw), s1 // (ph * pw)
-            out[r0:r1, c0:c1] = A.reshape(r1 - r0, ph, pw, cb).transpose(0, 3, 1, 2)
+        if not dense:
+            o3[:, c0:c1] = 0
+        step = max(1, _CHUNK // cb)
+        a, b_, c = (_workspace.scratch(f"bilinear:{n}", (cb, step), X.dtype) for n in "abc")
+        for img, rr, pp, corners, dx, dy in images:
+            plane = X[img, c0:c1].reshape(cb, H * W)
+            for s0 in range(0, rr.size, step):
+                s = slice(s0, min(rr.size, s0 + step))
+                m = s.stop - s0
+                A, B, Cc = a[:, :m], b_[:, :m], c[:, :m]
+                plane.take(corners[0][s], axis=1, out=A, mode="clip")  # top = tl + (tr - tl) dx
+                plane.take(corners[1][s], axis=1, out=B, mode="clip")
+                B -= A
+                B *= dx[s]
+                A += B
+                plane.take(corners[2][s], axis=1, out=B, mode="clip")  # bottom = bl + (br - bl) dx
+                plane.take(corners[3][s], axis=1, out=Cc, mode="clip")
+                Cc -= B
+                Cc *= dx[s]
+                B += Cc
+                B -= A  # top + (bottom - top) dy
+                B *= dy[s]
+                A += B
+                o3[rr[s], c0:c1, pp[s]] = A.T
 
-    for_channel_blocks(C, block, work)
+    for_ranges(C, work)
     return out
