@@ -142,13 +142,18 @@ def cases(w: dict, op: str, seed: int = 0) -> tuple[Runner, dict[str, Runner | N
     return ours, peers
 
 
-def timeit(fn: Runner, repeat: int) -> tuple[float, np.ndarray]:
+def timeit(fn: Runner, repeat: int, min_sample_s: float = 0.02) -> tuple[float, np.ndarray]:
+    """Median seconds per call over ``repeat`` samples after a warm-up; a fast call is
+    timed in loops of several calls per sample (at least ``min_sample_s`` each)."""
+    t = time.perf_counter()
     y = fn()  # warm-up
+    loops = max(1, min(10000, int(min_sample_s / max(time.perf_counter() - t, 1e-7))))
     ts = []
     for _ in range(repeat):
         t = time.perf_counter()
-        y = fn()
-        ts.append(time.perf_counter() - t)
+        for _ in range(loops):
+            y = fn()
+        ts.append((time.perf_counter() - t) / loops)
     return statistics.median(ts), y
 
 
@@ -169,17 +174,21 @@ def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
         ours, peers = cases(w, op)
         t_ours, y = timeit(ours, repeat)
         row = {"workload": wname, "op": op, "ort_roi_s": t_ours, "peers": {}}
-        line = f"{wname:<22} {op:<20} ort_roi {t_ours:8.4f} s"
+        line = f"{wname:<22} {op:<20} ort_roi {_ms(t_ours):>9}"
         for pname, fn in peers.items():
             if fn is None:
                 continue
             t, yp = timeit(fn, repeat)
             diff = float(np.abs(np.nan_to_num(yp) - y).max()) if y.size else 0.0
             row["peers"][pname] = {"s": t, "ratio": t / t_ours, "max_abs_diff": diff}
-            line += f" | {pname} {t:.4f} s x{t / t_ours:.2f} (diff {diff:.1e})"
+            line += f" | {pname} {_ms(t)} x{t / t_ours:.2f} (diff {diff:.1e})"
         log(line)
         results["rows"].append(row)
     return results
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.0f} us"
 
 
 def markdown(results: dict) -> str:
@@ -188,12 +197,12 @@ def markdown(results: dict) -> str:
              "|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         for i, (p, v) in enumerate(r["peers"].items() or [("-", None)]):
-            head = (f"| {r['workload']} | {r['op']} | {r['ort_roi_s'] * 1e3:.1f} ms"
+            head = (f"| {r['workload']} | {r['op']} | {_ms(r['ort_roi_s'])}"
                     if i == 0 else "| | |")
             if v is None:
                 lines.append(head + " | - | - | - | - |")
             else:
-                lines.append(f"{head} | {p} | {v['s'] * 1e3:.1f} ms | {v['ratio']:.2f}x | "
+                lines.append(f"{head} | {p} | {_ms(v['s'])} | {v['ratio']:.2f}x | "
                              f"{v['max_abs_diff']:.1e} |")
     return "\n".join(lines)
 

@@ -1,6 +1,7 @@
 """``ort-roi validate`` and ``ort-roi convert``."""
 
 import glob
+import json
 import os
 
 import numpy as np
@@ -132,3 +133,20 @@ def test_convert_leaves_bilinear_pooling_alone():
     m = onnx.load(os.path.join(os.path.dirname(MODELS[0]), "bilinear_roi_head.onnx"))
     out, n = tooling.convert(m, to="onnx")
     assert n == 0 and out == m
+
+
+def test_bench_runs_w6_and_writes_json(tmp_path):
+    """ort-roi bench on the tiny workload: times, ratios and agreeing outputs, JSON written."""
+    from ort_roi import bench
+
+    out = tmp_path / "bench.json"
+    assert cli.main(["bench", "W6", "--repeat", "1", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    rows = {r["op"]: r for r in results["rows"]}
+    assert set(rows) == {"RoIAlign", "ROIPooling.max"}
+    for r in rows.values():
+        assert r["ort_roi_s"] > 0
+        native = next(v for k, v in r["peers"].items() if k.startswith("ORT"))
+        assert native["ratio"] == pytest.approx(native["s"] / r["ort_roi_s"])
+        assert native["max_abs_diff"] < 1e-6
+    assert "| W6_tiny | RoIAlign |" in bench.markdown(results)
