@@ -171,7 +171,7 @@ def _run(k_id: int, feed, text: Mapping[str, str]):
         if backend.get_backend() == "cupy":
             import cupy
 
-            y = cupy.asnumpy(spec.kernel(*(cupy.asarray(f) for f in feed), **attrs))
+            y = cupy.asnumpy(spec.kernel(cupy.asarray(feed[0]), *feed[1:], **attrs))
         else:
             with _workspace.reuse_outputs():  # onnxruntime copies it before the next call
                 y = spec.kernel(*feed, **attrs)

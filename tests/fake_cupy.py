@@ -17,6 +17,13 @@ import numpy as np
 HERE = os.path.dirname(__file__)
 
 
+class DeviceArray(np.ndarray):
+    """A NumPy array that ort_roi takes for a CuPy array (its type's module is "cupy")."""
+
+
+DeviceArray.__module__ = "cupy"
+
+
 def build(tmpdir: str) -> str:
     lib = os.path.join(tmpdir, "ort_roi_cuda_host.so")
     subprocess.run(["g++", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-o", lib,
@@ -58,10 +65,11 @@ def module(lib_path: str) -> types.ModuleType:
 
     m = types.ModuleType("cupy")
     m.RawModule = RawModule
-    m.asarray = lambda a, dtype=None: np.ascontiguousarray(np.asarray(a, dtype))
+    m.ndarray = DeviceArray
+    m.asarray = lambda a, dtype=None: np.ascontiguousarray(np.asarray(a, dtype)).view(DeviceArray)
     m.ascontiguousarray = np.ascontiguousarray
     m.asnumpy = np.asarray
-    m.empty = np.empty
+    m.empty = lambda *a, **k: np.empty(*a, **k).view(DeviceArray)
     m.int64 = np.int64
     m.matmul = np.matmul
     m.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=lambda: 1))

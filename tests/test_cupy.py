@@ -67,10 +67,12 @@ def host_cupy(host_lib):
 
 @pytest.mark.parametrize("kind,case", ALL, ids=IDS)
 def test_cuda_source_on_host_matches_numpy(host_cupy, kind, case):
+    """The public kernel given X on the "device" runs the CUDA source, returns a device array."""
     fn = _kernel(case)
-    gpu_fn = getattr(_cupy, fn.__name__)
-    args = list(case["inputs"].values())
-    _check(kind, gpu_fn(*args, **case["attrs"]), fn(*args, **case["attrs"]))
+    X, *rest = case["inputs"].values()
+    got = fn(host_cupy.asarray(X), *rest, **case["attrs"])
+    assert isinstance(got, host_cupy.ndarray)
+    _check(kind, got, fn(X, *rest, **case["attrs"]))
 
 
 def test_cuda_source_on_host_huge_grid_and_mmcv(host_cupy):
@@ -80,18 +82,24 @@ def test_cuda_source_on_host_huge_grid_and_mmcv(host_cupy):
     boxes = np.array([[-3e3, -2e3, 4e3, 5e3], [1, 2, 9, 14], [0, 0, 2e3, 3]], np.float32)
     counts = np.array([2, 1])
     a = dict(pooled_height=3, pooled_width=2, sampling_ratio=-1)
-    _check("align", _cupy.roi_align(X, boxes, counts, **a), kernels.roi_align(X, boxes, counts, **a))
+    Xd = host_cupy.asarray(X)
+    _check("align", kernels.roi_align(Xd, boxes, counts, **a),
+           kernels.roi_align(X, boxes, counts, **a))
     rois = np.concatenate([[[0], [0], [1]], boxes], 1).astype(np.float32)
     m = dict(output_height=3, output_width=2, sampling_ratio=0, spatial_scale=0.5)
     for mode in ("avg", "max"):
-        _check("align", _cupy.mmcv_roi_align(X, rois, mode=mode, **m),
-               kernels.mmcv_roi_align(X, rois, mode=mode, **m))
+        got = kernels.mmcv_roi_align(Xd, rois, mode=mode, **m)
+        assert isinstance(got, host_cupy.ndarray)
+        _check("align", got, kernels.mmcv_roi_align(X, rois, mode=mode, **m))
 
 
 def test_cuda_path_reports_bad_input_like_numpy(host_cupy):
     X = np.zeros((1, 2, 4, 4), np.float32)
     with pytest.raises(ort_roi.RoiOpError, match="RoIPool.*'boxes_num'"):
-        _cupy.roi_pool(X, np.zeros((2, 4), np.float32), np.array([3]))
+        kernels.roi_pool(host_cupy.asarray(X), np.zeros((2, 4), np.float32), np.array([3]))
+    with pytest.raises(ort_roi.RoiOpError, match="RoIAlign.*'boxes'.*shape"):
+        kernels.roi_align(host_cupy.asarray(X), host_cupy.asarray(np.zeros((2, 5), np.float32)),
+                          np.array([2]))
 
 
 # -- nvcc -------------------------------------------------------------------------------------
@@ -197,4 +205,25 @@ def test_gpu_backend_in_onnxruntime():
         got = sess.run(None, feed)[0]
     finally:
         ort_roi.set_backend("numpy")
+    _check("align", got, kernels.roi_align(*args, **case["attrs"]))
+
+
+def test_cuda_source_on_host_in_onnxruntime(host_cupy):
+    """The cupy backend through a plain onnxruntime session: X goes to the "device", the
+    CUDA source computes, the output comes back; bad input still gives the op's error."""
+    case = C.roi_align_cases(16)[0]
+    args = list(case["inputs"].values())
+    m = builders.single_op_model("RoIAlign", args[0].dtype, args[2].dtype, **case["attrs"])
+    sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                providers=["CPUExecutionProvider"])
+    feed = dict(zip([i.name for i in sess.get_inputs()], args))
+    calls = []
+    launch = _cupy._launch
+    try:
+        assert ort_roi.set_backend("cupy") == "cupy"
+        with mock.patch.object(_cupy, "_launch", lambda *a: calls.append(a[0]) or launch(*a)):
+            got = sess.run(None, feed)[0]
+    finally:
+        ort_roi.set_backend("numpy")
+    assert calls == ["roi_align"]
     _check("align", got, kernels.roi_align(*args, **case["attrs"]))

@@ -18,6 +18,16 @@ def is_cupy(a) -> bool:
     return type(a).__module__.split(".")[0] == "cupy"
 
 
+def host(a):
+    """A CuPy array copied to the host; anything else as it is (boxes and counts are small:
+    their checks and geometry run on the host for both backends)."""
+    if is_cupy(a):
+        import cupy
+
+        return cupy.asnumpy(a)
+    return a
+
+
 def quiet(kernel):
     """Run a kernel with IEEE behaviour: a huge box may overflow T on purpose (inf bin
     sizes follow the references' arithmetic), so no warnings and no FloatingPointError."""
@@ -56,8 +66,8 @@ def check_features(op: str, X, name: str = "X") -> np.ndarray:
 
 
 def check_boxes(op: str, name: str, boxes, X: np.ndarray, cols: int) -> np.ndarray:
-    """boxes must be [R, cols] of X's dtype, all finite."""
-    boxes = _as_array(op, name, boxes)
+    """boxes must be [R, cols] of X's dtype, all finite. Returns them on the host."""
+    boxes = _as_array(op, name, host(boxes))
     if boxes.ndim != 2 or boxes.shape[1] != cols:
         raise RoiOpError(op, f"input '{name}'",
                          f"must have shape [R, {cols}], got {list(boxes.shape)}")
@@ -87,7 +97,7 @@ def batch_from_column(op: str, name: str, col: np.ndarray, n: int) -> np.ndarray
 
 def batch_from_counts(op: str, name: str, counts, n: int, r: int) -> np.ndarray:
     """Batch indices from per-image counts: int32/int64 [N], non-negative, summing to R."""
-    counts = _as_array(op, name, counts)
+    counts = _as_array(op, name, host(counts))
     if counts.dtype not in TYPES["I"]:
         raise RoiOpError(op, f"input '{name}'", f"must be int32 or int64, got {counts.dtype}")
     if counts.ndim != 1 or counts.shape[0] != n:
@@ -105,7 +115,7 @@ def batch_from_counts(op: str, name: str, counts, n: int, r: int) -> np.ndarray:
 
 
 def _as_array(op: str, name: str, a) -> np.ndarray:
-    if is_cupy(a):  # the GPU backend checks X's metadata only
+    if is_cupy(a):  # X on the GPU: its metadata is checked, its data stays there
         return a
     if not isinstance(a, np.ndarray):
         try:

@@ -25,7 +25,6 @@ EMPTY_MAX = -10000.0
 _STEP = 1 << 20
 
 
-@on_gpu
 @quiet
 def mmcv_roi_align(input: np.ndarray, rois: np.ndarray, *, output_height: int = 1,
                    output_width: int = 1, spatial_scale: float = 1.0,
@@ -58,6 +57,7 @@ def _samples(start, bin_size, grid, pooled: int, size: int):
     return ~inside, low, high, frac
 
 
+@on_gpu
 def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
               aligned: bool) -> np.ndarray:
     """Mode "max" of checked inputs: per box, the samples of each bin from an NHWC copy."""

@@ -32,7 +32,6 @@ def check_channels(op: str, C: int, oc: int, ph: int, pw: int) -> None:
                          f"{oc}*{ph}*{pw} = {oc * ph * pw} channels, got {C}")
 
 
-@on_gpu
 @quiet
 def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
                output_channels: int, spatial_scale: float = 1.0,
@@ -49,15 +48,22 @@ def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
                                 pooled_height=pooled_height, pooled_width=pooled_width))
     oc, ph, pw = a["output_channels"], a["pooled_height"], a["pooled_width"]
     X = check_features(op, X)
-    N, C, H, W = X.shape
-    check_channels(op, C, oc, ph, pw)
+    check_channels(op, X.shape[1], oc, ph, pw)
     rois = check_boxes(op, "rois", rois, X, 4)
+    batch = batch_from_counts(op, "rois_num", rois_num, X.shape[0], rois.shape[0])
+    return ps_pool(X, batch, rois, oc, ph, pw, a["spatial_scale"])
+
+
+@on_gpu
+def ps_pool(X: np.ndarray, batch: np.ndarray, rois: np.ndarray, oc: int, ph: int, pw: int,
+            spatial_scale: float) -> np.ndarray:
+    """PSROIPool of checked inputs (rois [R, 4])."""
+    N, C, H, W = X.shape
     R = rois.shape[0]
-    batch = batch_from_counts(op, "rois_num", rois_num, N, R)
     out = np.zeros((R, oc, ph, pw), X.dtype)
     if R == 0:
         return out
-    s = X.dtype.type(a["spatial_scale"])
+    s = X.dtype.type(spatial_scale)
     hlo, hhi = _bins(rois[:, 1], rois[:, 3], s, ph, H)
     wlo, whi = _bins(rois[:, 0], rois[:, 2], s, pw, W)
     # Bins of the same size (rows x cols) are summed together: one gather per element of the

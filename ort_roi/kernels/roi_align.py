@@ -26,7 +26,6 @@ EXPLICIT_GRID_MAX = 64
 SMALL = 1 << 14
 
 
-@on_gpu
 @quiet
 def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
               pooled_height: int = 1, pooled_width: int = 1, spatial_scale: float = 1.0,
@@ -168,6 +167,7 @@ def _closed_form(start: float, bin_size: float, grid: int, pooled: int, size: in
     return A
 
 
+@on_gpu
 def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
           spatial_scale: float, sampling_ratio: int, aligned: bool) -> np.ndarray:
     """RoIAlign of checked inputs.

@@ -5,12 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ROI_POOL
-from ._cupy import on_gpu
 from ._boxes import quiet, batch_from_counts, check_boxes, check_features
 from .roi_pooling import max_pool
 
 
-@on_gpu
 @quiet
 def roi_pool(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
              pooled_height: int = 1, pooled_width: int = 1,

@@ -16,7 +16,6 @@ from ._parallel import for_ranges
 _CHUNK = 1 << 16
 
 
-@on_gpu
 @quiet
 def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_h: int, pooled_w: int,
                 spatial_scale: float, method: str = "max") -> np.ndarray:
@@ -42,6 +41,7 @@ def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_h: int, pooled_w: int
     return bilinear_pool(X, batch, rois[:, 1:], a["pooled_h"], a["pooled_w"])
 
 
+@on_gpu
 def max_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
              spatial_scale: float) -> np.ndarray:
     """Max pooling of checked inputs; boxes are [R, 4] rows [x1, y1, x2, y2]."""
@@ -75,6 +75,7 @@ def _bilinear_axis(c: np.ndarray, size: int):
     return valid, low, high, frac
 
 
+@on_gpu
 def bilinear_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int,
                   pw: int) -> np.ndarray:
     """Bilinear ROIPooling of checked inputs (normalized boxes [R, 4]).
