@@ -17,7 +17,7 @@ from . import _workspace
 from ._cupy import on_gpu
 from ._boxes import batch_from_column, check_boxes, check_features, quiet
 from ._parallel import for_ranges
-from .roi_align import align, align_geometry, check_box_sizes, neighbours
+from .roi_align import align, align_geometry, check_box_sizes, neighbours, sample_positions
 
 #: mmcv's initial running maximum: what a bin without samples returns in mode "max".
 EMPTY_MAX = -10000.0
@@ -49,10 +49,7 @@ def mmcv_roi_align(input: np.ndarray, rois: np.ndarray, *, output_height: int = 
 
 def _samples(start, bin_size, grid, pooled: int, size: int):
     """Per sample along one axis [pooled * grid]: off the map?, low, high, fraction (in T)."""
-    t = start.dtype.type
-    p = np.repeat(np.arange(pooled, dtype=start.dtype), grid)
-    k = np.tile(np.arange(grid, dtype=start.dtype), pooled)
-    y = start + p * bin_size + (k + t(0.5)) * bin_size / t(grid)
+    y = sample_positions(start, bin_size, grid, pooled, grid).ravel()
     inside, low, high, frac = neighbours(y, size)
     return ~inside, low, high, frac
 

@@ -118,15 +118,24 @@ def neighbours(y: np.ndarray, size: int):
     return inside, low, high, np.where(at_end, t(0), y - low.astype(y.dtype))
 
 
+def sample_positions(start, bin_size, grid, pooled: int, G: int) -> np.ndarray:
+    """Sample coordinates [..., pooled, G] along one axis, in T, placed as the reference
+    does: y = start + p*bin_size + (k + 0.5)*bin_size/grid for bin p and sample k (only
+    k < grid are samples of the bin). start, bin_size and grid broadcast together."""
+    start = np.asarray(start)
+    t = start.dtype.type
+    b = np.asarray(bin_size)[..., None, None]
+    g = np.asarray(grid).astype(start.dtype)[..., None, None]
+    p = np.arange(pooled, dtype=start.dtype)[:, None]
+    k = np.arange(G, dtype=start.dtype)
+    return (start[..., None, None] + p * b) + (k + t(0.5)) * b / g
+
+
 def _explicit(start, bin_size, grid, pooled: int, size: int) -> np.ndarray:
     """Sum of the samples' 1-D weights, the samples placed exactly as the reference does."""
     t = start.dtype.type
     R, G = start.shape[0], int(grid.max())
-    p = np.arange(pooled, dtype=start.dtype)[None, :, None]
-    k = np.arange(G, dtype=start.dtype)[None, None, :]
-    b = bin_size[:, None, None]
-    y = (start[:, None, None] + p * b) + (k + t(0.5)) * b / grid.astype(start.dtype)[:, None, None]
-    inside, low, high, ly = neighbours(y, size)
+    inside, low, high, ly = neighbours(sample_positions(start, bin_size, grid, pooled, G), size)
     use = inside & (np.arange(G)[None, None, :] < grid[:, None, None])
     hy = t(1) - ly
     row = (np.arange(R)[:, None, None] * pooled + np.arange(pooled)[None, :, None]) * size
@@ -217,11 +226,8 @@ def _align_small(X, batch, start, bin_size, grid, ph: int, pw: int, out):
     N, C, H, W = X.shape
     t = X.dtype.type
     G = max(1, int(grid.max()))
-    p = np.arange(max(ph, pw), dtype=X.dtype)[:, None]
-    k = np.arange(G, dtype=X.dtype)
-    b = bin_size[:, :, None, None]
-    y = (start[:, :, None, None] + p * b) + (k + t(0.5)) * b / grid.astype(X.dtype)[:, :, None, None]
-    inside, low, high, frac = neighbours(y, np.array([H, W])[:, None, None])  # [R, 2, P, G]
+    y = sample_positions(start, bin_size, grid, max(ph, pw), G)  # [R, 2, P, G]
+    inside, low, high, frac = neighbours(y, np.array([H, W])[:, None, None])
     use = inside & (np.arange(G) < grid[:, :, None, None])
     s = np.arange(max(H, W))
     w = (np.where(low[..., None] == s, (t(1) - frac)[..., None], t(0))

@@ -96,8 +96,8 @@ def bilinear_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int,
     r, p = np.divmod(on_map, P)
     iy, ix = np.divmod(p, pw)
     images = []  # per image: its samples' boxes, bins, corner indices and fractions
-    for b in (range(N) if N > 1 else [0]):
-        k = np.flatnonzero(batch[r] == b) if N > 1 else slice(None)
+    for b in range(N):
+        k = np.flatnonzero(batch[r] == b)
         rk, yk, xk = r[k], iy[k], ix[k]
         top, bottom = y0[rk, yk] * W, y1[rk, yk] * W
         left, right = x0[rk, xk], x1[rk, xk]
