@@ -161,6 +161,15 @@ def _pooled(name: str, default: int | None, doc: str) -> Attr:
 
 _SCALE_DOC = "multiplies box coordinates to map them onto X"
 
+
+def _spatial_scale(default: float | None = 1.0, doc: str = _SCALE_DOC) -> Attr:
+    return Attr("spatial_scale", float, default, min=0.0, min_exclusive=True, doc=doc)
+
+
+def _sampling_ratio(default: int) -> Attr:
+    return Attr("sampling_ratio", int, default,
+                doc="samples per bin side; <= 0: adaptive ceil(roi size / pooled size)")
+
 ROI_POOLING = OpSpec(
     name="ROIPooling",
     source="OpenVINO ROIPooling-1 (max also MXNet ROIPooling, ONNX MaxRoiPool)",
@@ -170,8 +179,7 @@ ROI_POOLING = OpSpec(
             Input("rois", "T", "[R, 5]", "rows [batch_id, x1, y1, x2, y2]")),
     attrs=(_pooled("pooled_h", None, "output height"),
            _pooled("pooled_w", None, "output width"),
-           Attr("spatial_scale", float, None, min=0.0, min_exclusive=True,
-                doc=_SCALE_DOC + " (method=max; ignored by bilinear)"),
+           _spatial_scale(None, _SCALE_DOC + " (method=max; ignored by bilinear)"),
            Attr("method", str, "max", choices=("max", "bilinear"),
                 doc="max: max over integer bins; bilinear: one bilinear sample per bin, "
                     "boxes normalized to [0, 1]")),
@@ -192,7 +200,7 @@ ROI_POOL = OpSpec(
             Input("boxes_num", "I", "[N]", _COUNTS_DOC)),
     attrs=(_pooled("pooled_height", 1, "output height"),
            _pooled("pooled_width", 1, "output width"),
-           Attr("spatial_scale", float, 1.0, min=0.0, min_exclusive=True, doc=_SCALE_DOC)),
+           _spatial_scale()),
     kernel_name="roi_pool",
     pooled=("pooled_height", "pooled_width"),
 )
@@ -206,7 +214,7 @@ PSROI_POOL = OpSpec(
             Input("rois", "T", "[R, 4]", "rows [x1, y1, x2, y2]"),
             Input("rois_num", "I", "[N]", _COUNTS_DOC)),
     attrs=(Attr("output_channels", int, None, min=1, doc="channels of the output"),
-           Attr("spatial_scale", float, 1.0, min=0.0, min_exclusive=True, doc=_SCALE_DOC),
+           _spatial_scale(),
            _pooled("pooled_height", 1, "output height"),
            _pooled("pooled_width", 1, "output width")),
     kernel_name="psroi_pool",
@@ -225,9 +233,8 @@ ROI_ALIGN = OpSpec(
             Input("boxes_num", "I", "[N]", _COUNTS_DOC)),
     attrs=(_pooled("pooled_height", 1, "output height"),
            _pooled("pooled_width", 1, "output width"),
-           Attr("spatial_scale", float, 1.0, min=0.0, min_exclusive=True, doc=_SCALE_DOC),
-           Attr("sampling_ratio", int, -1,
-                doc="samples per bin side; <= 0: adaptive ceil(roi size / pooled size)"),
+           _spatial_scale(),
+           _sampling_ratio(-1),
            Attr("aligned", int, 1, choices=(0, 1),
                 doc="1: pixel model with half-pixel offset (detectron2 ROIAlignV2)")),
     kernel_name="roi_align",
@@ -259,9 +266,8 @@ MMCV_ROI_ALIGN = OpSpec(
             Input("rois", "T", "[R, 5]", "rows [batch_id, x1, y1, x2, y2]")),
     attrs=(_pooled("output_height", 1, "output height"),
            _pooled("output_width", 1, "output width"),
-           Attr("spatial_scale", float, 1.0, min=0.0, min_exclusive=True, doc=_SCALE_DOC),
-           Attr("sampling_ratio", int, 0,
-                doc="samples per bin side; <= 0: adaptive ceil(roi size / pooled size)"),
+           _spatial_scale(),
+           _sampling_ratio(0),
            Attr("mode", str, "avg", choices=("avg", "max"), doc="mean or max of the samples"),
            Attr("aligned", int, 1, choices=(0, 1), doc="1: half-pixel offset")),
     kernel_name="mmcv_roi_align",

@@ -58,6 +58,15 @@ def _max_pool_box_(X, b, x1, y1, x2, y2, PH, PW, s, out_r):
                 out_r[c, ph, pw] = _max_region(X, b, c, h0, h1, w0, w1)
 
 
+def _bilinear_sample(t, p, pooled, lo, hi, size):
+    """Sample coordinate of output row / column p (CONTRACT.md, method=bilinear)."""
+    if pooled == 1:
+        return (lo + hi) * t(0.5) * t(size - 1)
+    if p == pooled - 1:
+        return hi * t(size - 1)
+    return t(p) * ((hi - lo) * t(size - 1)) / t(pooled - 1) + lo * t(size - 1)
+
+
 def roi_pooling(X, rois, *, pooled_h, pooled_w, spatial_scale, method="max"):
     R, (N, C, H, W) = rois.shape[0], X.shape
     out = np.zeros((R, C, pooled_h, pooled_w), X.dtype)
@@ -69,19 +78,9 @@ def roi_pooling(X, rois, *, pooled_h, pooled_w, spatial_scale, method="max"):
             _max_pool_box(X, b, x1, y1, x2, y2, pooled_h, pooled_w, spatial_scale, out[r])
             continue
         for ph in range(pooled_h):
-            if pooled_h > 1:
-                y = t(ph) * ((y2 - y1) * t(H - 1)) / t(pooled_h - 1) + y1 * t(H - 1)
-                if ph == pooled_h - 1:
-                    y = y2 * t(H - 1)
-            else:
-                y = (y1 + y2) * t(0.5) * t(H - 1)
+            y = _bilinear_sample(t, ph, pooled_h, y1, y2, H)
             for pw in range(pooled_w):
-                if pooled_w > 1:
-                    x = t(pw) * ((x2 - x1) * t(W - 1)) / t(pooled_w - 1) + x1 * t(W - 1)
-                    if pw == pooled_w - 1:
-                        x = x2 * t(W - 1)
-                else:
-                    x = (x1 + x2) * t(0.5) * t(W - 1)
+                x = _bilinear_sample(t, pw, pooled_w, x1, x2, W)
                 if y < 0 or y > H - 1 or x < 0 or x > W - 1:
                     continue
                 y0, x0 = int(np.floor(y)), int(np.floor(x))
