@@ -131,11 +131,13 @@ def test_roi_align(small, p, ph, pw, s, sr, aligned):
 
 
 @settings(max_examples=150, deadline=None)
-@given(problem(), pooled, pooled, scales, st.sampled_from([1, 24, 200]), st.sampled_from([1, 5]))
-def test_max_pooling_with_capped_table(p, ph, pw, s, budget, chunk):
-    """Capped sparse-table levels (windows covered by many blocks) and tiny chunks."""
+@given(problem(), pooled, pooled, scales, st.sampled_from([1, 24, 200]), st.sampled_from([1, 5]),
+       st.sampled_from([1, 3, 64]))
+def test_max_pooling_with_capped_table(p, ph, pw, s, budget, chunk, run):
+    """Capped sparse-table levels (windows covered by many blocks), tiny chunks, short runs."""
     X, boxes, counts = p
     a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s)
-    with mock.patch.multiple(_maxpool, TABLE_BUDGET=budget, CHUNK=chunk, SMALL=0):
+    with mock.patch.multiple(_maxpool, TABLE_MIN=budget, TABLE_MAX=budget, CHUNK=chunk,
+                             MAX_RUN=run, SMALL=0):
         got = kernels.roi_pool(X, boxes, counts, **a)
     assert_close(got, literal.roi_pool(X, boxes, counts, **a), True)

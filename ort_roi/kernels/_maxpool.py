@@ -6,8 +6,8 @@ length L along an axis is covered by ceil(L / 2**k) blocks of length 2**k (k = f
 gives at most two, overlapping, blocks; max is idempotent), so a bin is the max of a handful
 of table entries. The table is built per block of channels in an NHWC layout (gathers copy
 contiguous channel runs); its depth is chosen per call, weighing the passes that build it
-against the gathers it saves, within a fixed memory budget. Channel blocks are shared among
-the cores.
+against the gathers it saves, within a memory budget. Channel blocks are shared among the
+cores.
 """
 
 from __future__ import annotations
@@ -15,10 +15,16 @@ from __future__ import annotations
 import numpy as np
 
 from . import _workspace
-from ._parallel import for_channel_blocks
+from ._parallel import for_channel_blocks, workers
 
-#: Elements of sparse table per task (the channel block shrinks to fit; at least one channel).
-TABLE_BUDGET = 1 << 22
+#: Elements of sparse table over all threads: at least TABLE_MIN, up to the size of X plus
+#: the output where those are larger (the memory bound allows that much), at most
+#: TABLE_MAX per thread. The channel block shrinks to fit (at least one channel).
+TABLE_MIN = 1 << 23
+TABLE_MAX = 1 << 24
+#: Channels per table row at most: longer gathered runs gained nothing (W1, W3) and a
+#: smaller table stays in cache.
+MAX_RUN = 64
 #: Elements of gathered rows per step (keeps the working set in cache).
 CHUNK = 1 << 18
 #: Cost of one gathered element relative to one element of a table-building pass (measured).
@@ -38,7 +44,14 @@ def _block_count(length: np.ndarray, level: np.ndarray) -> np.ndarray:
     return (length + (1 << level) - 1) >> level
 
 
-def _choose_levels(lh: np.ndarray, lw: np.ndarray, cells: int) -> tuple[int, int]:
+def _table_budget(x_size: int, out_size: int) -> int:
+    """Elements of sparse table per thread."""
+    total = max(TABLE_MIN, x_size + out_size)
+    return min(total // workers(), TABLE_MAX)
+
+
+def _choose_levels(lh: np.ndarray, lw: np.ndarray, cells: int,
+                   budget: int) -> tuple[int, int]:
     """Top table levels (Ky, Kx) minimizing build + query work within the budget.
 
     Building costs one pass over a channel's map (``cells``) per level pair; a bin costs
@@ -50,7 +63,7 @@ def _choose_levels(lh: np.ndarray, lw: np.ndarray, cells: int) -> tuple[int, int
     for ky in range(int(np.log2(lh.max())) + 1):
         ny = int(_block_count(lh, _levels(lh, ky)).max())
         for kx in range(int(np.log2(lw.max())) + 1):
-            if (ky + 1) * (kx + 1) * cells > TABLE_BUDGET and (ky, kx) != (0, 0):
+            if (ky + 1) * (kx + 1) * cells > budget and (ky, kx) != (0, 0):
                 continue
             nx = int(_block_count(lw, _levels(lw, kx)).max())
             cost = (ky + 1) * (kx + 1) * cells + _GATHER_COST * queries * ny * nx
@@ -95,7 +108,8 @@ def pool_max(X: np.ndarray, batch: np.ndarray, hlo: np.ndarray, hhi: np.ndarray,
     if R * C * PH * PW * H * W <= SMALL:
         return _pool_max_small(X, batch, hlo, hhi, wlo, whi, out)
     lh, lw = np.maximum(hhi - hlo, 1), np.maximum(whi - wlo, 1)
-    Ky, Kx = _choose_levels(lh, lw, N * H * W)
+    budget = _table_budget(X.size, out.size)
+    Ky, Kx = _choose_levels(lh, lw, N * H * W, budget)
     ky, kx = _levels(lh, Ky), _levels(lw, Kx)
     ys, xs = _blocks(hlo, hhi, H, ky), _blocks(wlo, whi, W, kx)  # [ny, R, PH], [nx, R, PW]
     # Flat table row of (level, batch, y, x) = ((ky*(Kx+1) + kx)*N + b)*H*W + y*W + x.
@@ -105,7 +119,9 @@ def pool_max(X: np.ndarray, batch: np.ndarray, hlo: np.ndarray, hhi: np.ndarray,
     empty = ~((hhi > hlo)[:, :, None] & (whi > wlo)[:, None, :])
     has_empty = empty.reshape(R, P).any(axis=1)
     cells = (Ky + 1) * (Kx + 1) * N * H * W
-    block = int(min(C, max(1, TABLE_BUDGET // cells)))
+    # Channel blocks: runs of up to MAX_RUN channels per gather within the budget, and at
+    # least one block per core.
+    block = int(min(MAX_RUN, -(-C // workers()), max(1, budget // cells)))
     def work(c0: int, c1: int) -> None:
         cb = c1 - c0
         T = _workspace.scratch("maxpool:table", (Ky + 1, Kx + 1, N, H, W, cb), X.dtype)

@@ -76,6 +76,11 @@ class _SingleThreadBlas:
                 _blas[1](_blas_saved)
 
 
+def workers() -> int:
+    """Threads that share a kernel's work."""
+    return _WORKERS
+
+
 def for_ranges(n: int, fn: Callable[[int, int], None], min_chunk: int = 16) -> None:
     """Call fn(start, stop) over [0, n) split into one contiguous range per worker."""
     parts = min(_WORKERS, max(1, n // min_chunk))
