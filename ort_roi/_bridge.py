@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -29,8 +29,8 @@ _DT = {np.dtype(np.float32): "dt_float", np.dtype(np.float64): "dt_double",
        np.dtype(np.int32): "dt_int32", np.dtype(np.int64): "dt_int64"}
 _ATTR_DT = {int: "dt_int64", float: "dt_float", str: "dt_string"}
 
-#: kernel id -> (spec, output dtype) for every registered overload of ours.
-_KERNELS: dict[int, tuple[OpSpec, np.dtype]] = {}
+#: kernel id -> (spec, output dtype, kernel) for every registered overload of ours.
+_KERNELS: dict[int, tuple[OpSpec, np.dtype, Callable[..., np.ndarray]]] = {}
 _registered = False
 _lock = threading.Lock()
 _local = threading.local()
@@ -165,16 +165,16 @@ def _fallback(spec: OpSpec, feed, text: Mapping[str, str], dtype: np.dtype) -> n
 
 
 def _run(k_id: int, feed, text: Mapping[str, str]):
-    spec, dtype = _KERNELS[k_id]
+    spec, dtype, kernel = _KERNELS[k_id]
     try:
         attrs = parse_attrs(spec, text)
         if backend.get_backend() == "cupy":
             import cupy
 
-            y = cupy.asnumpy(spec.kernel(cupy.asarray(feed[0]), *feed[1:], **attrs))
+            y = cupy.asnumpy(kernel(cupy.asarray(feed[0]), *feed[1:], **attrs))
         else:
             with _workspace.reuse_outputs():  # onnxruntime copies it before the next call
-                y = spec.kernel(*feed, **attrs)
+                y = kernel(*feed, **attrs)
         y = np.ascontiguousarray(y, dtype=dtype)
     except BaseException as e:  # noqa: BLE001 - nothing may leave a kernel (it aborts)
         if not isinstance(e, RoiOpError):
@@ -219,21 +219,33 @@ def _overloads(spec: OpSpec):
                 yield types, tx
 
 
+def _add(spec: OpSpec, kernel: Callable[..., np.ndarray], domain: str) -> None:
+    from onnxruntime_extensions import PyCustomOpDef
+    from onnxruntime_extensions._ocos import Opdef
+
+    attrs = {a.name: getattr(PyCustomOpDef, _ATTR_DT[a.type]) for a in spec.attrs}
+    for types, out_dtype in _overloads(spec):
+        opdef = Opdef.create(
+            kernel, op_type=f"{domain}::{spec.name}",
+            inputs=[getattr(PyCustomOpDef, _DT[t]) for t in types],
+            outputs=[getattr(PyCustomOpDef, _DT[out_dtype])], attrs=attrs)
+        _KERNELS[opdef._nativedef.obj_id] = (spec, out_dtype, kernel)
+
+
 def register() -> None:
     """Register every op of every spec with onnxruntime-extensions (once per process)."""
     global _registered
     with _lock:
         if not _registered:
-            from onnxruntime_extensions import PyCustomOpDef
-            from onnxruntime_extensions._ocos import Opdef
-
             for spec in all_specs():
-                attrs = {a.name: getattr(PyCustomOpDef, _ATTR_DT[a.type]) for a in spec.attrs}
-                for types, out_dtype in _overloads(spec):
-                    opdef = Opdef.create(
-                        spec.kernel, op_type=f"{spec.domain}::{spec.name}",
-                        inputs=[getattr(PyCustomOpDef, _DT[t]) for t in types],
-                        outputs=[getattr(PyCustomOpDef, _DT[out_dtype])], attrs=attrs)
-                    _KERNELS[opdef._nativedef.obj_id] = (spec, out_dtype)
+                _add(spec, spec.kernel, spec.domain)
             _registered = True
+        install_hook()
+
+
+def register_stand_in(spec: OpSpec, domain: str, kernel: Callable[..., np.ndarray]) -> None:
+    """Register ``kernel`` as op ``spec.name`` of ``domain``, with spec's inputs, attributes
+    and error handling (``ort-roi bench`` times the bridge alone this way)."""
+    with _lock:
+        _add(spec, kernel, domain)
         install_hook()

@@ -56,8 +56,42 @@ def _session(model) -> ort.InferenceSession:
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def _ours(op: str, feed: dict, **attrs) -> Runner:
+class _Ours:
+    """Our op in a plain onnxruntime session; ``floor(y)`` is the same session shape with a
+    kernel that only hands back y."""
+
+    def __init__(self, op: str, feed: dict, **attrs):
+        self.op, self.feed, self.attrs = op, feed, attrs
+        m = builders.single_op_model(op, **attrs)
+        self.sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                         providers=["CPUExecutionProvider"])
+
+    def __call__(self) -> np.ndarray:
+        return self.sess.run(None, self.feed)[0]
+
+    def floor(self, y: np.ndarray) -> Runner:
+        return bridge_floor(self.op, self.feed, y, **self.attrs)
+
+
+FLOOR_DOMAIN = "ort_roi_bench_floor"
+_floor_outputs: dict[str, np.ndarray] = {}  # op name -> what its stand-in hands back
+
+
+def bridge_floor(op: str, feed: dict, y: np.ndarray, **attrs) -> Runner:
+    """Our session with the kernel replaced by one that hands back ``y`` at once: what
+    onnxruntime-extensions' Python-op bridge costs by itself (X copied in, the output
+    copied out, our hook), the least any kernel of ours can take."""
+    from ort_roi import _bridge, specs
+
+    if op not in _floor_outputs:
+        _bridge.register_stand_in(specs.spec(op), FLOOR_DOMAIN,
+                                  lambda *args, **kw: _floor_outputs[op])
+    _floor_outputs[op] = y
     m = builders.single_op_model(op, **attrs)
+    m.graph.node[0].domain = FLOOR_DOMAIN
+    for o in m.opset_import:
+        if o.domain == ort_roi.DOMAIN:
+            o.domain = FLOOR_DOMAIN
     sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
                                 providers=["CPUExecutionProvider"])
     return lambda: sess.run(None, feed)[0]
@@ -94,7 +128,7 @@ def _paddle(fn_name: str, X, boxes, counts, *args) -> Runner | None:
     return lambda: fn(x, b, n, *args).numpy()
 
 
-def cases(w: dict, op: str, seed: int = 0) -> tuple[Runner, dict[str, Runner | None]]:
+def cases(w: dict, op: str, seed: int = 0) -> tuple[_Ours, dict[str, Runner | None]]:
     """Our runner and the peers' for one workload and op."""
     P, s = w["pooled"], w["spatial_scale"]
     X, boxes, counts = make_inputs(w, seed, normalized=(op == "ROIPooling.bilinear"))
@@ -103,7 +137,7 @@ def cases(w: dict, op: str, seed: int = 0) -> tuple[Runner, dict[str, Runner | N
     peers: dict[str, Runner | None] = {}
     if op == "RoIAlign":
         sr = w.get("sampling_ratio", 0)
-        ours = _ours("RoIAlign", dict(X=X, boxes=boxes, boxes_num=counts), pooled_height=P,
+        ours = _Ours("RoIAlign", dict(X=X, boxes=boxes, boxes_num=counts), pooled_height=P,
                      pooled_width=P, spatial_scale=s, sampling_ratio=sr, aligned=1)
         node = helper.make_node("RoiAlign", ["X", "rois", "batch_indices"], ["Y"],
                                 output_height=P, output_width=P, sampling_ratio=max(sr, 0),
@@ -115,7 +149,7 @@ def cases(w: dict, op: str, seed: int = 0) -> tuple[Runner, dict[str, Runner | N
             [X, boxes, batch.astype(np.int32)])
         peers["Paddle roi_align"] = _paddle("roi_align", X, boxes, counts, P, s, sr, True)
     elif op == "ROIPooling.max":
-        ours = _ours("ROIPooling", dict(X=X, rois=rois), pooled_h=P, pooled_w=P,
+        ours = _Ours("ROIPooling", dict(X=X, rois=rois), pooled_h=P, pooled_w=P,
                      spatial_scale=s, method="max")
         node = helper.make_node("MaxRoiPool", ["X", "rois"], ["Y"], pooled_shape=[P, P],
                                 spatial_scale=s)
@@ -125,14 +159,14 @@ def cases(w: dict, op: str, seed: int = 0) -> tuple[Runner, dict[str, Runner | N
                                           method="max"), [X, rois])
         peers["Paddle roi_pool"] = _paddle("roi_pool", X, boxes, counts, P, s)
     elif op == "ROIPooling.bilinear":
-        ours = _ours("ROIPooling", dict(X=X, rois=rois), pooled_h=P, pooled_w=P,
+        ours = _Ours("ROIPooling", dict(X=X, rois=rois), pooled_h=P, pooled_w=P,
                      spatial_scale=s, method="bilinear")
         peers["OpenVINO ROIPooling"] = _openvino(
             lambda o, x, r: o.roi_pooling(x, r, output_roi=[P, P], spatial_scale=s,
                                           method="bilinear"), [X, rois])
     elif op == "PSROIPool":
         oc = w["output_channels"]
-        ours = _ours("PSROIPool", dict(X=X, rois=boxes, rois_num=counts), output_channels=oc,
+        ours = _Ours("PSROIPool", dict(X=X, rois=boxes, rois_num=counts), output_channels=oc,
                      spatial_scale=s, pooled_height=P, pooled_width=P)
         peers["OpenVINO PSROIPooling"] = _openvino(
             lambda o, x, r: o.psroi_pooling(x, r, oc, P, s, 1, 1, "average"), [X, rois])
@@ -173,8 +207,10 @@ def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
     for wname, w, op in todo:
         ours, peers = cases(w, op)
         t_ours, y = timeit(ours, repeat)
-        row = {"workload": wname, "op": op, "ort_roi_s": t_ours, "peers": {}}
-        line = f"{wname:<22} {op:<20} ort_roi {_ms(t_ours):>9}"
+        t_floor, _ = timeit(ours.floor(y), repeat)
+        row = {"workload": wname, "op": op, "ort_roi_s": t_ours, "bridge_floor_s": t_floor,
+               "peers": {}}
+        line = f"{wname:<22} {op:<20} ort_roi {_ms(t_ours):>9} (bridge {_ms(t_floor)})"
         for pname, fn in peers.items():
             if fn is None:
                 continue
@@ -193,12 +229,13 @@ def _ms(seconds: float) -> str:
 
 def markdown(results: dict) -> str:
     """A table of the results: our time and, per peer, its time and peer/ours."""
-    lines = ["| workload | op | ort_roi | peer | peer time | peer / ort_roi | max abs diff |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| workload | op | ort_roi | bridge alone | peer | peer time | peer / ort_roi "
+             "| max abs diff |", "|---|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         for i, (p, v) in enumerate(r["peers"].items() or [("-", None)]):
-            head = (f"| {r['workload']} | {r['op']} | {_ms(r['ort_roi_s'])}"
-                    if i == 0 else "| | |")
+            floor = r.get("bridge_floor_s")
+            head = (f"| {r['workload']} | {r['op']} | {_ms(r['ort_roi_s'])} | "
+                    f"{_ms(floor) if floor is not None else '-'}" if i == 0 else "| | | |")
             if v is None:
                 lines.append(head + " | - | - | - | - |")
             else:

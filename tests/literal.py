@@ -68,7 +68,7 @@ def _bilinear_sample(t, p, pooled, lo, hi, size):
 
 
 def roi_pooling(X, rois, *, pooled_h, pooled_w, spatial_scale, method="max"):
-    R, (N, C, H, W) = rois.shape[0], X.shape
+    R, (_, C, H, W) = rois.shape[0], X.shape
     out = np.zeros((R, C, pooled_h, pooled_w), X.dtype)
     t = X.dtype.type
     for r in range(R):

@@ -164,8 +164,6 @@ def test_exact_scale_front_door_vs_plain():
     """A scale 6 digits cannot identify: the front door still uses the model's float32."""
     scale = float(np.float32(0.123456789))
     assert _bridge.parse_float("%g" % scale) != np.float32(scale)
-    m = builders.single_op_model("RoIAlign", pooled_height=3, pooled_width=3,
-                                 spatial_scale=scale, sampling_ratio=2)
     X = np.random.default_rng(1).standard_normal((1, 2, 64, 64))
     b = np.array([[30, 40, 400, 380]], np.float64)
     feed = {"X": X, "boxes": b, "boxes_num": np.array([1], np.int32)}

@@ -145,8 +145,21 @@ def test_bench_runs_w6_and_writes_json(tmp_path):
     rows = {r["op"]: r for r in results["rows"]}
     assert set(rows) == {"RoIAlign", "ROIPooling.max"}
     for r in rows.values():
-        assert r["ort_roi_s"] > 0
+        assert r["ort_roi_s"] > 0 and r["bridge_floor_s"] > 0
         native = next(v for k, v in r["peers"].items() if k.startswith("ORT"))
         assert native["ratio"] == pytest.approx(native["s"] / r["ort_roi_s"])
         assert native["max_abs_diff"] < 1e-6
     assert "| W6_tiny | RoIAlign |" in bench.markdown(results)
+
+
+def test_bench_bridge_floor_hands_back_the_given_output_through_a_session():
+    """The floor runner is a real session whose stand-in kernel returns y unchanged, while
+    the op itself still computes."""
+    from ort_roi import bench
+
+    ours, _ = bench.cases(bench.workloads()["W6_tiny"], "ROIPooling.max")
+    y = ours()
+    marker = np.full_like(y, 7.5)
+    floor = ours.floor(marker)
+    np.testing.assert_array_equal(floor(), marker)
+    np.testing.assert_array_equal(ours(), y)

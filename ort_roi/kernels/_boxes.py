@@ -104,13 +104,15 @@ def batch_from_counts(op: str, name: str, counts, n: int, r: int) -> np.ndarray:
         raise RoiOpError(op, f"input '{name}'",
                          f"must have shape [N] = [{n}] (one count per image of X), "
                          f"got {list(counts.shape)}")
-    if (counts < 0).any():
-        i = int(np.flatnonzero(counts < 0)[0])
-        raise RoiOpError(op, f"input '{name}'", f"count {i} is negative: {counts[i].item()}")
-    # Each count <= R first, so the sum below cannot overflow (huge values cannot cancel out).
-    if (counts > r).any() or int(counts.sum(dtype=np.int64)) != r:
+    values = counts.tolist()  # N is small: Python ints, no overflow
+    if min(values, default=0) < 0:
+        i = next(i for i, v in enumerate(values) if v < 0)
+        raise RoiOpError(op, f"input '{name}'", f"count {i} is negative: {values[i]}")
+    if sum(values) != r:
         raise RoiOpError(op, f"input '{name}'",
                          f"must sum to R = {r} (the rows of the boxes), got {_show(counts)}")
+    if n == 1:
+        return np.zeros(r, np.intp)
     return np.repeat(np.arange(n, dtype=np.intp), counts.astype(np.intp))
 
 

@@ -14,6 +14,7 @@ start half a page off a page boundary.
 
 from __future__ import annotations
 
+import math
 import threading
 from contextlib import contextmanager
 
@@ -47,7 +48,7 @@ def _get(name: str, shape, dtype, page_offset: int | None = None) -> np.ndarray:
         _local.cache, _local.generation = {}, _generation
     cache = _local.cache
     dtype = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64))
+    n = math.prod(shape)
     buf = cache.get((name, dtype))
     if buf is None or buf.size < n:
         if page_offset is None:
