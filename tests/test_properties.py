@@ -116,16 +116,20 @@ def test_psroi_pool(data, ph, pw, oc, s):
                  literal.psroi_pool(X, boxes, counts, **a), False)
 
 
-@paths
+@pytest.mark.parametrize("path", ["small", "crops", "taps"])
 @SETTINGS
 @given(p=problem(), ph=pooled, pw=pooled, s=scales, sr=st.sampled_from([-1, 0, 1, 2, 3]),
        aligned=st.sampled_from([0, 1]))
-def test_roi_align(small, p, ph, pw, s, sr, aligned):
+def test_roi_align(path, p, ph, pw, s, sr, aligned):
+    """RoIAlign's three paths: small problems at once, boxes from their crops, and (fixed
+    sampling ratio) boxes from their taps, a step of one or several boxes."""
     X, boxes, counts = p
     a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s, sampling_ratio=sr,
              aligned=aligned)
-    p1, p2 = _path(small)
-    with p1, p2:
+    p1, p2 = _path(path == "small")
+    p3 = mock.patch.multiple(roi_align_mod, TAPS_RATIO=1e9 if path == "taps" else 0,
+                             TAPS_STEP=1 + 200 * (sr % 2))
+    with p1, p2, p3:
         got = kernels.roi_align(X, boxes, counts, **a)
     assert_close(got, literal.roi_align(X, boxes, counts, **a), False)
 

@@ -189,12 +189,12 @@ def nhwc(X: np.ndarray) -> np.ndarray:
 @on_gpu
 def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
           spatial_scale: float, sampling_ratio: int, aligned: bool) -> np.ndarray:
-    """RoIAlign of checked inputs.
+    """RoIAlign of checked inputs, over an NHWC copy of X, boxes shared among the cores.
 
-    Per box, two GEMMs over the box's crop of an NHWC copy of X:
-    U = Ay[:, crop rows] @ crop ([PH, wc*C]), then for each output row
-    out[r][:, ph, :] = U[ph]^T @ Ax[:, crop cols]^T, written straight into the NCHW output.
-    Boxes are shared among the cores.
+    A fixed ``sampling_ratio`` g samples each box at only ph*2g rows and pw*2g columns (each
+    sample's two bilinear neighbours); where that grid of taps is smaller than the box's
+    crop, the box is computed from its taps (_align_taps), else from its whole crop
+    (_align_dense).
     """
     N, C, H, W = X.shape
     R = boxes.shape[0]
@@ -204,20 +204,84 @@ def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
     start, bin_size, grid = _geometry(boxes, spatial_scale, ph, pw, sampling_ratio, aligned)
     if R * C * H * W <= SMALL and R * max(ph, pw) * int(grid.max()) * max(H, W) <= SMALL:
         return _align_small(X, batch, start, bin_size, grid, ph, pw, out)
-    (y1, x1), (bin_h, bin_w), (gh, gw) = start.T, bin_size.T, grid.T
     Xn = nhwc(X)
+    taps = np.zeros(R, bool)
+    if sampling_ratio > 0:
+        n_taps = 2 * sampling_ratio * np.array([ph, pw])
+        span = np.clip(np.ceil(bin_size * [ph, pw]) + 2, 1, [H, W])  # the crop, about
+        taps = ((n_taps.prod() <= TAPS_RATIO * span.prod(axis=1))
+                & (n_taps.prod() * C <= TAPS_MAX))
+    if taps.any():
+        _align_taps(Xn, batch, start, bin_size, sampling_ratio, ph, pw, out,
+                    np.flatnonzero(taps))
+    if not taps.all():
+        _align_dense(Xn, batch, start, bin_size, grid, ph, pw, out, np.flatnonzero(~taps))
+    return out
+
+
+#: A box is computed from its taps when they number at most this times its crop's pixels
+#: (the taps path has no per-box Python work: W2, 1000 boxes, 72-75 ms at 8 or more,
+#: 86 ms at 2, 134 ms at 0; measured interleaved).
+TAPS_RATIO = 8.0
+#: ... and they hold at most this many elements (taps x channels).
+TAPS_MAX = 1 << 22
+#: Elements of gathered taps per step (a few boxes, about the size of a core's L2 cache).
+TAPS_STEP = 1 << 19
+
+
+def axis_taps(start, bin_size, g: int, pooled: int, size: int, dtype):
+    """Each bin's taps along an axis for ``g`` samples per bin: indices [R, pooled * 2g]
+    and weights [R, pooled, 2g] (the samples' bilinear weights, 0 outside, over g)."""
+    inside, low, high, frac = neighbours(sample_positions(start, bin_size, g, pooled, g), size)
+    t = frac.dtype.type
+    w = np.stack([t(1) - frac, frac], -1) * inside[..., None]
+    R = start.shape[0]
+    return (np.stack([low, high], -1).reshape(R, pooled * 2 * g),
+            (w / t(g)).astype(dtype).reshape(R, pooled, 2 * g))
+
+
+def _align_taps(Xn, batch, start, bin_size, g: int, ph: int, pw: int, out, which):
+    """Boxes ``which`` from their taps: with the taps' pixels G [ph, 2g, pw, 2g, C],
+    out[c, p, q] = sum_ij wy[p, i] wx[q, j] G[p, i, q, j, c], as two batched products
+    (over i for each row of bins, then over j for each bin), a few boxes per step."""
+    N, H, W, C = Xn.shape
+    pixels = Xn.reshape(N * H * W, C)
+    ty, wy = axis_taps(start[which, 0], bin_size[which, 0], g, ph, H, Xn.dtype)
+    tx, wx = axis_taps(start[which, 1], bin_size[which, 1], g, pw, W, Xn.dtype)
+    ty += (batch[which] * H)[:, None]
+    k = 2 * g
+    step = max(1, TAPS_STEP // (ty.shape[1] * tx.shape[1] * C))
+
+    def work(a: int, b: int) -> None:
+        for s0 in range(a, b, step):
+            s1 = min(b, s0 + step)
+            n = s1 - s0
+            G = np.take(pixels, (ty[s0:s1, :, None] * W + tx[s0:s1, None, :]).ravel(), axis=0)
+            V = np.matmul(wy[s0:s1].reshape(n * ph, 1, k), G.reshape(n * ph, k, pw * k * C))
+            T = np.matmul(wx[s0:s1, None, :, None, :], V.reshape(n, ph, pw, k, C))
+            out[which[s0:s1]] = T.reshape(n, ph * pw, C).transpose(0, 2, 1).reshape(n, C, ph, pw)
+
+    for_ranges(which.size, work, min_chunk=step)
+
+
+def _align_dense(Xn, batch, start, bin_size, grid, ph: int, pw: int, out, which):
+    """Boxes ``which`` from their crops: U = Ay[:, crop rows] @ crop ([PH, wc*C]), then for
+    each output row out[r][:, ph, :] = U[ph]^T @ Ax[:, crop cols]^T, written straight into
+    the NCHW output."""
+    N, H, W, C = Xn.shape
+    (y1, x1), (bin_h, bin_w), (gh, gw) = start[which].T, bin_size[which].T, grid[which].T
     chunk = max(1, (1 << 22) // (ph * H + pw * W))
     rows_y = _gemm_rows(ph)
 
     def work(start: int, stop: int) -> None:
         for c0 in range(start, stop, chunk):
             c1 = min(stop, c0 + chunk)
-            Ay = np.zeros((c1 - c0, rows_y, H), X.dtype)
-            Ay[:, :ph] = axis_weights(y1[c0:c1], bin_h[c0:c1], gh[c0:c1], ph, H, X.dtype)
-            Ax = axis_weights(x1[c0:c1], bin_w[c0:c1], gw[c0:c1], pw, W, X.dtype)
+            Ay = np.zeros((c1 - c0, rows_y, H), Xn.dtype)
+            Ay[:, :ph] = axis_weights(y1[c0:c1], bin_h[c0:c1], gh[c0:c1], ph, H, Xn.dtype)
+            Ax = axis_weights(x1[c0:c1], bin_w[c0:c1], gw[c0:c1], pw, W, Xn.dtype)
             used_h, used_w = Ay.any(axis=1), Ax.any(axis=1)
             for i in range(c1 - c0):
-                r = c0 + i
+                r = which[c0 + i]
                 rows, cols = np.flatnonzero(used_h[i]), np.flatnonzero(used_w[i])
                 if rows.size == 0 or cols.size == 0:
                     out[r] = 0
@@ -227,8 +291,7 @@ def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
                 U = (Ay[i, :, h0:h1] @ crop).reshape(rows_y, w1 - w0, C)[:ph]
                 np.matmul(U.transpose(0, 2, 1), Ax[i, :, w0:w1].T, out=out[r].transpose(1, 0, 2))
 
-    for_ranges(R, work)
-    return out
+    for_ranges(which.size, work)
 
 
 def _gemm_rows(rows: int) -> int:
