@@ -81,6 +81,32 @@ def test_million_pixel_box_with_adaptive_sampling_is_cheap():
     assert np.abs(y[0, :, 3, 3]).max() > 0
 
 
+def test_fixed_sampling_ratio_taps_stay_bounded_for_many_boxes():
+    """A fixed sampling ratio computes large boxes from their taps (ph * 2g rows and
+    pw * 2g columns each): their indices and pixels are made a block / a step at a time,
+    not for every box at once (that took 93 MB here, blocked 20 MB). Computed from their
+    crops instead, the boxes' weights are made a few hundred at a time (33 MB)."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((1, 1, 1200, 1200)).astype(np.float32)
+    R = 4000
+    x1 = rng.uniform(0, 100, (R, 2))
+    boxes = np.concatenate([x1, x1 + 1000], 1).astype(np.float32)
+    a = dict(pooled_height=7, pooled_width=7, spatial_scale=1.0, sampling_ratio=40)
+    counts = np.array([R])
+    taps = 2 * 40 * 7
+    assert taps * taps <= roi_align_module.TAPS_RATIO * 1000 * 1000  # the taps path
+    extra = _peak_extra(lambda: kernels.roi_align(X, boxes, counts, **a))
+    assert extra < 32 * MB, f"{extra / MB:.0f} MB"
+    with mock.patch.object(roi_align_module, "TAPS_RATIO", 0):  # from crops: 113 MB once
+        extra = _peak_extra(lambda: kernels.roi_align(X, boxes, counts, **a))
+    assert extra < 48 * MB, f"crops: {extra / MB:.0f} MB"
+    # the same boxes from their crops (the property tests hold both paths to the literal)
+    some = (X, boxes[:50], np.array([50]))
+    with mock.patch.object(roi_align_module, "TAPS_RATIO", 0):
+        crops = kernels.roi_align(*some, **a)
+    np.testing.assert_allclose(kernels.roi_align(*some, **a), crops, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("grid_side", [65, 97, 130, 301])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_closed_form_weights_equal_the_explicit_samples(grid_side, dtype):

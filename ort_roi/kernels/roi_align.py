@@ -246,20 +246,26 @@ def _align_taps(Xn, batch, start, bin_size, g: int, ph: int, pw: int, out, which
     (over i for each row of bins, then over j for each bin), a few boxes per step."""
     N, H, W, C = Xn.shape
     pixels = Xn.reshape(N * H * W, C)
-    ty, wy = axis_taps(start[which, 0], bin_size[which, 0], g, ph, H, Xn.dtype)
-    tx, wx = axis_taps(start[which, 1], bin_size[which, 1], g, pw, W, Xn.dtype)
-    ty += (batch[which] * H)[:, None]
     k = 2 * g
-    step = max(1, TAPS_STEP // (ty.shape[1] * tx.shape[1] * C))
+    ny, nx = ph * k, pw * k  # taps per box along y and x
+    step = max(1, TAPS_STEP // (ny * nx * C))
+    block = max(step, TAPS_STEP // 8 // (ny + nx))  # boxes whose taps are made together
 
     def work(a: int, b: int) -> None:
-        for s0 in range(a, b, step):
-            s1 = min(b, s0 + step)
-            n = s1 - s0
-            G = np.take(pixels, (ty[s0:s1, :, None] * W + tx[s0:s1, None, :]).ravel(), axis=0)
-            V = np.matmul(wy[s0:s1].reshape(n * ph, 1, k), G.reshape(n * ph, k, pw * k * C))
-            T = np.matmul(wx[s0:s1, None, :, None, :], V.reshape(n, ph, pw, k, C))
-            out[which[s0:s1]] = T.reshape(n, ph * pw, C).transpose(0, 2, 1).reshape(n, C, ph, pw)
+        for b0 in range(a, b, block):
+            rs = which[b0:min(b, b0 + block)]
+            ty, wy = axis_taps(start[rs, 0], bin_size[rs, 0], g, ph, H, Xn.dtype)
+            tx, wx = axis_taps(start[rs, 1], bin_size[rs, 1], g, pw, W, Xn.dtype)
+            ty += (batch[rs] * H)[:, None]
+            for s0 in range(0, rs.size, step):
+                s1 = min(rs.size, s0 + step)
+                n = s1 - s0
+                taps = (ty[s0:s1, :, None] * W + tx[s0:s1, None, :]).ravel()
+                G = np.take(pixels, taps, axis=0).reshape(n * ph, k, nx * C)
+                V = np.matmul(wy[s0:s1].reshape(n * ph, 1, k), G)
+                T = np.matmul(wx[s0:s1, None, :, None, :], V.reshape(n, ph, pw, k, C))
+                out[rs[s0:s1]] = T.reshape(n, ph * pw, C).transpose(0, 2, 1).reshape(
+                    n, C, ph, pw)
 
     for_ranges(which.size, work, min_chunk=step)
 
@@ -270,7 +276,7 @@ def _align_dense(Xn, batch, start, bin_size, grid, ph: int, pw: int, out, which)
     the NCHW output."""
     N, H, W, C = Xn.shape
     (y1, x1), (bin_h, bin_w), (gh, gw) = start[which].T, bin_size[which].T, grid[which].T
-    chunk = max(1, (1 << 22) // (ph * H + pw * W))
+    chunk = max(1, (1 << 20) // (ph * H + pw * W))  # boxes whose weights are made together
     rows_y = _gemm_rows(ph)
 
     def work(start: int, stop: int) -> None:
