@@ -96,7 +96,7 @@ def ps_pool(X: np.ndarray, batch: np.ndarray, rois: np.ndarray, oc: int, ph: int
             for dy in range(h_):
                 for dx in range(w_):
                     if dy or dx:
-                        total += Xf.take(idx + (dy * W + dx), out=tmp, mode="clip")
+                        total += Xf[dy * W + dx:].take(idx, out=tmp, mode="clip")
             total /= t(h_ * w_)
             out3[sel // P, :, sel % P] = total.T
 

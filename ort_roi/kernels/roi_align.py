@@ -3,9 +3,14 @@
 The mean of bilinear samples is separable: for box r,
     out[r, c] = Ay[r] @ X[b, c] @ Ax[r].T
 where Ay[r] [PH, H] and Ax[r] [PW, W] hold each bin's summed 1-D bilinear weights divided
-by its sample count. The weights are built from the samples themselves for ordinary grids
-and in closed form for huge adaptive grids, so a giant box costs O(pooled * size), not
-O(samples).
+by its sample count. Two ways to apply it, over an NHWC copy of X:
+- from the crop (_align_dense): the weights are built from the samples themselves for
+  ordinary grids and in closed form for huge adaptive grids, so a giant box costs
+  O(pooled * size), not O(samples); two GEMMs per box over its crop;
+- from the taps (_align_taps), for a fixed sampling ratio g: bin p's weights are nonzero on
+  at most 2g rows (each sample's two neighbours), so a box needs only ph*2g rows by pw*2g
+  columns of pixels, gathered and reduced a few boxes at a time. Chosen per box where the
+  taps are not many more than the crop's pixels.
 """
 
 from __future__ import annotations
