@@ -3,8 +3,9 @@
 Ours runs as a plain onnxruntime session with ``ort_roi.session_options()``. Peers, in the
 same process: onnxruntime's native RoiAlign (opset 16) and MaxRoiPool always; OpenVINO
 (ROIAlign, ROIPooling max/bilinear, PSROIPooling) and Paddle (roi_align, roi_pool,
-psroi_pool) when installed. Each time is the median of ``--repeat`` runs after a warm-up;
-each peer's output is compared with ours. A ratio is peer time / our time (> 1: we are faster).
+psroi_pool) when installed. Each time is the median of ``--repeat`` runs after a warm-up,
+ours and the peers timed in turn within each run; each peer's output is compared with ours.
+A ratio is peer time / our time (> 1: we are faster).
 """
 
 from __future__ import annotations
@@ -176,19 +177,24 @@ def cases(w: dict, op: str, seed: int = 0) -> tuple[_Ours, dict[str, Runner | No
     return ours, peers
 
 
-def timeit(fn: Runner, repeat: int, min_sample_s: float = 0.02) -> tuple[float, np.ndarray]:
-    """Median seconds per call over ``repeat`` samples after a warm-up; a fast call is
-    timed in loops of several calls per sample (at least ``min_sample_s`` each)."""
-    t = time.perf_counter()
-    y = fn()  # warm-up
-    loops = max(1, min(10000, int(min_sample_s / max(time.perf_counter() - t, 1e-7))))
-    ts = []
-    for _ in range(repeat):
+def time_together(fns: dict[str, Runner], repeat: int,
+                  min_sample_s: float = 0.02) -> dict[str, tuple[float, np.ndarray]]:
+    """Median seconds per call of each runner over ``repeat`` rounds after a warm-up, and
+    its last output. Every round times each runner once, in turn, so a slow spell of the
+    machine falls on all of them alike; a fast call is timed in loops of several calls per
+    sample (at least ``min_sample_s`` each)."""
+    loops, ys, ts = {}, {}, {name: [] for name in fns}
+    for name, fn in fns.items():
         t = time.perf_counter()
-        for _ in range(loops):
-            y = fn()
-        ts.append((time.perf_counter() - t) / loops)
-    return statistics.median(ts), y
+        ys[name] = fn()  # warm-up
+        loops[name] = max(1, min(10000, int(min_sample_s / max(time.perf_counter() - t, 1e-7))))
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            for _ in range(loops[name]):
+                ys[name] = fn()
+            ts[name].append((time.perf_counter() - t) / loops[name])
+    return {name: (statistics.median(ts[name]), ys[name]) for name in fns}
 
 
 def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
@@ -206,21 +212,23 @@ def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
             todo.append((f"W2_R{r}", dict(ws["W2_mask_rcnn_p2"], R=r), "ROIPooling.max"))
     for wname, w, op in todo:
         ours, peers = cases(w, op)
-        t_ours, y = timeit(ours, repeat)
-        t_floor, _ = timeit(ours.floor(y), repeat)
+        peers = {k: fn for k, fn in peers.items() if fn is not None}
+        y = ours()
+        times = time_together({OURS: ours, FLOOR: ours.floor(y), **peers}, repeat)
+        (t_ours, y), (t_floor, _) = times.pop(OURS), times.pop(FLOOR)
         row = {"workload": wname, "op": op, "ort_roi_s": t_ours, "bridge_floor_s": t_floor,
                "peers": {}}
         line = f"{wname:<22} {op:<20} ort_roi {_ms(t_ours):>9} (bridge {_ms(t_floor)})"
-        for pname, fn in peers.items():
-            if fn is None:
-                continue
-            t, yp = timeit(fn, repeat)
+        for pname, (t, yp) in times.items():
             diff = float(np.abs(np.nan_to_num(yp) - y).max()) if y.size else 0.0
             row["peers"][pname] = {"s": t, "ratio": t / t_ours, "max_abs_diff": diff}
             line += f" | {pname} {_ms(t)} x{t / t_ours:.2f} (diff {diff:.1e})"
         log(line)
         results["rows"].append(row)
     return results
+
+
+OURS, FLOOR = "ort_roi", "bridge alone"  # runner names beside the peers'
 
 
 def _ms(seconds: float) -> str:

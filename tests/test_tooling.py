@@ -163,3 +163,23 @@ def test_bench_bridge_floor_hands_back_the_given_output_through_a_session():
     floor = ours.floor(marker)
     np.testing.assert_array_equal(floor(), marker)
     np.testing.assert_array_equal(ours(), y)
+
+
+def test_bench_times_ours_and_the_peers_in_turn():
+    """Each round times every runner once, in turn (a slow spell hits them all alike); the
+    result is each runner's median and last output."""
+    from ort_roi import bench
+
+    calls = []
+
+    def runner(name, out):
+        def fn():
+            calls.append(name)
+            return out
+        return fn
+
+    times = bench.time_together({"a": runner("a", 1), "b": runner("b", 2)}, repeat=3,
+                                min_sample_s=0)
+    assert calls == ["a", "b"] * 4  # a warm-up, then three rounds
+    assert {k: v[1] for k, v in times.items()} == {"a": 1, "b": 2}
+    assert all(t >= 0 for t, _ in times.values())

@@ -197,9 +197,9 @@ def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
     """RoIAlign of checked inputs, over an NHWC copy of X, boxes shared among the cores.
 
     A fixed ``sampling_ratio`` g samples each box at only ph*2g rows and pw*2g columns (each
-    sample's two bilinear neighbours); where that grid of taps is smaller than the box's
-    crop, the box is computed from its taps (_align_taps), else from its whole crop
-    (_align_dense).
+    sample's two bilinear neighbours); where that grid of taps holds at most TAPS_RATIO
+    times the pixels of the box's crop, the box is computed from its taps (_align_taps),
+    else from its whole crop (_align_dense).
     """
     N, C, H, W = X.shape
     R = boxes.shape[0]
