@@ -136,17 +136,26 @@ def sample_positions(start, bin_size, grid, pooled: int, G: int) -> np.ndarray:
     return (start[..., None, None] + p * b) + (k + t(0.5)) * b / g
 
 
+def sample_taps(start, bin_size, grid, pooled: int, size: int, G: int):
+    """Each sample's two bilinear neighbours along an axis, the samples placed exactly as
+    the reference does: indices and weights [R, pooled, G, 2] (low, high), in T; a sample
+    outside the map or past its bin's grid (k >= grid) weighs 0."""
+    inside, low, high, frac = neighbours(sample_positions(start, bin_size, grid, pooled, G), size)
+    t = frac.dtype.type
+    use = inside & (np.arange(G) < np.asarray(grid)[..., None, None])
+    return np.stack([low, high], -1), np.stack([t(1) - frac, frac], -1) * use[..., None]
+
+
 def _explicit(start, bin_size, grid, pooled: int, size: int) -> np.ndarray:
-    """Sum of the samples' 1-D weights, the samples placed exactly as the reference does."""
-    t = start.dtype.type
-    R, G = start.shape[0], int(grid.max())
-    inside, low, high, ly = neighbours(sample_positions(start, bin_size, grid, pooled, G), size)
-    use = inside & (np.arange(G)[None, None, :] < grid[:, None, None])
-    hy = t(1) - ly
-    row = (np.arange(R)[:, None, None] * pooled + np.arange(pooled)[None, :, None]) * size
-    idx = np.concatenate([(row + low)[use], (row + high)[use]])
-    w = np.concatenate([hy[use], ly[use]]).astype(np.float64)
-    return np.bincount(idx, w, minlength=R * pooled * size).reshape(R, pooled, size)
+    """Sum of the samples' 1-D weights, per bin over the map [R, pooled, size]."""
+    R = start.shape[0]
+    idx, w = sample_taps(start, bin_size, grid, pooled, size, int(grid.max()))
+    row = (np.arange(R)[:, None] * pooled + np.arange(pooled)) * size
+    idx = idx + row[:, :, None, None]
+    # every low neighbour, then every high one (the order of the sums)
+    return np.bincount(np.moveaxis(idx, -1, 0).ravel(),
+                       np.moveaxis(w, -1, 0).astype(np.float64).ravel(),
+                       minlength=R * pooled * size).reshape(R, pooled, size)
 
 
 def _closed_form(start: float, bin_size: float, grid: int, pooled: int, size: int) -> np.ndarray:
@@ -210,17 +219,17 @@ def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
     if R * C * H * W <= SMALL and R * max(ph, pw) * int(grid.max()) * max(H, W) <= SMALL:
         return _align_small(X, batch, start, bin_size, grid, ph, pw, out)
     Xn = nhwc(X)
-    taps = np.zeros(R, bool)
+    by_taps = np.zeros(R, bool)
     if sampling_ratio > 0:
         n_taps = 2 * sampling_ratio * np.array([ph, pw])
         span = np.clip(np.ceil(bin_size * [ph, pw]) + 2, 1, [H, W])  # the crop, about
-        taps = ((n_taps.prod() <= TAPS_RATIO * span.prod(axis=1))
-                & (n_taps.prod() * C <= TAPS_MAX))
-    if taps.any():
+        by_taps = ((n_taps.prod() <= TAPS_RATIO * span.prod(axis=1))
+                   & (n_taps.prod() * C <= TAPS_MAX))
+    if by_taps.any():
         _align_taps(Xn, batch, start, bin_size, sampling_ratio, ph, pw, out,
-                    np.flatnonzero(taps))
-    if not taps.all():
-        _align_dense(Xn, batch, start, bin_size, grid, ph, pw, out, np.flatnonzero(~taps))
+                    np.flatnonzero(by_taps))
+    if not by_taps.all():
+        _align_dense(Xn, batch, start, bin_size, grid, ph, pw, out, np.flatnonzero(~by_taps))
     return out
 
 
@@ -234,15 +243,12 @@ TAPS_MAX = 1 << 22
 TAPS_STEP = 1 << 19
 
 
-def axis_taps(start, bin_size, g: int, pooled: int, size: int, dtype):
-    """Each bin's taps along an axis for ``g`` samples per bin: indices [R, pooled * 2g]
-    and weights [R, pooled, 2g] (the samples' bilinear weights, 0 outside, over g)."""
-    inside, low, high, frac = neighbours(sample_positions(start, bin_size, g, pooled, g), size)
-    t = frac.dtype.type
-    w = np.stack([t(1) - frac, frac], -1) * inside[..., None]
-    R = start.shape[0]
-    return (np.stack([low, high], -1).reshape(R, pooled * 2 * g),
-            (w / t(g)).astype(dtype).reshape(R, pooled, 2 * g))
+def _axis_taps(start, bin_size, g: int, pooled: int, size: int, dtype):
+    """sample_taps() of ``g`` samples per bin as indices [R, pooled * 2g] and weights over g
+    [R, pooled, 2g] of ``dtype``."""
+    idx, w = sample_taps(start, bin_size, g, pooled, size, g)
+    R, t = start.shape[0], w.dtype.type
+    return idx.reshape(R, pooled * 2 * g), (w / t(g)).astype(dtype).reshape(R, pooled, 2 * g)
 
 
 def _align_taps(Xn, batch, start, bin_size, g: int, ph: int, pw: int, out, which):
@@ -259,14 +265,14 @@ def _align_taps(Xn, batch, start, bin_size, g: int, ph: int, pw: int, out, which
     def work(a: int, b: int) -> None:
         for b0 in range(a, b, block):
             rs = which[b0:min(b, b0 + block)]
-            ty, wy = axis_taps(start[rs, 0], bin_size[rs, 0], g, ph, H, Xn.dtype)
-            tx, wx = axis_taps(start[rs, 1], bin_size[rs, 1], g, pw, W, Xn.dtype)
+            ty, wy = _axis_taps(start[rs, 0], bin_size[rs, 0], g, ph, H, Xn.dtype)
+            tx, wx = _axis_taps(start[rs, 1], bin_size[rs, 1], g, pw, W, Xn.dtype)
             ty += (batch[rs] * H)[:, None]
             for s0 in range(0, rs.size, step):
                 s1 = min(rs.size, s0 + step)
                 n = s1 - s0
-                taps = (ty[s0:s1, :, None] * W + tx[s0:s1, None, :]).ravel()
-                G = np.take(pixels, taps, axis=0).reshape(n * ph, k, nx * C)
+                idx = (ty[s0:s1, :, None] * W + tx[s0:s1, None, :]).ravel()
+                G = np.take(pixels, idx, axis=0).reshape(n * ph, k, nx * C)
                 V = np.matmul(wy[s0:s1].reshape(n * ph, 1, k), G)
                 T = np.matmul(wx[s0:s1, None, :, None, :], V.reshape(n, ph, pw, k, C))
                 out[rs[s0:s1]] = T.reshape(n, ph * pw, C).transpose(0, 2, 1).reshape(
