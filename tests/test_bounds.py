@@ -126,9 +126,13 @@ def test_closed_form_weights_equal_the_explicit_samples(grid_side, dtype):
                                rtol=tol * 10, atol=tol * 10)
 
 
+@pytest.mark.parametrize("align_path", ["small", "crops", "taps"])
 @pytest.mark.parametrize("v", [1e30, -1e30, 3.4e38])
-def test_huge_coordinates_do_not_overflow_index_arithmetic(v):
+def test_huge_coordinates_do_not_overflow_index_arithmetic(v, align_path):
+    """Each RoIAlign path (the taps one once took a huge box's sample as index -2**63)."""
     X = np.random.default_rng(1).standard_normal((1, 2, 6, 7)).astype(np.float32)
+    knobs = dict(SMALL=1 << 30 if align_path == "small" else 0,
+                 TAPS_RATIO=1e9 if align_path == "taps" else 0)
     boxes = np.array([[-3.4e38, -3.4e38, v, v], [v, v, v, v]], np.float32)
     counts = np.array([2])
     pooled = kernels.roi_pool(X, boxes, counts, pooled_height=1, pooled_width=1)
@@ -136,9 +140,18 @@ def test_huge_coordinates_do_not_overflow_index_arithmetic(v):
         np.testing.assert_array_equal(pooled[0, :, 0, 0], X[0].max(axis=(1, 2)))
     np.testing.assert_array_equal(pooled, literal.roi_pool(X, boxes, counts))
     assert np.isfinite(kernels.psroi_pool(X, boxes, counts, output_channels=2)).all()
+    mixed = np.array([[0, 0, 5, v], [v, 1, v, 4], [1, 1, 5, 5]], np.float32)  # one axis huge
     for a in [dict(sampling_ratio=-1), dict(sampling_ratio=2)]:
-        if v == 3.4e38:  # samples of an infinite box are undefined: an error, not NaN
-            with pytest.raises(ort_roi.RoiOpError, match="row 0.*overflows float32"):
-                kernels.roi_align(X, boxes, counts, **a)
+        with mock.patch.multiple(roi_align_module, **knobs):
+            if v == 3.4e38:  # samples of an infinite box are undefined: an error, not NaN
+                with pytest.raises(ort_roi.RoiOpError, match="row 0.*overflows float32"):
+                    kernels.roi_align(X, boxes, counts, **a)
+            else:
+                assert np.isfinite(kernels.roi_align(X, boxes, counts, **a)).all()
+            got = kernels.roi_align(X, mixed, np.array([3]), **a)
+        if a["sampling_ratio"] > 0:  # (the literal loops would take 1e30 adaptive samples)
+            with np.errstate(over="ignore"):  # the literal's scaled huge coordinates
+                want = literal.roi_align(X, mixed, np.array([3]), **a)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         else:
-            assert np.isfinite(kernels.roi_align(X, boxes, counts, **a)).all()
+            assert np.isfinite(got).all()

@@ -112,10 +112,11 @@ def neighbours(y: np.ndarray, size: int):
     """Bilinear neighbours of sample coordinates y along an axis of ``size``, as the
     references compute them: (inside, low, high, fraction of high), in y's type. A sample
     is inside when -1 <= y <= size; it is clamped to >= 0, and one at or past the last
-    index uses the last index alone."""
+    index uses the last index alone. Samples outside are also clamped to [0, size] (NaN to
+    0), so every index is on the map, even for a huge box's samples."""
     t = y.dtype.type
     inside = (y >= -1) & (y <= size)
-    y = np.maximum(y, t(0))
+    y = np.fmin(np.fmax(y, t(0)), np.asarray(size, y.dtype))
     low = np.floor(y).astype(np.intp)
     at_end = low >= size - 1
     low = np.where(at_end, size - 1, low)
