@@ -134,14 +134,41 @@ def test_roi_align(path, p, ph, pw, s, sr, aligned):
     assert_close(got, literal.roi_align(X, boxes, counts, **a), False)
 
 
-@settings(max_examples=150, deadline=None)
-@given(problem(), pooled, pooled, scales, st.sampled_from([1, 24, 200]), st.sampled_from([1, 5]),
-       st.sampled_from([1, 3, 64]))
-def test_max_pooling_with_capped_table(p, ph, pw, s, budget, chunk, run):
-    """Capped sparse-table levels (windows covered by many blocks), tiny chunks, short runs."""
+def _ladders(kind: str):
+    if kind == "powers of two":
+        return _maxpool.powers_of_two
+    return lambda longest: _maxpool.every_length(longest, longest)
+
+
+@pytest.mark.parametrize("ladder", ["powers of two", "every length"])
+@pytest.mark.parametrize("budget", [1, 2000, 1 << 20])
+def test_max_pooling_tables_of_each_kind(ladder, budget):
+    """Either kind of table lengths, from one level (a window is many blocks) to as deep as
+    the windows (gathers made dear), on boxes of every size up to the whole map."""
+    rng = np.random.default_rng(7)
+    X = np.round(rng.standard_normal((2, 5, 23, 19)) * 3).astype(np.float32)
+    corner, side = rng.uniform(-4, 22, (60, 2)), rng.uniform(0, 26, (60, 2))
+    boxes = np.concatenate([corner, corner + side], 1).astype(np.float32)
+    counts = np.array([25, 35])
+    for ph, pw in [(1, 1), (2, 3), (3, 2)]:
+        a = dict(pooled_height=ph, pooled_width=pw)
+        with mock.patch.multiple(_maxpool, TABLE_MIN=budget, TABLE_MAX=budget, SMALL=0,
+                                 _ladders=_ladders(ladder), _GATHER_COST=10**9):
+            got = kernels.roi_pool(X, boxes, counts, **a)
+        np.testing.assert_array_equal(got, literal.roi_pool(X, boxes, counts, **a))
+
+
+@settings(max_examples=200, deadline=None)
+@given(problem(), pooled, pooled, scales, st.sampled_from([1, 24, 200, 1 << 20]),
+       st.sampled_from([1, 5]), st.sampled_from([1, 3, 64]),
+       st.sampled_from(["powers of two", "every length"]))
+def test_max_pooling_with_capped_table(p, ph, pw, s, budget, chunk, run, ladder):
+    """Either kind of table lengths, as deep as the budget allows (gathers made dear):
+    capped levels (windows covered by many blocks), tiny chunks, short runs."""
     X, boxes, counts = p
     a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s)
     with mock.patch.multiple(_maxpool, TABLE_MIN=budget, TABLE_MAX=budget, CHUNK=chunk,
-                             MAX_RUN=run, SMALL=0):
+                             MAX_RUN=run, SMALL=0, _ladders=_ladders(ladder),
+                             _GATHER_COST=10**9):
         got = kernels.roi_pool(X, boxes, counts, **a)
     assert_close(got, literal.roi_pool(X, boxes, counts, **a), True)

@@ -1,14 +1,15 @@
 """Max over integer bins, the shared core of ROIPooling(max) and RoIPool.
 
-A 2-D sparse table answers every bin with a few gathers: level (i, j) of the table holds,
-at (y, x), the max of X over rows [y, y + 2**i) and columns [x, x + 2**j). A window of
-length L along an axis is covered by ceil(L / 2**k) blocks of length 2**k (k = floor(log2 L)
-gives at most two, overlapping, blocks; max is idempotent), so a bin is the max of a handful
-of table entries. The table is built per block of channels in an NHWC layout (gathers copy
-contiguous channel runs); its depth is chosen per call, weighing the passes that build it
-against the gathers it saves, within a memory budget. Channel blocks are shared among the
-cores.
-"""
+A 2-D table of window maxima answers every bin with a few gathers: level (i, j) holds, at
+(y, x), the max of X over rows [y, y + ly[i]) and columns [x, x + lx[j]). A window of
+length L along an axis is covered by ceil(L / l) blocks of the longest table length l <= L
+(overlapping; max is idempotent), so a bin is the max of a handful of table entries. The
+lengths along an axis are either the powers of two up to 2**K (a sparse table: few levels,
+up to two blocks per window) or every length up to M (more levels, one block per window);
+both, and K or M, are chosen per call, weighing the passes that build the table against
+the gathers it saves, within a memory budget. The table is built per block of channels in
+an NHWC layout (gathers copy contiguous channel runs). Channel blocks are shared among the
+cores."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ TABLE_MAX = 1 << 24
 MAX_RUN = 64
 #: Elements of gathered rows per step (keeps the working set in cache).
 CHUNK = 1 << 18
+#: Longest table of every window length 1..M considered (see _ladders).
+EXACT_MAX = 16
 #: Cost of one gathered element relative to one element of a table-building pass (measured).
 _GATHER_COST = 3
 #: Problems whose every (box, channel, bin, pixel) fits in this many elements are pooled
@@ -34,14 +37,31 @@ _GATHER_COST = 3
 SMALL = 1 << 14
 
 
-def _levels(length: np.ndarray, cap: int) -> np.ndarray:
-    """Per window the table level used: floor(log2(length)), at most ``cap`` (length >= 1)."""
-    return np.minimum(np.floor(np.log2(length)).astype(np.intp), cap)
+def _ladders(longest: int) -> list[np.ndarray]:
+    """Candidate window lengths of a table along an axis whose windows reach ``longest``:
+    the powers of two (few levels; a window is covered by up to two blocks) and every
+    length up to M (M levels; a window of length <= M is one block)."""
+    return powers_of_two(longest) + every_length(longest, EXACT_MAX)[2:]
 
 
-def _block_count(length: np.ndarray, level: np.ndarray) -> np.ndarray:
-    """Blocks of length 2**level needed to cover windows of ``length``: ceil(length / 2**level)."""
-    return (length + (1 << level) - 1) >> level
+def powers_of_two(longest: int) -> list[np.ndarray]:
+    """Ladders 1, 2, 4, ..., 2**K for every 2**K <= longest."""
+    return [1 << np.arange(k + 1) for k in range(int(longest).bit_length())]
+
+
+def every_length(longest: int, most: int) -> list[np.ndarray]:
+    """Ladders 1, 2, ..., M for every M <= min(longest, most)."""
+    return [np.arange(1, m + 1) for m in range(1, min(int(longest), most) + 1)]
+
+
+def _levels(length: np.ndarray, ladder: np.ndarray) -> np.ndarray:
+    """Per window the table level used: the longest of ``ladder``'s lengths <= length."""
+    return np.searchsorted(ladder, length, side="right") - 1
+
+
+def _block_count(length: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """Blocks of length ``block`` needed to cover windows of ``length``."""
+    return -(-length // block)
 
 
 def _table_budget(x_size: int, out_size: int) -> int:
@@ -50,51 +70,63 @@ def _table_budget(x_size: int, out_size: int) -> int:
     return min(total // workers(), TABLE_MAX)
 
 
-def _choose_levels(lh: np.ndarray, lw: np.ndarray, cells: int,
-                   budget: int) -> tuple[int, int]:
-    """Top table levels (Ky, Kx) minimizing build + query work within the budget.
+def _choose_ladders(lh: np.ndarray, lw: np.ndarray, cells: int,
+                    budget: int) -> tuple[np.ndarray, np.ndarray]:
+    """Table lengths along y and x minimizing build + query work within the budget.
 
     Building costs one pass over a channel's map (``cells``) per level pair; a bin costs
-    ny * nx gathers, n = blocks of the chosen level covering its longest window. Few boxes on
-    a big map thus get a shallow table, many boxes a deep one.
+    ny * nx gathers, n = the most blocks any window needs along the axis. Few boxes on a
+    big map thus get a shallow table, many boxes with short windows every length.
     """
     queries = lh.shape[0] * lh.shape[1] * lw.shape[1]
-    best, choice = None, (0, 0)
-    for ky in range(int(np.log2(lh.max())) + 1):
-        ny = int(_block_count(lh, _levels(lh, ky)).max())
-        for kx in range(int(np.log2(lw.max())) + 1):
-            if (ky + 1) * (kx + 1) * cells > budget and (ky, kx) != (0, 0):
+
+    def options(length):  # (ladder, the most blocks a window needs)
+        length = np.unique(length)
+        return [(lad, int(_block_count(length, lad[_levels(length, lad)]).max()))
+                for lad in _ladders(int(length[-1]))]
+
+    best, choice, x_options = None, None, options(lw)
+    for ly, ny in options(lh):
+        for lx, nx in x_options:
+            planes = ly.size * lx.size
+            if planes * cells > budget and planes > 1:
                 continue
-            nx = int(_block_count(lw, _levels(lw, kx)).max())
-            cost = (ky + 1) * (kx + 1) * cells + _GATHER_COST * queries * ny * nx
+            cost = planes * cells + _GATHER_COST * queries * ny * nx
             if best is None or cost < best:
-                best, choice = cost, (ky, kx)
+                best, choice = cost, (ly, lx)
     return choice
 
 
-def _blocks(lo: np.ndarray, hi: np.ndarray, size: int, level: np.ndarray) -> np.ndarray:
-    """Start positions [n, R, P] of the 2**level blocks covering each window [lo, hi).
+def _blocks(lo: np.ndarray, hi: np.ndarray, size: int, block: np.ndarray) -> np.ndarray:
+    """Start positions [n, R, P] of the blocks (lengths ``block`` [R, P]) covering each
+    window [lo, hi).
 
     Empty windows (hi <= lo) get one in-range position; their bins are zeroed afterwards.
     """
     length = np.maximum(hi - lo, 1)
     lo = np.minimum(lo, size - 1)
-    last = np.maximum(lo + length - (1 << level), lo)
-    n = int(_block_count(length, level).max())
+    last = np.maximum(lo + length - block, lo)
+    n = int(_block_count(length, block).max())
     q = np.arange(n)[:, None, None]
-    return np.minimum(lo + (q << level), last)
+    return np.minimum(lo + q * block, last)
 
 
-def _sparse_table(T: np.ndarray, Ky: int, Kx: int) -> None:
-    """Fill T[i, j] ([N, H, W, c] each) from T[0, 0]."""
+def _sparse_table(T: np.ndarray, ly: np.ndarray, lx: np.ndarray) -> None:
+    """Fill T[i, j] ([N, H, W, c] each: the max over ly[i] rows and lx[j] columns) from
+    T[0, 0]. Each length is the previous one plus a shorter one of the same ladder."""
     H, W = T.shape[3], T.shape[4]
-    for i in range(Ky):
-        s, m = 1 << i, H - (2 << i) + 1
-        np.maximum(T[i, 0, :, :m], T[i, 0, :, s:s + m], out=T[i + 1, 0, :, :m])
-    for i in range(Ky + 1):
-        for j in range(Kx):
-            s, m = 1 << j, W - (2 << j) + 1
-            np.maximum(T[i, j, :, :, :m], T[i, j, :, :, s:s + m], out=T[i, j + 1, :, :, :m])
+    for i in range(1, ly.size):
+        a, b, m = i - 1, _index(ly, ly[i] - ly[i - 1]), H - ly[i] + 1
+        np.maximum(T[a, 0, :, :m], T[b, 0, :, ly[a]:ly[a] + m], out=T[i, 0, :, :m])
+    for i in range(ly.size):
+        for j in range(1, lx.size):
+            a, b, m = j - 1, _index(lx, lx[j] - lx[j - 1]), W - lx[j] + 1
+            np.maximum(T[i, a, :, :, :m], T[i, b, :, :, lx[a]:lx[a] + m],
+                       out=T[i, j, :, :, :m])
+
+
+def _index(ladder: np.ndarray, length: int) -> int:
+    return int(np.flatnonzero(ladder == length)[0])
 
 
 def pool_max(X: np.ndarray, batch: np.ndarray, hlo: np.ndarray, hhi: np.ndarray,
@@ -109,24 +141,24 @@ def pool_max(X: np.ndarray, batch: np.ndarray, hlo: np.ndarray, hhi: np.ndarray,
         return _pool_max_small(X, batch, hlo, hhi, wlo, whi, out)
     lh, lw = np.maximum(hhi - hlo, 1), np.maximum(whi - wlo, 1)
     budget = _table_budget(X.size, out.size)
-    Ky, Kx = _choose_levels(lh, lw, N * H * W, budget)
-    ky, kx = _levels(lh, Ky), _levels(lw, Kx)
-    ys, xs = _blocks(hlo, hhi, H, ky), _blocks(wlo, whi, W, kx)  # [ny, R, PH], [nx, R, PW]
-    # Flat table row of (level, batch, y, x) = ((ky*(Kx+1) + kx)*N + b)*H*W + y*W + x.
-    rowy = ((ky * (Kx + 1))[:, :, None] * N + batch[:, None, None]) * (H * W) + ys[:, :, :, None] * W
+    ly, lx = _choose_ladders(lh, lw, N * H * W, budget)
+    ky, kx = _levels(lh, ly), _levels(lw, lx)
+    ys, xs = _blocks(hlo, hhi, H, ly[ky]), _blocks(wlo, whi, W, lx[kx])  # [ny, R, PH], [nx, R, PW]
+    # Flat table row of (level, batch, y, x) = ((ky*len(lx) + kx)*N + b)*H*W + y*W + x.
+    rowy = ((ky * lx.size)[:, :, None] * N + batch[:, None, None]) * (H * W) + ys[:, :, :, None] * W
     P = PH * PW
     colx = (kx * (N * H * W))[:, None, :] + xs[:, :, None, :]
     empty = ~((hhi > hlo)[:, :, None] & (whi > wlo)[:, None, :])
     has_empty = empty.reshape(R, P).any(axis=1)
-    cells = (Ky + 1) * (Kx + 1) * N * H * W
+    cells = ly.size * lx.size * N * H * W
     # Channel blocks: runs of up to MAX_RUN channels per gather within the budget, and at
     # least one block per core.
     block = int(min(MAX_RUN, -(-C // workers()), max(1, budget // cells)))
     def work(c0: int, c1: int) -> None:
         cb = c1 - c0
-        T = _workspace.scratch("maxpool:table", (Ky + 1, Kx + 1, N, H, W, cb), X.dtype)
+        T = _workspace.scratch("maxpool:table", (ly.size, lx.size, N, H, W, cb), X.dtype)
         np.copyto(T[0, 0], X[:, c0:c1].transpose(0, 2, 3, 1))
-        _sparse_table(T, Ky, Kx)
+        _sparse_table(T, ly, lx)
         F = T.reshape(-1, cb)
         rc = max(1, CHUNK // (P * cb))
         res = _workspace.scratch("maxpool:res", (rc * P, cb), X.dtype)
