@@ -111,7 +111,7 @@ def _blocks(lo: np.ndarray, hi: np.ndarray, size: int, block: np.ndarray) -> np.
     return np.minimum(lo + q * block, last)
 
 
-def _sparse_table(T: np.ndarray, ly: np.ndarray, lx: np.ndarray) -> None:
+def _fill_table(T: np.ndarray, ly: np.ndarray, lx: np.ndarray) -> None:
     """Fill T[i, j] ([N, H, W, c] each: the max over ly[i] rows and lx[j] columns) from
     T[0, 0]. Each length is the previous one plus a shorter one of the same ladder."""
     H, W = T.shape[3], T.shape[4]
@@ -143,7 +143,8 @@ def pool_max(X: np.ndarray, batch: np.ndarray, hlo: np.ndarray, hhi: np.ndarray,
     budget = _table_budget(X.size, out.size)
     ly, lx = _choose_ladders(lh, lw, N * H * W, budget)
     ky, kx = _levels(lh, ly), _levels(lw, lx)
-    ys, xs = _blocks(hlo, hhi, H, ly[ky]), _blocks(wlo, whi, W, lx[kx])  # [ny, R, PH], [nx, R, PW]
+    ys = _blocks(hlo, hhi, H, ly[ky])  # [ny, R, PH]
+    xs = _blocks(wlo, whi, W, lx[kx])  # [nx, R, PW]
     # Flat table row of (level, batch, y, x) = ((ky*len(lx) + kx)*N + b)*H*W + y*W + x.
     rowy = ((ky * lx.size)[:, :, None] * N + batch[:, None, None]) * (H * W) + ys[:, :, :, None] * W
     P = PH * PW
@@ -158,7 +159,7 @@ def pool_max(X: np.ndarray, batch: np.ndarray, hlo: np.ndarray, hhi: np.ndarray,
         cb = c1 - c0
         T = _workspace.scratch("maxpool:table", (ly.size, lx.size, N, H, W, cb), X.dtype)
         np.copyto(T[0, 0], X[:, c0:c1].transpose(0, 2, 3, 1))
-        _sparse_table(T, ly, lx)
+        _fill_table(T, ly, lx)
         F = T.reshape(-1, cb)
         rc = max(1, CHUNK // (P * cb))
         res = _workspace.scratch("maxpool:res", (rc * P, cb), X.dtype)
