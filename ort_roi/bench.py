@@ -5,7 +5,9 @@ same process: onnxruntime's native RoiAlign (opset 16) and MaxRoiPool always; Op
 (ROIAlign, ROIPooling max/bilinear, PSROIPooling) and Paddle (roi_align, roi_pool,
 psroi_pool) when installed. Each time is the median of ``--repeat`` runs after a warm-up,
 ours and the peers timed in turn within each run; each peer's output is compared with ours.
-A ratio is peer time / our time (> 1: we are faster).
+A ratio is peer time / our time (> 1: we are faster): of the medians, and per round (peer and
+ours timed back to back; the JSON holds their min, median and max), which shows how far a
+noisy machine moves it.
 """
 
 from __future__ import annotations
@@ -178,11 +180,11 @@ def cases(w: dict, op: str, seed: int = 0) -> tuple[_Ours, dict[str, Runner | No
 
 
 def time_together(fns: dict[str, Runner], repeat: int,
-                  min_sample_s: float = 0.02) -> dict[str, tuple[float, np.ndarray]]:
-    """Median seconds per call of each runner over ``repeat`` rounds after a warm-up, and
-    its last output. Every round times each runner once, in turn, so a slow spell of the
-    machine falls on all of them alike; a fast call is timed in loops of several calls per
-    sample (at least ``min_sample_s`` each)."""
+                  min_sample_s: float = 0.02) -> dict[str, tuple[float, np.ndarray, list[float]]]:
+    """Per runner: median seconds per call over ``repeat`` rounds after a warm-up, its last
+    output and the seconds of each round. Every round times each runner once, in turn, so a
+    slow spell of the machine falls on all of them alike; a fast call is timed in loops of
+    several calls per sample (at least ``min_sample_s`` each)."""
     loops, ys, ts = {}, {}, {name: [] for name in fns}
     for name, fn in fns.items():
         t = time.perf_counter()
@@ -194,7 +196,13 @@ def time_together(fns: dict[str, Runner], repeat: int,
             for _ in range(loops[name]):
                 ys[name] = fn()
             ts[name].append((time.perf_counter() - t) / loops[name])
-    return {name: (statistics.median(ts[name]), ys[name]) for name in fns}
+    return {name: (statistics.median(ts[name]), ys[name], ts[name]) for name in fns}
+
+
+def round_ratios(peer: list[float], ours: list[float]) -> list[float]:
+    """min, median and max over the rounds of peer time / our time in the same round."""
+    r = [p / o for p, o in zip(peer, ours)]
+    return [min(r), statistics.median(r), max(r)]
 
 
 def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
@@ -215,14 +223,17 @@ def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
         peers = {k: fn for k, fn in peers.items() if fn is not None}
         y = ours()
         times = time_together({OURS: ours, FLOOR: ours.floor(y), **peers}, repeat)
-        (t_ours, y), (t_floor, _) = times.pop(OURS), times.pop(FLOOR)
+        (t_ours, y, rounds), (t_floor, _, _) = times.pop(OURS), times.pop(FLOOR)
         row = {"workload": wname, "op": op, "ort_roi_s": t_ours, "bridge_floor_s": t_floor,
                "peers": {}}
         line = f"{wname:<22} {op:<20} ort_roi {_ms(t_ours):>9} (bridge {_ms(t_floor)})"
-        for pname, (t, yp) in times.items():
+        for pname, (t, yp, peer_rounds) in times.items():
             diff = float(np.abs(np.nan_to_num(yp) - y).max()) if y.size else 0.0
-            row["peers"][pname] = {"s": t, "ratio": t / t_ours, "max_abs_diff": diff}
-            line += f" | {pname} {_ms(t)} x{t / t_ours:.2f} (diff {diff:.1e})"
+            row["peers"][pname] = {"s": t, "ratio": t / t_ours,
+                                   "round_ratios": round_ratios(peer_rounds, rounds),
+                                   "max_abs_diff": diff}
+            lo, _, hi = row["peers"][pname]["round_ratios"]
+            line += f" | {pname} {_ms(t)} x{t / t_ours:.2f} ({lo:.2f}-{hi:.2f}, diff {diff:.1e})"
         log(line)
         results["rows"].append(row)
     return results
@@ -238,17 +249,18 @@ def _ms(seconds: float) -> str:
 def markdown(results: dict) -> str:
     """A table of the results: our time and, per peer, its time and peer/ours."""
     lines = ["| workload | op | ort_roi | bridge alone | peer | peer time | peer / ort_roi "
-             "| max abs diff |", "|---|---|---|---|---|---|---|---|"]
+             "| per round | max abs diff |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         for i, (p, v) in enumerate(r["peers"].items() or [("-", None)]):
             floor = r.get("bridge_floor_s")
             head = (f"| {r['workload']} | {r['op']} | {_ms(r['ort_roi_s'])} | "
                     f"{_ms(floor) if floor is not None else '-'}" if i == 0 else "| | | |")
             if v is None:
-                lines.append(head + " | - | - | - | - |")
+                lines.append(head + " | - | - | - | - | - |")
             else:
+                lo, _, hi = v["round_ratios"]
                 lines.append(f"{head} | {p} | {_ms(v['s'])} | {v['ratio']:.2f}x | "
-                             f"{v['max_abs_diff']:.1e} |")
+                             f"{lo:.2f}-{hi:.2f}x | {v['max_abs_diff']:.1e} |")
     return "\n".join(lines)
 
 

@@ -148,6 +148,8 @@ def test_bench_runs_w6_and_writes_json(tmp_path):
         assert r["ort_roi_s"] > 0 and r["bridge_floor_s"] > 0
         native = next(v for k, v in r["peers"].items() if k.startswith("ORT"))
         assert native["ratio"] == pytest.approx(native["s"] / r["ort_roi_s"])
+        lo, mid, hi = native["round_ratios"]  # one round: its ratio three times
+        assert lo == mid == hi > 0
         assert native["max_abs_diff"] < 1e-6
     assert "| W6_tiny | RoIAlign |" in bench.markdown(results)
 
@@ -182,4 +184,11 @@ def test_bench_times_ours_and_the_peers_in_turn():
                                 min_sample_s=0)
     assert calls == ["a", "b"] * 4  # a warm-up, then three rounds
     assert {k: v[1] for k, v in times.items()} == {"a": 1, "b": 2}
-    assert all(t >= 0 for t, _ in times.values())
+    assert all(len(rounds) == 3 and t == sorted(rounds)[1] for t, _, rounds in times.values())
+
+
+def test_bench_round_ratios_pair_each_round():
+    from ort_roi import bench
+
+    # peer / ours per round: 2, 0.5, 3
+    assert bench.round_ratios([2.0, 1.0, 3.0], [1.0, 2.0, 1.0]) == [0.5, 2.0, 3.0]
