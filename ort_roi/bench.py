@@ -13,9 +13,11 @@ noisy machine moves it.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import statistics
+import sys
 import time
 from importlib import resources
 from typing import Callable
@@ -264,31 +266,46 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
+def _short(workload: str) -> str:
+    """W1_faster_rcnn_c4 -> W1; the scaling rows keep their R (W2_R100)."""
+    head, _, rest = workload.partition("_")
+    return workload if rest[:1] == "R" and rest[1:].isdigit() else head
+
+
 def plot(results: dict, path: str) -> None:
+    """A PNG bar chart (log scale) of each row's time for ort_roi and its peers."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = results["rows"]
-    labels = [f"{r['workload'].split('_')[0]}\n{r['op']}" for r in rows]
-    peers = sorted({p for r in rows for p in r["peers"]})
-    series = [("ort_roi", [r["ort_roi_s"] * 1e3 for r in rows])]
-    series += [(p, [r["peers"].get(p, {}).get("s", 0) * 1e3 for r in rows]) for p in peers]
-    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 1.3), 5))
-    width = 0.8 / len(series)
-    for i, (name, vals) in enumerate(series):
-        ax.bar(np.arange(len(rows)) + i * width, vals, width, label=name)
-    ax.set_xticks(np.arange(len(rows)) + 0.4 - width / 2, labels, fontsize=7)
+    names = ["ort_roi"] + sorted({p for r in rows for p in r["peers"]})
+    colors = dict(zip(names, plt.get_cmap("tab10").colors))
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 1.1), 5))
+    width = 0.8 / max(len(r["peers"]) + 1 for r in rows)
+    for i, r in enumerate(rows):  # the bars of a row side by side: ours, then its peers
+        bars = [("ort_roi", r["ort_roi_s"])] + [(p, v["s"]) for p, v in sorted(r["peers"].items())]
+        x0 = i - width * (len(bars) - 1) / 2
+        for j, (name, sec) in enumerate(bars):
+            ax.bar(x0 + j * width, sec * 1e3, width, color=colors[name])
+    ax.set_xticks(np.arange(len(rows)), [f"{_short(r['workload'])}\n{r['op']}" for r in rows],
+                  fontsize=7)
     ax.set_ylabel("ms per run (median)")
     ax.set_yscale("log")
-    ax.legend(fontsize=7)
+    ax.legend([plt.Rectangle((0, 0), 1, 1, color=colors[n]) for n in names], names,
+              fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title("ort_roi vs peers, float32, one process")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.plot and importlib.util.find_spec("matplotlib") is None:  # before the timing
+        print("ort-roi bench: --plot needs matplotlib: pip install 'ort-roi[plot]'",
+              file=sys.stderr)
+        return 2
     results = run(args.workloads, args.repeat, args.scaling)
     print()
     print(markdown(results))

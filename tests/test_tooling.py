@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import sys
 
 import numpy as np
 import onnx
@@ -152,6 +153,28 @@ def test_bench_runs_w6_and_writes_json(tmp_path):
         assert lo == mid == hi > 0
         assert native["max_abs_diff"] < 1e-6
     assert "| W6_tiny | RoIAlign |" in bench.markdown(results)
+
+
+def test_bench_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "bench.png"
+    assert cli.main(["bench", "W6", "--repeat", "1", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
+
+
+def test_bench_plot_labels_keep_the_scaling_rows_apart():
+    from ort_roi import bench
+
+    assert [bench._short(w) for w in ["W1_faster_rcnn_c4", "W2_R100", "W2_R4000", "W6_tiny"]] \
+        == ["W1", "W2_R100", "W2_R4000", "W6"]
+
+
+def test_bench_plot_without_matplotlib_says_so_before_timing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+    png = tmp_path / "bench.png"
+    assert cli.main(["bench", "W6", "--plot", str(png)]) == 2
+    out, err = capsys.readouterr()
+    assert "pip install 'ort-roi[plot]'" in err and out == "" and not png.exists()
 
 
 def test_bench_bridge_floor_hands_back_the_given_output_through_a_session():
