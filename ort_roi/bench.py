@@ -214,8 +214,14 @@ def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
                "python": platform.python_version(), "onnxruntime": ort.__version__,
                "repeat": repeat, "rows": []}
     ws = workloads()
-    todo = [(k, dict(v), op) for k, v in ws.items() if not names or k.split("_")[0] in names
-            for op in v["ops"]]
+    def named(k: str, name: str) -> bool:  # W1 or W1_faster_rcnn_c4
+        return name in (k, k.split("_")[0])
+    unknown = [n for n in names or [] if not any(named(k, n) for k in ws)]
+    if unknown:
+        raise ValueError(f"unknown workload {unknown[0]!r} (known: "
+                         f"{', '.join(k.split('_')[0] for k in ws)})")
+    todo = [(k, dict(v), op) for k, v in ws.items()
+            if not names or any(named(k, n) for n in names) for op in v["ops"]]
     if scaling:
         for r in (100, 1000, 4000):
             todo.append((f"W2_R{r}", dict(ws["W2_mask_rcnn_p2"], R=r), "RoIAlign"))
@@ -306,7 +312,11 @@ def main(args: argparse.Namespace) -> int:
         print("ort-roi bench: --plot needs matplotlib: pip install 'ort-roi[plot]'",
               file=sys.stderr)
         return 2
-    results = run(args.workloads, args.repeat, args.scaling)
+    try:
+        results = run(args.workloads, args.repeat, args.scaling)
+    except ValueError as e:  # an unknown workload name
+        print(f"ort-roi bench: {e}", file=sys.stderr)
+        return 2
     print()
     print(markdown(results))
     if args.json:

@@ -4,6 +4,7 @@ model's onnxruntime run with onnx.reference."""
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -119,6 +120,9 @@ def convert(model: onnx.ModelProto, to: str = "ort_roi") -> tuple[onnx.ModelProt
     for node in iter_nodes(m.graph):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         if to == "ort_roi" and node.op_type == "MaxRoiPool" and node.domain in ("", "ai.onnx"):
+            if len(attrs.get("pooled_shape", ())) != 2:
+                raise ValueError(f"MaxRoiPool node {node.name!r}: attribute 'pooled_shape' "
+                                 f"must hold 2 ints, got {attrs.get('pooled_shape')!r}")
             ph, pw = attrs["pooled_shape"]
             new = builders.roi_pooling(*node.input, *node.output, name=node.name or None,
                                        pooled_h=ph, pooled_w=pw,
@@ -126,6 +130,10 @@ def convert(model: onnx.ModelProto, to: str = "ort_roi") -> tuple[onnx.ModelProt
                                        method="max")
         elif (to == "onnx" and node.op_type == "ROIPooling" and node.domain == DOMAIN
               and attrs.get("method", b"max") in (b"max", "max")):
+            missing = [a for a in ("pooled_h", "pooled_w", "spatial_scale") if a not in attrs]
+            if missing:
+                raise ValueError(f"ROIPooling node {node.name!r}: attribute '{missing[0]}' "
+                                 "is required but missing")
             new = onnx.helper.make_node(
                 "MaxRoiPool", list(node.input), list(node.output), name=node.name or None,
                 pooled_shape=[attrs["pooled_h"], attrs["pooled_w"]],
@@ -157,8 +165,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     """Rewrite MaxRoiPool nodes as ort_roi ROIPooling (or back with --to onnx)."""
-    m, n = convert(onnx.load(args.input), to=args.to)
-    onnx.save(m, args.output)
+    try:
+        m = onnx.load(args.input)
+    except Exception as e:  # noqa: BLE001 - a missing file or not a model: say which
+        print(f"ort-roi convert: cannot read the model {args.input}: {_first_line(e)}",
+              file=sys.stderr)
+        return 1
+    try:
+        m, n = convert(m, to=args.to)
+        onnx.save(m, args.output)
+    except (ValueError, OSError) as e:
+        print(f"ort-roi convert: {e}", file=sys.stderr)
+        return 1
     print(f"{args.input} -> {args.output}: {n} node(s) rewritten "
           f"({'MaxRoiPool -> ort_roi.ROIPooling' if args.to == 'ort_roi' else 'ROIPooling -> MaxRoiPool'})")
     return 0

@@ -130,6 +130,33 @@ def test_convert_max_roi_pool_gives_identical_outputs(tmp_path, capsys):
     np.testing.assert_array_equal(again, native)
 
 
+def test_convert_reports_unreadable_and_malformed_models(tmp_path, capsys):
+    """No traceback: a missing file, a file that is not a model, or a MaxRoiPool without
+    its pooled_shape each give exit 1 and a message naming the file or the node."""
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not a model")
+    for path in [tmp_path / "missing.onnx", junk]:
+        assert cli.main(["convert", str(path), str(tmp_path / "out.onnx")]) == 1
+        assert f"cannot read the model {path}" in capsys.readouterr().err
+    node = helper.make_node("MaxRoiPool", ["X", "rois"], ["Y"], name="pool", spatial_scale=1.0)
+    g = helper.make_graph([node], "g", [], [])
+    src = tmp_path / "bad.onnx"
+    onnx.save(helper.make_model(g), src)
+    assert cli.main(["convert", str(src), str(tmp_path / "out.onnx")]) == 1
+    assert "MaxRoiPool node 'pool': attribute 'pooled_shape'" in capsys.readouterr().err
+    node = helper.make_node("ROIPooling", ["X", "rois"], ["Y"], name="rp", domain="ort_roi",
+                            pooled_w=2, spatial_scale=1.0, method="max")
+    onnx.save(helper.make_model(helper.make_graph([node], "g", [], [])), src)
+    assert cli.main(["convert", str(src), str(tmp_path / "out.onnx"), "--to", "onnx"]) == 1
+    assert "ROIPooling node 'rp': attribute 'pooled_h' is required" in capsys.readouterr().err
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_bench_rejects_unknown_workloads(capsys):
+    assert cli.main(["bench", "W9"]) == 2
+    assert "unknown workload 'W9' (known: W1, W2, W3, W4, W5, W6)" in capsys.readouterr().err
+
+
 def test_convert_leaves_bilinear_pooling_alone():
     m = onnx.load(os.path.join(os.path.dirname(MODELS[0]), "bilinear_roi_head.onnx"))
     out, n = tooling.convert(m, to="onnx")
