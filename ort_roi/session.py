@@ -70,15 +70,21 @@ def prepare_model(model: onnx.ModelProto, exact_floats: bool = True) -> onnx.Mod
     return model
 
 
-def _resolve_node(node: onnx.NodeProto, spec: OpSpec, exact_floats: bool) -> None:
-    """Check one node's attributes and rewrite them with every default filled in."""
+def node_attrs(node: onnx.NodeProto, spec: OpSpec) -> dict[str, Any]:
+    """One node's attributes checked by its spec, every default filled in. Raises
+    RoiOpError naming the node."""
     given = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     given = {k: v.decode() if isinstance(v, bytes) else v for k, v in given.items()}
     try:
-        values = spec.resolve(given)
+        return spec.resolve(given)
     except RoiOpError as e:
         raise RoiOpError(e.op, e.name,
                          f"{e.detail} (node {node.name or '<unnamed>'!r})") from None
+
+
+def _resolve_node(node: onnx.NodeProto, spec: OpSpec, exact_floats: bool) -> None:
+    """Check one node's attributes and rewrite them with every default filled in."""
+    values = node_attrs(node, spec)
     if len(node.input) != len(spec.inputs):
         raise RoiOpError(spec.name, "inputs",
                          f"node {node.name!r} has {len(node.input)} inputs, expected "

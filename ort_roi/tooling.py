@@ -110,8 +110,8 @@ def convert(model: onnx.ModelProto, to: str = "ort_roi") -> tuple[onnx.ModelProt
     so outputs are identical. Bilinear ROIPooling has no ONNX equivalent and is left as is.
     Returns the new model and the number of nodes rewritten."""
     from . import builders
-    from .session import iter_nodes
-    from .specs import DOMAIN
+    from .session import iter_nodes, node_attrs
+    from .specs import DOMAIN, ROI_POOLING
 
     if to not in ("ort_roi", "onnx"):
         raise ValueError(f"convert: 'to' must be 'ort_roi' or 'onnx', got {to!r}")
@@ -130,14 +130,10 @@ def convert(model: onnx.ModelProto, to: str = "ort_roi") -> tuple[onnx.ModelProt
                                        method="max")
         elif (to == "onnx" and node.op_type == "ROIPooling" and node.domain == DOMAIN
               and attrs.get("method", b"max") in (b"max", "max")):
-            missing = [a for a in ("pooled_h", "pooled_w", "spatial_scale") if a not in attrs]
-            if missing:
-                raise ValueError(f"ROIPooling node {node.name!r}: attribute '{missing[0]}' "
-                                 "is required but missing")
+            a = node_attrs(node, ROI_POOLING)  # checked as the front door checks it
             new = onnx.helper.make_node(
                 "MaxRoiPool", list(node.input), list(node.output), name=node.name or None,
-                pooled_shape=[attrs["pooled_h"], attrs["pooled_w"]],
-                spatial_scale=attrs["spatial_scale"])
+                pooled_shape=[a["pooled_h"], a["pooled_w"]], spatial_scale=a["spatial_scale"])
         else:
             continue
         node.CopyFrom(new)

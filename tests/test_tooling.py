@@ -148,7 +148,8 @@ def test_convert_reports_unreadable_and_malformed_models(tmp_path, capsys):
                             pooled_w=2, spatial_scale=1.0, method="max")
     onnx.save(helper.make_model(helper.make_graph([node], "g", [], [])), src)
     assert cli.main(["convert", str(src), str(tmp_path / "out.onnx"), "--to", "onnx"]) == 1
-    assert "ROIPooling node 'rp': attribute 'pooled_h' is required" in capsys.readouterr().err
+    assert ("ROIPooling: attribute 'pooled_h': is required but missing (node 'rp')"
+            in capsys.readouterr().err)
     assert not (tmp_path / "out.onnx").exists()
 
 
