@@ -6,7 +6,7 @@ import numpy as np
 
 from ..errors import RoiOpError
 from ..specs import PSROI_POOL
-from ._parallel import for_ranges
+from ._parallel import for_channel_blocks, for_ranges, workers
 from ._cupy import on_gpu
 from ._boxes import (quiet, batch_from_counts, check_boxes, check_features, clip_edges,
                      round_half_away)
@@ -60,45 +60,52 @@ def ps_pool(X: np.ndarray, batch: np.ndarray, rois: np.ndarray, oc: int, ph: int
     """PSROIPool of checked inputs (rois [R, 4])."""
     N, C, H, W = X.shape
     R = rois.shape[0]
-    out = np.zeros((R, oc, ph, pw), X.dtype)
     if R == 0:
-        return out
+        return np.zeros((R, oc, ph, pw), X.dtype)
     s = X.dtype.type(spatial_scale)
     hlo, hhi = _bins(rois[:, 1], rois[:, 3], s, ph, H)
     wlo, whi = _bins(rois[:, 0], rois[:, 2], s, pw, W)
-    # Bins of the same size (rows x cols) are summed together: one gather per element of the
-    # region, for all their output channels at once, in Paddle's order (row by row), in T.
-    t = X.dtype.type
     P = ph * pw
+    # X channel-last, [N, P, H, W, oc]: one pixel of one bin position holds all the output
+    # channels of that position in a run, and a window row of a bin is one run.
+    Xt = np.empty((N, P, H, W, oc), X.dtype)
+    planes = X.reshape(N, oc, P, H, W)
+
+    def to_channel_last(p0: int, p1: int) -> None:
+        Xt[:, p0:p1] = planes[:, :, p0:p1].transpose(0, 2, 3, 4, 1)
+
+    for_channel_blocks(P, -(-P // workers()), to_channel_last)
     lh = np.broadcast_to((hhi - hlo)[:, :, None], (R, ph, pw)).ravel()
     lw = np.broadcast_to((whi - wlo)[:, None, :], (R, ph, pw)).ravel()
-    base = ((batch[:, None, None] * C + np.arange(P).reshape(ph, pw)) * H
-            + hlo[:, :, None]) * W + wlo[:, None, :]
-    base = base.ravel()
-    channel_step = np.arange(oc) * (P * H * W)
+    first = (((batch[:, None, None] * P + np.arange(P).reshape(ph, pw)) * H
+              + hlo[:, :, None]) * W + wlo[:, None, :]).ravel()  # pixel of each bin's corner
+    # Bins of the same size (rows x cols) are summed together, those of one position (one
+    # [H, W, oc] block of Xt) side by side: one gather per element of the region, a run of
+    # oc values per bin, summed in Paddle's order (row by row, left to right), in T.
     key = lh * (int(lw.max()) + 1) + lw
-    # Within a size, bins of one position (one set of input planes) are gathered together.
-    flat = np.arange(R * P)
-    order = np.lexsort((flat % P, key))
-    Xf, out3 = X.reshape(-1), out.reshape(R, oc, P)
+    group = key * P + np.arange(R * P) % P
+    order = np.argsort(group.astype(np.min_scalar_type(group.max())), kind="stable")
+    t = X.dtype.type
+    runs = Xt.reshape(-1, oc)
+    sums = np.zeros((R * P, oc), X.dtype)
 
-    def work(first: int, last: int) -> None:
-        seg = order[first:last]
+    def work(lo: int, hi: int) -> None:
+        seg = order[lo:hi]
         starts = np.flatnonzero(np.diff(key[seg], prepend=-1))
-        for a_, b_ in zip(starts, np.append(starts[1:], seg.size)):
-            sel = seg[a_:b_]
+        for a, b in zip(starts, np.append(starts[1:], seg.size)):
+            sel = seg[a:b]
             h_, w_ = int(lh[sel[0]]), int(lw[sel[0]])
             if h_ <= 0 or w_ <= 0:
                 continue  # empty bins stay 0
-            idx = channel_step[:, None] + base[sel]  # [oc, bins]: one plane at a time
-            total = Xf.take(idx)
+            idx = first[sel]
+            total = runs.take(idx, axis=0)
             tmp = np.empty_like(total)
             for dy in range(h_):
                 for dx in range(w_):
                     if dy or dx:
-                        total += Xf[dy * W + dx:].take(idx, out=tmp, mode="clip")
+                        total += runs[dy * W + dx:].take(idx, axis=0, out=tmp, mode="clip")
             total /= t(h_ * w_)
-            out3[sel // P, :, sel % P] = total.T
+            sums[sel] = total
 
     for_ranges(order.size, work, min_chunk=256)
-    return out
+    return np.ascontiguousarray(sums.reshape(R, ph, pw, oc).transpose(0, 3, 1, 2))
