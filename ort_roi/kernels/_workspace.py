@@ -20,6 +20,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from ._parallel import for_ranges
+
 _local = threading.local()
 _generation = 0
 
@@ -78,3 +80,13 @@ def reuse_outputs():
         yield
     finally:
         _local.reuse = False
+
+
+def nhwc(X: np.ndarray) -> np.ndarray:
+    """X [N, C, H, W] copied to this thread's NHWC scratch array, the copy split over the
+    cores (valid until the thread's next request for it)."""
+    N, C, H, W = X.shape
+    Xn = scratch("nhwc", (N, H, W, C), X.dtype)
+    for_ranges(H, lambda h0, h1: np.copyto(Xn[:, h0:h1], X[:, :, h0:h1].transpose(0, 2, 3, 1)),
+               min_chunk=1)
+    return Xn

@@ -17,7 +17,7 @@ from . import _workspace
 from ._cupy import on_gpu
 from ._boxes import batch_from_column, check_boxes, check_features, quiet
 from ._parallel import for_ranges
-from .roi_align import (align, align_geometry, check_box_sizes, neighbours, nhwc,
+from .roi_align import (align, align_geometry, check_box_sizes, neighbours,
                          sample_positions)
 
 #: mmcv's initial running maximum: what a bin without samples returns in mode "max".
@@ -67,7 +67,7 @@ def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_
         return out
     (y1, bin_h, gh), (x1, bin_w, gw) = align_geometry(boxes, spatial_scale, ph, pw,
                                                       sampling_ratio, aligned)
-    Xn = nhwc(X).reshape(N * H * W, C)
+    Xn = _workspace.nhwc(X).reshape(N * H * W, C)
 
     def work(start: int, stop: int) -> None:
         for r in range(start, stop):

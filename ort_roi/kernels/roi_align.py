@@ -191,16 +191,6 @@ def _closed_form(start: float, bin_size: float, grid: int, pooled: int, size: in
     return A
 
 
-def nhwc(X: np.ndarray) -> np.ndarray:
-    """X [N, C, H, W] copied to this thread's NHWC scratch array, the copy split over the
-    cores (valid until the thread's next request for it)."""
-    N, C, H, W = X.shape
-    Xn = _workspace.scratch("nhwc", (N, H, W, C), X.dtype)
-    for_ranges(H, lambda h0, h1: np.copyto(Xn[:, h0:h1], X[:, :, h0:h1].transpose(0, 2, 3, 1)),
-               min_chunk=1)
-    return Xn
-
-
 @on_gpu
 def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
           spatial_scale: float, sampling_ratio: int, aligned: bool) -> np.ndarray:
@@ -219,7 +209,7 @@ def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
     start, bin_size, grid = _geometry(boxes, spatial_scale, ph, pw, sampling_ratio, aligned)
     if R * C * H * W <= SMALL and R * max(ph, pw) * int(grid.max()) * max(H, W) <= SMALL:
         return _align_small(X, batch, start, bin_size, grid, ph, pw, out)
-    Xn = nhwc(X)
+    Xn = _workspace.nhwc(X)
     by_taps = np.zeros(R, bool)
     if sampling_ratio > 0:
         n_taps = 2 * sampling_ratio * np.array([ph, pw])

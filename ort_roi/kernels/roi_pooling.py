@@ -13,7 +13,7 @@ from ._maxpool import pool_max
 from ._parallel import for_ranges
 
 #: Elements (channels x samples) per step of bilinear pooling's working buffers.
-_CHUNK = 1 << 16
+_CHUNK = 1 << 17
 
 
 @quiet
@@ -81,9 +81,9 @@ def bilinear_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int,
     """Bilinear ROIPooling of checked inputs (normalized boxes [R, 4]).
 
     Only samples on the map are computed (the rest are 0): their four neighbours are
-    gathered from each channel's H x W plane (cache-resident) for a range of channels per
-    core, interpolated as OpenVINO does (top, bottom, then between them) and scattered into
-    the output.
+    gathered as whole pixels (all channels at once) from an NHWC copy of X, a range of
+    samples per core, interpolated as OpenVINO does (top, bottom, then between them) and
+    scattered into the output.
     """
     N, C, H, W = X.shape
     R, P = boxes.shape[0], ph * pw
@@ -95,43 +95,35 @@ def bilinear_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int,
     on_map = np.flatnonzero((vy[:, :, None] & vx[:, None, :]).reshape(R * P))
     r, p = np.divmod(on_map, P)
     iy, ix = np.divmod(p, pw)
-    images = []  # per image: its samples' boxes, bins, corner indices and fractions
-    for b in range(N):
-        k = np.flatnonzero(batch[r] == b)
-        rk, yk, xk = r[k], iy[k], ix[k]
-        top, bottom = y0[rk, yk] * W, y1[rk, yk] * W
-        left, right = x0[rk, xk], x1[rk, xk]
-        images.append((b, rk, p[k], (top + left, top + right, bottom + left, bottom + right),
-                       fx[rk, xk], fy[rk, yk]))
+    top, bottom = (batch[r] * H + y0[r, iy]) * W, (batch[r] * H + y1[r, iy]) * W
+    left, right = x0[r, ix], x1[r, ix]
+    corners = (top + left, top + right, bottom + left, bottom + right)  # pixels
+    dx, dy = fx[r, ix][:, None], fy[r, iy][:, None]
+    pixels = _workspace.nhwc(X).reshape(N * H * W, C)
     o3 = out.reshape(R, C, P)
-    dense = on_map.size == R * P
+    if on_map.size < R * P:
+        for_ranges(R, lambda r0, r1: o3[r0:r1].fill(0))
+    step = max(1, _CHUNK // C)
 
-    def work(c0: int, c1: int) -> None:
-        cb = c1 - c0
-        if not dense:
-            o3[:, c0:c1] = 0
-        step = max(1, _CHUNK // cb)
-        a, b_, c = (_workspace.scratch(f"bilinear:{n}", (cb, step), X.dtype) for n in "abc")
-        for img, rr, pp, corners, dx, dy in images:
-            plane = X[img, c0:c1].reshape(cb, H * W)
-            for s0 in range(0, rr.size, step):
-                s = slice(s0, min(rr.size, s0 + step))
-                m = s.stop - s0
-                A, B, Cc = a[:, :m], b_[:, :m], c[:, :m]
-                plane.take(corners[0][s], axis=1, out=A, mode="clip")  # top = tl + (tr - tl) dx
-                plane.take(corners[1][s], axis=1, out=B, mode="clip")
-                B -= A
-                B *= dx[s]
-                A += B
-                plane.take(corners[2][s], axis=1, out=B, mode="clip")  # bottom = bl + (br - bl) dx
-                plane.take(corners[3][s], axis=1, out=Cc, mode="clip")
-                Cc -= B
-                Cc *= dx[s]
-                B += Cc
-                B -= A  # top + (bottom - top) dy
-                B *= dy[s]
-                A += B
-                o3[rr[s], c0:c1, pp[s]] = A.T
+    def work(s0: int, s1: int) -> None:
+        a, b, c = (_workspace.scratch(f"bilinear:{n}", (step, C), X.dtype) for n in "abc")
+        for first in range(s0, s1, step):
+            s = slice(first, min(s1, first + step))
+            A, B, Cc = a[:s.stop - first], b[:s.stop - first], c[:s.stop - first]
+            pixels.take(corners[0][s], axis=0, out=A, mode="clip")  # top = tl + (tr - tl) dx
+            pixels.take(corners[1][s], axis=0, out=B, mode="clip")
+            B -= A
+            B *= dx[s]
+            A += B
+            pixels.take(corners[2][s], axis=0, out=B, mode="clip")  # bottom = bl + (br - bl) dx
+            pixels.take(corners[3][s], axis=0, out=Cc, mode="clip")
+            Cc -= B
+            Cc *= dx[s]
+            B += Cc
+            B -= A  # top + (bottom - top) dy
+            B *= dy[s]
+            A += B
+            o3[r[s], :, p[s]] = A
 
-    for_ranges(C, work)
+    for_ranges(on_map.size, work, min_chunk=step)
     return out
