@@ -66,8 +66,8 @@ def ps_pool(X: np.ndarray, batch: np.ndarray, rois: np.ndarray, oc: int, ph: int
     hlo, hhi = _bins(rois[:, 1], rois[:, 3], s, ph, H)
     wlo, whi = _bins(rois[:, 0], rois[:, 2], s, pw, W)
     P = ph * pw
-    # X channel-last, [N, P, H, W, oc]: one pixel of one bin position holds all the output
-    # channels of that position in a run, and a window row of a bin is one run.
+    # X channel-last, [N, P, H, W, oc]: one pixel of one bin position holds the oc output
+    # channels of that position in one run (a cache line or two, not oc of them).
     Xt = np.empty((N, P, H, W, oc), X.dtype)
     planes = X.reshape(N, oc, P, H, W)
 
