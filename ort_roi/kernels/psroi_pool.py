@@ -6,7 +6,7 @@ import numpy as np
 
 from ..errors import RoiOpError
 from ..specs import PSROI_POOL
-from ._parallel import for_channel_blocks, for_ranges, workers
+from ._parallel import for_ranges
 from ._cupy import on_gpu
 from ._boxes import (quiet, batch_from_counts, check_boxes, check_features, clip_edges,
                      round_half_away)
@@ -74,7 +74,7 @@ def ps_pool(X: np.ndarray, batch: np.ndarray, rois: np.ndarray, oc: int, ph: int
     def to_channel_last(p0: int, p1: int) -> None:
         Xt[:, p0:p1] = planes[:, :, p0:p1].transpose(0, 2, 3, 4, 1)
 
-    for_channel_blocks(P, -(-P // workers()), to_channel_last)
+    for_ranges(P, to_channel_last, min_chunk=1)
     lh = np.broadcast_to((hhi - hlo)[:, :, None], (R, ph, pw)).ravel()
     lw = np.broadcast_to((whi - wlo)[:, None, :], (R, ph, pw)).ravel()
     first = (((batch[:, None, None] * P + np.arange(P).reshape(ph, pw)) * H
