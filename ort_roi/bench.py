@@ -55,9 +55,12 @@ def make_inputs(w: dict, seed: int = 0, normalized: bool = False):
     return X, boxes.astype(np.float32), counts
 
 
-def _session(model) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 0
+def _session(model, so: ort.SessionOptions | None = None) -> ort.InferenceSession:
+    """A CPU session of ``model``: with ``so`` (ours: ort_roi.session_options()), else
+    onnxruntime's defaults (its native ops, every core)."""
+    if so is None:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 0
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
@@ -67,9 +70,7 @@ class _Ours:
 
     def __init__(self, op: str, feed: dict, **attrs):
         self.op, self.feed, self.attrs = op, feed, attrs
-        m = builders.single_op_model(op, **attrs)
-        self.sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
-                                         providers=["CPUExecutionProvider"])
+        self.sess = _session(builders.single_op_model(op, **attrs), ort_roi.session_options())
 
     def __call__(self) -> np.ndarray:
         return self.sess.run(None, self.feed)[0]
@@ -97,8 +98,7 @@ def bridge_floor(op: str, feed: dict, y: np.ndarray, **attrs) -> Runner:
     for o in m.opset_import:
         if o.domain == ort_roi.DOMAIN:
             o.domain = FLOOR_DOMAIN
-    sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
-                                providers=["CPUExecutionProvider"])
+    sess = _session(m, ort_roi.session_options())
     return lambda: sess.run(None, feed)[0]
 
 
