@@ -233,7 +233,12 @@ def _add(spec: OpSpec, kernel: Callable[..., np.ndarray], domain: str) -> None:
 
 
 def register() -> None:
-    """Register every op of every spec with onnxruntime-extensions (once per process)."""
+    """Register every op of every spec with onnxruntime-extensions (once per process).
+
+    All at once, before any session: onnxruntime-extensions keeps a domain's Python ops in
+    a growing array whose addresses the sessions keep, so an op added to a domain after a
+    session has used that domain leaves dangling pointers (a later session or run crashes).
+    """
     global _registered
     with _lock:
         if not _registered:
@@ -243,9 +248,16 @@ def register() -> None:
         install_hook()
 
 
-def register_stand_in(spec: OpSpec, domain: str, kernel: Callable[..., np.ndarray]) -> None:
-    """Register ``kernel`` as op ``spec.name`` of ``domain``, with spec's inputs, attributes
-    and error handling (``ort-roi bench`` times the bridge alone this way)."""
+_stand_in_domains: set[str] = set()
+
+
+def register_stand_ins(domain: str, kernel_for: Callable[[OpSpec], Callable[..., np.ndarray]]) -> None:
+    """Register every op of every spec again in ``domain`` (once per domain, all at once, as
+    ``register`` does), op ``spec.name`` computed by ``kernel_for(spec)``, with the specs'
+    inputs, attributes and error handling (``ort-roi bench`` times the bridge alone this way)."""
     with _lock:
-        _add(spec, kernel, domain)
+        if domain not in _stand_in_domains:
+            for spec in all_specs():
+                _add(spec, kernel_for(spec), domain)
+            _stand_in_domains.add(domain)
         install_hook()

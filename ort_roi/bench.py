@@ -87,11 +87,10 @@ def bridge_floor(op: str, feed: dict, y: np.ndarray, **attrs) -> Runner:
     """Our session with the kernel replaced by one that hands back ``y`` at once: what
     onnxruntime-extensions' Python-op bridge costs by itself (X copied in, the output
     copied out, our hook), the least any kernel of ours can take."""
-    from ort_roi import _bridge, specs
+    from ort_roi import _bridge
 
-    if op not in _floor_outputs:
-        _bridge.register_stand_in(specs.spec(op), FLOOR_DOMAIN,
-                                  lambda *args, **kw: _floor_outputs[op])
+    _bridge.register_stand_ins(
+        FLOOR_DOMAIN, lambda spec: lambda *args, **kw: _floor_outputs[spec.name])
     _floor_outputs[op] = y
     m = builders.single_op_model(op, **attrs)
     m.graph.node[0].domain = FLOOR_DOMAIN

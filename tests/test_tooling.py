@@ -218,6 +218,35 @@ def test_bench_bridge_floor_hands_back_the_given_output_through_a_session():
     np.testing.assert_array_equal(ours(), y)
 
 
+_FLOORS_ONE_AFTER_ANOTHER = """
+import gc
+import numpy as np
+from ort_roi import bench
+w = bench.workloads()["W6_tiny"]
+ys = []
+for op in ["RoIAlign", "ROIPooling.max", "RoIAlign", "ROIPooling.max"]:
+    ours, _ = bench.cases(w, op)
+    y = ours()
+    floor = ours.floor(np.full_like(y, len(ys)))  # the previous floor session is dropped here
+    ys.append(float(floor()[0, 0, 0, 0]))
+del floor, ours
+gc.collect()
+print(ys)
+"""
+
+
+def test_bench_floors_of_several_ops_one_after_another_do_not_crash():
+    """Stand-ins made one op at a time, each after the last one's session, once left those
+    sessions with dangling pointers (onnxruntime-extensions moves a domain's ops when it
+    grows): the process died. All stand-ins are now registered at once, before any session."""
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-c", _FLOORS_ONE_AFTER_ANOTHER], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "[0.0, 1.0, 2.0, 3.0]"
+
+
 def test_bench_times_ours_and_the_peers_in_turn():
     """Each round times every runner once, in turn (a slow spell hits them all alike); the
     result is each runner's median and last output."""
