@@ -31,7 +31,6 @@ _ATTR_DT = {int: "dt_int64", float: "dt_float", str: "dt_string"}
 
 #: kernel id -> (spec, output dtype, kernel) for every registered overload of ours.
 _KERNELS: dict[int, tuple[OpSpec, np.dtype, Callable[..., np.ndarray]]] = {}
-_registered = False
 _lock = threading.Lock()
 _local = threading.local()
 
@@ -239,25 +238,25 @@ def register() -> None:
     a growing array whose addresses the sessions keep, so an op added to a domain after a
     session has used that domain leaves dangling pointers (a later session or run crashes).
     """
-    global _registered
-    with _lock:
-        if not _registered:
-            for spec in all_specs():
-                _add(spec, spec.kernel, spec.domain)
-            _registered = True
-        install_hook()
+    _register_all(None, lambda spec: _add(spec, spec.kernel, spec.domain))
 
 
-_stand_in_domains: set[str] = set()
-
-
-def register_stand_ins(domain: str, kernel_for: Callable[[OpSpec], Callable[..., np.ndarray]]) -> None:
+def register_stand_ins(domain: str,
+                       kernel_for: Callable[[OpSpec], Callable[..., np.ndarray]]) -> None:
     """Register every op of every spec again in ``domain`` (once per domain, all at once, as
     ``register`` does), op ``spec.name`` computed by ``kernel_for(spec)``, with the specs'
     inputs, attributes and error handling (``ort-roi bench`` times the bridge alone this way)."""
+    _register_all(domain, lambda spec: _add(spec, kernel_for(spec), domain))
+
+
+_registered: set[str | None] = set()  # None: our ops in their own domains; else a stand-in domain
+
+
+def _register_all(key: str | None, add: Callable[[OpSpec], None]) -> None:
+    """``add`` every spec once per ``key``, under the lock; then (again) install our hook."""
     with _lock:
-        if domain not in _stand_in_domains:
+        if key not in _registered:
             for spec in all_specs():
-                _add(spec, kernel_for(spec), domain)
-            _stand_in_domains.add(domain)
+                add(spec)
+            _registered.add(key)
         install_hook()
