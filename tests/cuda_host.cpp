@@ -15,23 +15,27 @@ using std::round;
 #include "../ort_roi/kernels/roi_ops.cu"
 
 #define ORT_ROI_EXPORT(T, S)                                                                  \
-  extern "C" void max_pool_##S(const T* X, const long long* b, const T* boxes, T* out,       \
-                               long long n, int C, int H, int W, int PH, int PW, T s) {      \
-    max_pool<T>(X, b, boxes, out, n, C, H, W, PH, PW, s);                                    \
+  extern "C" void max_pool_##S(const T* X, const T* rois, T* out,                             \
+                               long long n, int C, int H, int W, int PH, int PW, T s) {       \
+    max_pool<T>(X, rois, out, n, C, H, W, PH, PW, s);                                         \
   }                                                                                           \
-  extern "C" void bilinear_pool_##S(const T* X, const long long* b, const T* boxes, T* out,  \
-                                    long long n, int C, int H, int W, int PH, int PW) {      \
-    bilinear_pool<T>(X, b, boxes, out, n, C, H, W, PH, PW);                                  \
+  extern "C" void bilinear_pool_##S(const T* X, const T* rois, T* out,                        \
+                                    long long n, int C, int H, int W, int PH, int PW) {       \
+    bilinear_pool<T>(X, rois, out, n, C, H, W, PH, PW);                                       \
   }                                                                                           \
-  extern "C" void psroi_pool_##S(const T* X, const long long* b, const T* boxes, T* out,     \
-                                 long long n, int Ci, int OC, int H, int W, int PH, int PW,  \
+  extern "C" void psroi_pool_##S(const T* X, const T* rois, T* out,                           \
+                                 long long n, int Ci, int OC, int H, int W, int PH, int PW,   \
                                  T s) {                                                       \
-    psroi_pool<T>(X, b, boxes, out, n, Ci, OC, H, W, PH, PW, s);                             \
+    psroi_pool<T>(X, rois, out, n, Ci, OC, H, W, PH, PW, s);                                  \
   }                                                                                           \
-  extern "C" void roi_align_##S(const T* X, const long long* b, const T* geom,               \
-                                const long long* grid, T* out, long long n, int C, int H,    \
-                                int W, int PH, int PW) {                                     \
-    roi_align<T>(X, b, geom, grid, out, n, C, H, W, PH, PW);                                 \
+  extern "C" void roi_align_##S(const T* X, const T* rois, T* out,                            \
+                                long long n, int C, int H, int W, int PH, int PW, T s,        \
+                                int sr, int aligned, int mode, int grid_max) {                \
+    roi_align<T>(X, rois, out, n, C, H, W, PH, PW, s, sr, aligned, mode, grid_max);           \
+  }                                                                                           \
+  extern "C" void roi_align_rotated_##S(const T* X, const T* rois, T* out, long long n,       \
+                                        int C, int H, int W, int PH, int PW) {                \
+    roi_align_rotated<T>(X, rois, out, n, C, H, W, PH, PW);                                   \
   }
 
 ORT_ROI_EXPORT(float, f)

@@ -22,6 +22,7 @@ import pytest
 
 import cases as C
 import fake_cupy
+from conftest import load_golden, ordered, tolerance
 import ort_roi
 from ort_roi import backend, builders, kernels
 from ort_roi.kernels import _cupy
@@ -112,19 +113,21 @@ def test_cuda_source_compiles_with_nvcc(tmp_path, arch):
     lines = [f'#include "{os.path.abspath(_cupy.__file__)[:-8]}roi_ops.cu"']
     for t in ("float", "double"):
         lines += [
-            f"template __global__ void max_pool<{t}>(const {t}*, const long long*, const {t}*,"
-            f" {t}*, long long, int, int, int, int, int, {t});",
-            f"template __global__ void bilinear_pool<{t}>(const {t}*, const long long*, "
-            f"const {t}*, {t}*, long long, int, int, int, int, int);",
-            f"template __global__ void psroi_pool<{t}>(const {t}*, const long long*, const {t}*,"
-            f" {t}*, long long, int, int, int, int, int, int, {t});",
-            f"template __global__ void roi_align<{t}>(const {t}*, const long long*, const {t}*, "
-            f"const long long*, {t}*, long long, int, int, int, int, int);"]
+            f"template __global__ void max_pool<{t}>(const {t}*, const {t}*, {t}*, "
+            f"long long, int, int, int, int, int, {t});",
+            f"template __global__ void bilinear_pool<{t}>(const {t}*, const {t}*, {t}*, "
+            f"long long, int, int, int, int, int);",
+            f"template __global__ void psroi_pool<{t}>(const {t}*, const {t}*, {t}*, "
+            f"long long, int, int, int, int, int, int, {t});",
+            f"template __global__ void roi_align<{t}>(const {t}*, const {t}*, {t}*, "
+            f"long long, int, int, int, int, int, {t}, int, int, int, int);",
+            f"template __global__ void roi_align_rotated<{t}>(const {t}*, const {t}*, {t}*, "
+            f"long long, int, int, int, int, int);"]
     src.write_text("\n".join(lines) + "\n")
     r = subprocess.run(["nvcc", "-cubin", f"-arch={arch}", "-fmad=false", "--resource-usage",
                         "-o", str(tmp_path / "k.cubin"), str(src)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert r.stderr.count("Compiling entry function") == 8
+    assert r.stderr.count("Compiling entry function") == 10
     assert "bytes spill" in r.stderr and " 0 bytes spill stores" in r.stderr
     assert all(" 0 bytes spill stores" in ln for ln in r.stderr.splitlines() if "spill stores" in ln)
 
@@ -222,3 +225,116 @@ def test_cuda_source_on_host_in_onnxruntime(host_cupy):
         got, want = _roi_align_in_session_on_cupy_backend()
     assert calls == ["roi_align"]
     _check("align", got, want)
+
+
+GOLDEN_SUITES = ["roi_pooling_max", "roi_pooling_bilinear", "roi_pool", "psroi_pool", "roi_align"]
+GOLDEN = [(s, c) for s in GOLDEN_SUITES for c in load_golden(s)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("suite,case", GOLDEN, ids=[f"{s}-{c['name']}" for s, c in GOLDEN])
+def test_gpu_kernels_match_framework_goldens(suite, case):
+    """The parity suite with X on the GPU: the frameworks' committed outputs."""
+    cupy = _gpu()
+    inputs = ordered(case)
+    X, *rest = inputs.values()
+    got = cupy.asnumpy(_kernel(case)(cupy.asarray(X), *rest, **case["attrs"]))
+    expected = case["expected"]
+    if case["nan_to_zero"]:
+        expected = np.nan_to_num(expected, nan=0.0)
+    tol = tolerance(case["op"], case["attrs"], got.dtype)
+    if suite == "roi_pooling_bilinear" and got.dtype == np.float64:
+        tol = dict(rtol=1e-5, atol=1e-5)  # OpenVINO computed float64 in float32
+    assert got.dtype == X.dtype
+    np.testing.assert_allclose(got, expected, **tol)
+
+
+_EVERY_OP_IN_SESSION = r'''
+import sys, warnings
+import numpy as np, onnxruntime as ort
+sys.path.insert(0, sys.argv[1])
+import cases as C
+import ort_roi
+from ort_roi import builders, kernels
+from ort_roi.specs import all_specs
+from test_cupy import op_cases
+warnings.simplefilter("default")
+print("backend", ort_roi.get_backend())
+for spec, case in op_cases():
+    args = list(case["inputs"].values())
+    counts = args[2].dtype if len(args) > 2 else np.int32
+    m = builders.single_op_model(spec.name, args[0].dtype, counts, domain=spec.domain,
+                                 **case["attrs"])
+    sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                providers=["CPUExecutionProvider"])
+    got = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], args)))[0]
+    want = getattr(kernels, spec.kernel_name)(*args, **case["attrs"])
+    exact = spec.name == "RoIPool" or case["attrs"].get("method") == "max"
+    print(spec.domain, spec.name, args[0].dtype, "exact" if exact else "avg",
+          float(np.abs(got - want).max()), float(np.abs(want).max()))
+'''
+
+
+def op_cases():
+    """One float32 and one float64 case of every registered op (and mode)."""
+    from ort_roi.specs import all_specs
+
+    out = []
+    for spec in all_specs():
+        if spec.name == "MMCVRoiAlign":
+            for i, mode in enumerate(("avg", "max")):
+                c = C.roi_align_cases(20 + i)[0]
+                X, boxes, counts = c["inputs"].values()
+                batch = np.repeat(np.arange(X.shape[0]), counts).astype(X.dtype)
+                rois = np.concatenate([batch[:, None], boxes], 1)
+                a = c["attrs"]
+                attrs = dict(output_height=a["pooled_height"], output_width=a["pooled_width"],
+                             spatial_scale=a["spatial_scale"], mode=mode,
+                             sampling_ratio=max(0, a["sampling_ratio"]), aligned=a["aligned"])
+                out.append((spec, dict(inputs={"input": X, "rois": rois}, attrs=attrs)))
+            continue
+        suite = {"ROIPooling": C.max_pool_cases("ROIPooling", 21) + C.bilinear_cases(22),
+                 "RoIPool": C.max_pool_cases("RoIPool", 23), "PSROIPool": C.psroi_cases(24),
+                 "RoIAlign": C.roi_align_cases(25)}[spec.name]
+        for dtype in (np.float32, np.float64):
+            kinds = {c["attrs"].get("method", "max") for c in suite}
+            for kind in kinds:
+                c = next(c for c in suite if c["inputs"]["X"].dtype == dtype
+                         and c["attrs"].get("method", "max") == kind)
+                out.append((spec, c))
+    return out
+
+
+def _run_every_op(env_backend: str, hide_cupy: bool = False):
+    code = _EVERY_OP_IN_SESSION
+    if hide_cupy:
+        code = "import sys; sys.modules['cupy'] = None\n" + code
+    env = {**os.environ, "ORT_ROI_BACKEND": env_backend}
+    r = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    rows = [ln.split() for ln in lines[1:]]
+    assert len(rows) >= 12
+    for domain, name, dtype, kind, diff, scale in rows:
+        if kind == "exact":
+            assert float(diff) == 0, (domain, name, dtype)
+        else:
+            assert float(diff) <= 1e-5 * max(1.0, float(scale)), (domain, name, dtype, diff)
+    return lines[0], r.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_every_op_in_onnxruntime_with_env_backend():
+    """ORT_ROI_BACKEND=cupy: every op through a plain session computes on the GPU and agrees
+    with the NumPy kernels (max bit for bit, averages 1e-5)."""
+    _gpu()
+    head, _ = _run_every_op("cupy")
+    assert head == "backend cupy"
+
+
+def test_every_op_falls_back_to_numpy_without_cupy():
+    """ORT_ROI_BACKEND=cupy where CuPy cannot be imported: one warning, NumPy results."""
+    head, err = _run_every_op("cupy", hide_cupy=True)
+    assert head == "backend numpy"
+    assert err.count("RuntimeWarning: ort_roi: backend 'cupy' requested but unavailable") == 1, err

@@ -1,13 +1,18 @@
 """GPU check and bench (needs CuPy and an NVIDIA GPU; torchvision optional).
 
-    python tools/gpu_bench.py [--repeat 20] [--json out.json]
+    python tools/gpu_bench.py [--repeat 20] [--json out.json] [--skip-tests] [W1 W2 ...]
 
-1. runs the GPU tests (``pytest -m gpu tests/test_cupy.py``);
-2. times ort_roi's CuPy kernels on the standard workloads (ort_roi/data/workloads.json) side
-   by side with torchvision.ops (roi_align aligned=True, roi_pool, ps_roi_pool) and, when
-   onnxruntime-gpu is installed, its CUDA RoiAlign; prints a markdown table of medians (CUDA
-   events, after a warm-up) and ratios (peer / ort_roi, > 1: ort_roi is faster) and checks that
-   outputs agree. Arrays are on the device already: host-device copies are not timed.
+1. runs the GPU tests (``pytest -m gpu tests/``);
+2. kernel time: ort_roi's CuPy kernels on the standard workloads (ort_roi/data/workloads.json)
+   side by side with torchvision.ops (roi_align aligned=True, roi_pool, ps_roi_pool), arrays
+   already on the device, medians of CUDA-event times after a warm-up; checks that outputs
+   agree;
+3. through onnxruntime: a plain onnxruntime session of our op with the ``cupy`` backend
+   (X copied to the GPU, the output copied back, the bridge's own copies) against the same
+   session on the NumPy backend and torchvision called on host tensors (copies to and from
+   the GPU included); "copies" is the H2D copy of X plus the D2H copy of the output alone.
+
+Prints markdown tables; ratios are peer / ort_roi (> 1: ort_roi is faster).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -26,6 +32,7 @@ sys.path.insert(0, ROOT)
 
 
 def gpu_time(fn, repeat: int) -> float:
+    """Median seconds of ``fn`` on the GPU (CUDA events), after a warm-up."""
     import cupy
 
     fn()
@@ -41,85 +48,167 @@ def gpu_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def cases(repeat: int):
-    import cupy
+def wall_time(fn, repeat: int) -> float:
+    """Median wall-clock seconds of ``fn`` (which returns host data), after a warm-up."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
 
-    from ort_roi import bench, kernels
 
+def _torchvision():
     try:
         import torch
         import torchvision.ops as tv
     except ImportError:
-        torch = tv = None
+        return None, None
+    return torch, tv
+
+
+def _ours_and_peer(w: dict, op: str, X, boxes, counts, rois):
+    """(our kernel, torchvision's or None): functions of (X, boxes, rois) on one device."""
+    from ort_roi import kernels
+
+    torch, tv = _torchvision()
+    p, s = w["pooled"], w["spatial_scale"]
+    if op == "RoIAlign":
+        sr = w.get("sampling_ratio", -1)
+        a = dict(pooled_height=p, pooled_width=p, spatial_scale=s, sampling_ratio=sr)
+        return (lambda x, b, r: kernels.roi_align(x, b, counts, **a),
+                tv and ("torchvision roi_align",
+                        lambda x, r: tv.roi_align(x, r, p, s, sr, aligned=True)))
+    if op == "ROIPooling.max":
+        a = dict(pooled_height=p, pooled_width=p, spatial_scale=s)
+        return (lambda x, b, r: kernels.roi_pool(x, b, counts, **a),
+                tv and ("torchvision roi_pool", lambda x, r: tv.roi_pool(x, r, p, s)))
+    if op == "PSROIPool":
+        a = dict(output_channels=w["output_channels"], pooled_height=p, pooled_width=p,
+                 spatial_scale=s)
+        return (lambda x, b, r: kernels.psroi_pool(x, b, counts, **a),
+                tv and ("torchvision ps_roi_pool", lambda x, r: tv.ps_roi_pool(x, r, p, s)))
+    a = dict(pooled_h=p, pooled_w=p, spatial_scale=s, method="bilinear")  # no GPU peer
+    return lambda x, b, r: kernels.roi_pooling(x, r, **a), None
+
+
+def kernel_rows(names, repeat: int):
+    import cupy
+
+    from ort_roi import bench
+
+    torch, _ = _torchvision()
     rows = []
     for name, w in bench.workloads().items():
-        X, boxes, counts = bench.make_inputs(w, normalized="ROIPooling.bilinear" in w["ops"])
-        Xg, bg = cupy.asarray(X), cupy.asarray(boxes)
-        p, s = w["pooled"], w["spatial_scale"]
-        batch = np.repeat(np.arange(w["N"]), counts).astype(np.float32)
-        rois = np.concatenate([batch[:, None], boxes], 1)
+        if names and not any(n in (name, name.split("_")[0]) for n in names):
+            continue
         for op in w["ops"]:
-            if op == "RoIAlign":
-                sr = w.get("sampling_ratio", -1)
-                a = dict(pooled_height=p, pooled_width=p, spatial_scale=s, sampling_ratio=sr)
-                ours = lambda: kernels.roi_align(Xg, bg, counts, **a)  # noqa: E731
-                peer = None if tv is None else (
-                    "torchvision roi_align",
-                    lambda: tv.roi_align(torch.as_tensor(Xg, device="cuda"),
-                                         torch.as_tensor(cupy.asarray(rois), device="cuda"),
-                                         p, s, sr, aligned=True))
-            elif op == "ROIPooling.max":
-                a = dict(pooled_height=p, pooled_width=p, spatial_scale=s)
-                ours = lambda: kernels.roi_pool(Xg, bg, counts, **a)  # noqa: E731
-                peer = None if tv is None else (
-                    "torchvision roi_pool",
-                    lambda: tv.roi_pool(torch.as_tensor(Xg, device="cuda"),
-                                        torch.as_tensor(cupy.asarray(rois), device="cuda"), p, s))
-            elif op == "PSROIPool":
-                a = dict(output_channels=w["output_channels"], pooled_height=p, pooled_width=p,
-                         spatial_scale=s)
-                ours = lambda: kernels.psroi_pool(Xg, bg, counts, **a)  # noqa: E731
-                peer = None if tv is None else (
-                    "torchvision ps_roi_pool",
-                    lambda: tv.ps_roi_pool(torch.as_tensor(Xg, device="cuda"),
-                                           torch.as_tensor(cupy.asarray(rois), device="cuda"),
-                                           p, s))
-            else:  # ROIPooling.bilinear: no GPU peer
-                a = dict(pooled_h=p, pooled_w=p, spatial_scale=s, method="bilinear")
-                ours = lambda: kernels.roi_pooling(Xg, cupy.asarray(rois), **a)  # noqa: E731
-                peer = None
-            t = gpu_time(ours, repeat)
-            row = dict(workload=name, op=op, ours_s=t)
+            X, boxes, counts = bench.make_inputs(w, normalized=op == "ROIPooling.bilinear")
+            batch = np.repeat(np.arange(w["N"]), counts).astype(np.float32)
+            rois = np.concatenate([batch[:, None], boxes], 1)
+            Xg, bg, rg = cupy.asarray(X), cupy.asarray(boxes), cupy.asarray(rois)
+            ours, peer = _ours_and_peer(w, op, X, boxes, counts, rois)
+            row = dict(workload=name, op=op, ours_s=gpu_time(lambda: ours(Xg, bg, rg), repeat))
+            y = cupy.asnumpy(ours(Xg, bg, rg))
+            row["vs_numpy_max_abs_diff"] = float(np.abs(y - ours(X, boxes, rois)).max())
             if peer is not None:
-                tp = gpu_time(peer[1], repeat)
-                diff = float(np.abs(cupy.asnumpy(ours()) - peer[1]().cpu().numpy()).max())
-                row.update(peer=peer[0], peer_s=tp, ratio=tp / t, max_abs_diff=diff)
+                xt, rt = torch.as_tensor(Xg, device="cuda"), torch.as_tensor(rg, device="cuda")
+                tp = gpu_time(lambda: peer[1](xt, rt), repeat)
+                diff = float(np.abs(y - peer[1](xt, rt).cpu().numpy()).max())
+                row.update(peer=peer[0], peer_s=tp, ratio=tp / row["ours_s"], max_abs_diff=diff)
             rows.append(row)
             print(row, flush=True)
     return rows
 
 
+def session_rows(names, repeat: int):
+    """Through onnxruntime: the cupy backend, the numpy backend, torchvision with copies."""
+    import cupy
+
+    import ort_roi
+    from ort_roi import bench
+
+    torch, _ = _torchvision()
+    rows = []
+    for name, w in bench.workloads().items():
+        if names and not any(n in (name, name.split("_")[0]) for n in names):
+            continue
+        for op in w["ops"]:
+            if name.startswith("W6"):
+                continue
+            ours_sess, _ = bench.cases(w, op)
+            X, boxes, counts = bench.make_inputs(w, normalized=op == "ROIPooling.bilinear")
+            batch = np.repeat(np.arange(w["N"]), counts).astype(np.float32)
+            rois = np.concatenate([batch[:, None], boxes], 1)
+            row = dict(workload=name, op=op)
+            try:
+                assert ort_roi.set_backend("cupy") == "cupy"
+                row["ort_cupy_s"] = wall_time(ours_sess, repeat)
+                y = ours_sess()
+            finally:
+                ort_roi.set_backend("numpy")
+            row["ort_numpy_s"] = wall_time(ours_sess, max(3, repeat // 4))
+            y_np = ours_sess()
+            row["cupy_vs_numpy_max_abs_diff"] = float(np.abs(y - y_np).max())
+
+            def copies():
+                cupy.asarray(X)
+                cupy.asnumpy(cupy.empty(y.shape, y.dtype))
+            row["copies_s"] = wall_time(copies, repeat)
+            _, peer = _ours_and_peer(w, op, X, boxes, counts, rois)
+            if peer is not None:
+                def tv_host():
+                    out = peer[1](torch.from_numpy(X).cuda(), torch.from_numpy(rois).cuda())
+                    return out.cpu().numpy()
+                row.update(peer=peer[0], peer_host_s=wall_time(tv_host, repeat))
+            rows.append(row)
+            print(row, flush=True)
+    return rows
+
+
+def _ms(s) -> str:
+    return "-" if s is None else f"{s * 1e3:.3f} ms"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("workloads", nargs="*")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--json")
     ap.add_argument("--skip-tests", action="store_true")
     args = ap.parse_args()
     if not args.skip_tests:
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu",
-                            os.path.join(ROOT, "tests", "test_cupy.py")])
+                            os.path.join(ROOT, "tests")])
         if r.returncode:
             return r.returncode
-    rows = cases(args.repeat)
-    print("\n| workload | op | ort_roi (CuPy) | peer | peer time | peer / ort_roi | max abs diff |")
+    import cupy
+
+    dev = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    print(f"device: {dev}, CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}, "
+          f"CuPy {cupy.__version__}")
+    krows = kernel_rows(args.workloads, args.repeat)
+    srows = session_rows(args.workloads, max(5, args.repeat // 2))
+    print(f"\nKernel time ({dev}; arrays on the device)\n")
+    print("| workload | op | ort_roi (CuPy) | peer | peer time | peer / ort_roi | max abs diff |")
     print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['workload']} | {r['op']} | {r['ours_s'] * 1e3:.3f} ms | {r.get('peer', '-')} "
-              f"| {r.get('peer_s', float('nan')) * 1e3:.3f} ms | {r.get('ratio', float('nan')):.2f}x "
+    for r in krows:
+        print(f"| {r['workload']} | {r['op']} | {_ms(r['ours_s'])} | {r.get('peer', '-')} "
+              f"| {_ms(r.get('peer_s'))} | {r.get('ratio', float('nan')):.2f}x "
               f"| {r.get('max_abs_diff', float('nan')):.1e} |")
+    print(f"\nThrough onnxruntime ({dev}; host arrays in and out)\n")
+    print("| workload | op | ort_roi cupy | ort_roi numpy | copies alone | torchvision (copies "
+          "incl.) | torchvision / ort_roi cupy |")
+    print("|---|---|---|---|---|---|---|")
+    for r in srows:
+        p = r.get("peer_host_s")
+        print(f"| {r['workload']} | {r['op']} | {_ms(r['ort_cupy_s'])} | {_ms(r['ort_numpy_s'])} "
+              f"| {_ms(r['copies_s'])} | {_ms(p)} | "
+              f"{(p / r['ort_cupy_s']) if p else float('nan'):.2f}x |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump(dict(device=dev, kernel=krows, session=srows), f, indent=1)
     return 0
 
 

@@ -3,11 +3,11 @@
 Each public kernel given X as a CuPy array computes on the GPU and returns a CuPy array.
 The public kernels check their inputs on the host (boxes and counts are small and are
 copied there) and then call their compute function (``max_pool``, ``bilinear_pool``,
-``ps_pool``, ``align``, ``align_max``); ``on_gpu`` sends that call here when X is on the GPU.
-The CUDA kernels (one thread per output element, compiled once per process with
---fmad=false through cupy.RawModule) do the arithmetic of the contract in T. RoIAlign boxes
-with huge adaptive grids use the NumPy path's closed-form weights (two GEMMs on the GPU);
-MMCVRoiAlign mode "max" is computed on the host.
+``ps_pool``, ``align``, ``align_max``, ``align_rotated``); ``on_gpu`` sends that call here
+when X is on the GPU. The CUDA kernels (one thread per bin and block of channels, compiled
+once per process with --fmad=false through cupy.RawModule) do the arithmetic of the contract
+in T. The boxes go to the device in one copy, as rows [batch, x1, y1, x2, y2]. Boxes whose sample grids are huge
+(RoIAlign's closed form, rotated boxes' clipped sampling) are computed by the NumPy kernels.
 """
 
 from __future__ import annotations
@@ -19,9 +19,13 @@ import numpy as np
 
 from ._boxes import is_cupy
 
-KERNELS = ("max_pool", "bilinear_pool", "psroi_pool", "roi_align")
+KERNELS = ("max_pool", "bilinear_pool", "psroi_pool", "roi_align", "roi_align_rotated")
 _CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 _THREADS = 256
+#: Channels per thread (CB in roi_ops.cu).
+CB = 8
+#: mmcv max mode: boxes with more samples than this per bin are computed on the host.
+MAX_MODE_SAMPLES = 1 << 16
 
 
 def source() -> str:
@@ -38,93 +42,145 @@ def _module():
                           name_expressions=names)
 
 
-def _launch(kernel: str, dtype, n: int, *args) -> None:
+@functools.lru_cache(maxsize=None)
+def _function(kernel: str, ctype: str):
+    return _module().get_function(f"{kernel}<{ctype}>")
+
+
+def _launch(kernel: str, out, *args) -> None:
+    """Run ``kernel`` over the work items of ``out`` [R, C, PH, PW] (one per bin and block of
+    CB channels); args follow X ... out, n in the kernel's signature."""
+    R, C, PH, PW = out.shape
+    n = R * -(-C // CB) * PH * PW
     if n == 0:
         return
-    f = _module().get_function(f"{kernel}<{_CTYPE[np.dtype(dtype)]}>")
+    f = _function(kernel, _CTYPE[np.dtype(out.dtype)])
     blocks = int(min((n + _THREADS - 1) // _THREADS, 1 << 20))  # grid-stride beyond that
-    f((blocks,), (_THREADS,), args)
+    f((blocks,), (_THREADS,), (*args[:-1], out, np.int64(n), *args[-1]))
 
 
-def _i(v) -> np.int32:
-    return np.int32(v)
+def _i(*v) -> tuple:
+    return tuple(np.int32(x) for x in v)
 
 
-def _to_gpu(X, batch: np.ndarray, boxes: np.ndarray):
+def _inputs(X, batch: np.ndarray, boxes: np.ndarray):
+    """X on the device (contiguous) and the boxes as rows [batch, x1, y1, x2, y2] of X's
+    dtype, in one copy (each copy to the device costs a synchronisation)."""
     import cupy
 
-    return cupy.ascontiguousarray(X), cupy.asarray(batch, cupy.int64), \
-        cupy.asarray(np.ascontiguousarray(boxes))
+    rows = np.empty((boxes.shape[0], 5), X.dtype)
+    rows[:, 0] = batch
+    rows[:, 1:] = boxes
+    return cupy.ascontiguousarray(X), cupy.asarray(rows)
+
+
+def _empty(X, R: int, C: int, ph: int, pw: int):
+    import cupy
+
+    return cupy.empty((R, C, ph, pw), X.dtype)
 
 
 def max_pool(X, batch, boxes, ph: int, pw: int, spatial_scale: float):
-    import cupy
-
     N, C, H, W = X.shape
-    out = cupy.empty((boxes.shape[0], C, ph, pw), X.dtype)
-    Xg, bg, boxg = _to_gpu(X, batch, boxes)
-    _launch("max_pool", X.dtype, out.size, Xg, bg, boxg, out, np.int64(out.size), _i(C), _i(H),
-            _i(W), _i(ph), _i(pw), X.dtype.type(spatial_scale))
+    out = _empty(X, boxes.shape[0], C, ph, pw)
+    _launch("max_pool", out, *_inputs(X, batch, boxes),
+            (*_i(C, H, W, ph, pw), X.dtype.type(spatial_scale)))
     return out
 
 
 def bilinear_pool(X, batch, boxes, ph: int, pw: int):
-    import cupy
-
     N, C, H, W = X.shape
-    out = cupy.empty((boxes.shape[0], C, ph, pw), X.dtype)
-    Xg, bg, boxg = _to_gpu(X, batch, boxes)
-    _launch("bilinear_pool", X.dtype, out.size, Xg, bg, boxg, out, np.int64(out.size), _i(C),
-            _i(H), _i(W), _i(ph), _i(pw))
+    out = _empty(X, boxes.shape[0], C, ph, pw)
+    _launch("bilinear_pool", out, *_inputs(X, batch, boxes), _i(C, H, W, ph, pw))
     return out
 
 
 def ps_pool(X, batch, rois, oc: int, ph: int, pw: int, spatial_scale: float):
-    import cupy
-
     N, C, H, W = X.shape
-    out = cupy.empty((rois.shape[0], oc, ph, pw), X.dtype)
-    Xg, bg, boxg = _to_gpu(X, batch, rois)
-    _launch("psroi_pool", X.dtype, out.size, Xg, bg, boxg, out, np.int64(out.size), _i(C),
-            _i(oc), _i(H), _i(W), _i(ph), _i(pw), X.dtype.type(spatial_scale))
+    out = _empty(X, rois.shape[0], oc, ph, pw)
+    _launch("psroi_pool", out, *_inputs(X, batch, rois),
+            (*_i(C, oc, H, W, ph, pw), X.dtype.type(spatial_scale)))
     return out
+
+
+def _grids(boxes, spatial_scale, ph, pw, sampling_ratio, aligned):
+    """Samples per bin [R, 2] (y, x) as the kernels compute them, or None where a cheap bound
+    shows every grid is at most EXPLICIT_GRID_MAX."""
+    from .roi_align import EXPLICIT_GRID_MAX, _geometry
+
+    if sampling_ratio > 0 and sampling_ratio <= EXPLICIT_GRID_MAX:
+        return None
+    if sampling_ratio <= 0 and boxes.shape[0]:
+        extent = float(np.abs(boxes[:, 2:] - boxes[:, :2]).max()) * spatial_scale
+        if extent / min(ph, pw) + 2 <= EXPLICIT_GRID_MAX:
+            return None
+    return _geometry(boxes, spatial_scale, ph, pw, sampling_ratio, aligned)[2]
 
 
 def align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
           aligned: bool):
+    """RoIAlign (mean of the samples); boxes with huge grids in closed form (two GEMMs)."""
     import cupy
 
     from .roi_align import EXPLICIT_GRID_MAX, align_geometry, axis_weights
 
     N, C, H, W = X.shape
-    R = boxes.shape[0]
-    out = cupy.empty((R, C, ph, pw), X.dtype)
-    (y1, bh, gh), (x1, bw, gw) = align_geometry(boxes, spatial_scale, ph, pw, sampling_ratio,
-                                                aligned)
-    big = (gh > EXPLICIT_GRID_MAX) | (gw > EXPLICIT_GRID_MAX)
-    grid = np.stack([np.where(big, 0, gh), np.where(big, 0, gw)], 1).astype(np.int64)
-    geom = np.stack([y1, bh, x1, bw], 1).astype(X.dtype)
-    Xg = cupy.ascontiguousarray(X)
-    _launch("roi_align", X.dtype, out.size, Xg, cupy.asarray(batch, cupy.int64),
-            cupy.asarray(geom), cupy.asarray(grid), out, np.int64(out.size), _i(C), _i(H),
-            _i(W), _i(ph), _i(pw))
-    for r in np.flatnonzero(big):  # closed-form weights: O(pooled * size), not O(samples)
-        s = slice(r, r + 1)
-        Ay = cupy.asarray(axis_weights(y1[s], bh[s], gh[s], ph, H, X.dtype)[0])
-        Ax = cupy.asarray(axis_weights(x1[s], bw[s], gw[s], pw, W, X.dtype)[0])
-        out[r] = cupy.matmul(cupy.matmul(Ay, Xg[batch[r]]), Ax.T)
+    out = _empty(X, boxes.shape[0], C, ph, pw)
+    Xg, rows = _inputs(X, batch, boxes)
+    _launch("roi_align", out, Xg, rows,
+            (*_i(C, H, W, ph, pw), X.dtype.type(spatial_scale),
+             *_i(sampling_ratio, aligned, 0, EXPLICIT_GRID_MAX)))
+    grid = _grids(boxes, spatial_scale, ph, pw, sampling_ratio, aligned)
+    if grid is None:
+        return out
+    big = np.flatnonzero((grid > EXPLICIT_GRID_MAX).any(axis=1))
+    if big.size:  # closed-form weights: O(pooled * size), not O(samples)
+        (y1, bh, gh), (x1, bw, gw) = align_geometry(boxes[big], spatial_scale, ph, pw,
+                                                    sampling_ratio, aligned)
+        Ay = cupy.asarray(axis_weights(y1, bh, gh, ph, H, X.dtype))
+        Ax = cupy.asarray(axis_weights(x1, bw, gw, pw, W, X.dtype))
+        for i, r in enumerate(big):
+            out[r] = cupy.matmul(cupy.matmul(Ay[i], Xg[batch[r]]), Ax[i].T)
     return out
 
 
 def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
               aligned: bool):
-    """MMCVRoiAlign mode "max": computed on the host."""
+    """MMCVRoiAlign mode "max" (mmcv's running maximum from -10000); boxes with more than
+    MAX_MODE_SAMPLES samples per bin are computed on the host."""
     import cupy
 
     from .mmcv_roi_align import align_max as on_host
 
-    return cupy.asarray(on_host(cupy.asnumpy(X), batch, boxes, ph, pw, spatial_scale,
-                                sampling_ratio, aligned))
+    N, C, H, W = X.shape
+    out = _empty(X, boxes.shape[0], C, ph, pw)
+    Xg, rows = _inputs(X, batch, boxes)
+    _launch("roi_align", out, Xg, rows,
+            (*_i(C, H, W, ph, pw), X.dtype.type(spatial_scale),
+             *_i(sampling_ratio, aligned, 1, MAX_MODE_SAMPLES)))
+    grid = _grids(boxes, spatial_scale, ph, pw, sampling_ratio, aligned)
+    if grid is not None:
+        big = np.flatnonzero((grid > MAX_MODE_SAMPLES).any(axis=1))
+        if big.size:
+            out[big] = cupy.asarray(on_host(cupy.asnumpy(X), batch[big], boxes[big], ph, pw,
+                                            spatial_scale, sampling_ratio, aligned))
+    return out
+
+
+def align_rotated(X, rows: np.ndarray, ph: int, pw: int, host):
+    """Rotated RoIAlign from the host's per-box rows [batch, cy', cx', start_h, start_w, bin_h,
+    bin_w, cos, sin, gh, gw]; boxes with a grid of -1 (too many samples) are computed by
+    ``host(which)`` (the NumPy kernel's clipped sampling)."""
+    import cupy
+
+    N, C, H, W = X.shape
+    out = _empty(X, rows.shape[0], C, ph, pw)
+    _launch("roi_align_rotated", out, cupy.ascontiguousarray(X),
+            cupy.asarray(rows.astype(X.dtype)), _i(C, H, W, ph, pw))
+    big = np.flatnonzero((rows[:, 9:] < 0).any(axis=1))
+    if big.size:
+        out[big] = cupy.asarray(host(big))
+    return out
 
 
 def on_gpu(kernel):

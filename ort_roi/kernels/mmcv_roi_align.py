@@ -93,8 +93,11 @@ def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_
                 for wk, pk in zip(w[1:], pos[1:]):
                     val += wk[..., None] * Xn.take(pk, axis=0)
                 # max over each bin's x samples: [n_y, pw, gx, C] -> [n_y, pw, C]
-                res[s] = val.reshape(-1, pw, gx, C).max(axis=2)
-            out[r] = res.reshape(ph, gy, pw, C).max(axis=1).transpose(2, 0, 1)
+                res[s] = np.fmax.reduce(val.reshape(-1, pw, gx, C), axis=2)
+            # mmcv: a running maximum from -10000 that only a larger value replaces (a NaN
+            # sample never does)
+            best = np.fmax.reduce(res.reshape(ph, gy, pw, C), axis=1)
+            out[r] = np.fmax(best, t(EMPTY_MAX)).transpose(2, 0, 1)
 
     for_ranges(R, work)
     return out

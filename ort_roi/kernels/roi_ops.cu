@@ -1,6 +1,13 @@
-// ort_roi CUDA kernels (CuPy RawModule): one thread per output element [r, c, ph, pw], the
-// contract's arithmetic in T, compiled with --fmad=false so products are rounded as NumPy
-// rounds them. Boxes arrive validated, with their batch index as int64 (computed on the host).
+// ort_roi CUDA kernels (CuPy RawModule): the contract's arithmetic in T, compiled with
+// --fmad=false so products are rounded as NumPy rounds them. Boxes arrive validated, as rows
+// of T [R, K] whose column 0 is the batch index (an integer value, checked on the host) and
+// whose next columns are [x1, y1, x2, y2] (or the rotated kernel's geometry).
+//
+// One thread computes one bin [ph, pw] of one box for a block of CB consecutive channels:
+// the bin's geometry (edges, sample positions, bilinear weights) is worked out once and
+// applied to CB channels. Threads of a warp hold neighbouring bins of the same box, so their
+// reads of X are close together and their writes of the output contiguous.
+//
 // The same source builds on the host with ORT_ROI_HOST (tests/cuda_host.cpp), where the
 // grid-stride loop simply visits every element.
 
@@ -11,6 +18,9 @@
 #define ORT_ROI_DEVICE __device__ __forceinline__
 #endif
 
+// Channels per thread.
+#define CB 8
+
 // A bin edge in T clipped to [0, size]; NaN (0 * inf on a box whose size overflows T) is 0.
 template <typename T>
 ORT_ROI_DEVICE int clip_edge(T e, int size) {
@@ -19,28 +29,43 @@ ORT_ROI_DEVICE int clip_edge(T e, int size) {
   return (int)e;
 }
 
-// Position of output element i: box r, channel c, bin (ph, pw).
+// Work item i: box r, channels [c0, c1), bin (ph, pw).
 struct Bin {
   long long r;
-  int c, ph, pw;
+  int c0, c1, ph, pw;
 };
 
 ORT_ROI_DEVICE Bin unravel(long long i, int C, int PH, int PW) {
+  const int NCB = (C + CB - 1) / CB;
   Bin b;
-  b.pw = (int)(i % PW);
-  b.ph = (int)((i / PW) % PH);
-  b.c = (int)((i / ((long long)PW * PH)) % C);
-  b.r = i / ((long long)PW * PH * C);
+  int cb;
+  if (i <= 0x7fffffffLL) {  // 32-bit division: several times fewer instructions on a GPU
+    unsigned u = (unsigned)i;
+    b.pw = (int)(u % (unsigned)PW);
+    u /= (unsigned)PW;
+    b.ph = (int)(u % (unsigned)PH);
+    u /= (unsigned)PH;
+    cb = (int)(u % (unsigned)NCB);
+    b.r = (long long)(u / (unsigned)NCB);
+  } else {
+    b.pw = (int)(i % PW);
+    b.ph = (int)((i / PW) % PH);
+    cb = (int)((i / ((long long)PW * PH)) % NCB);
+    b.r = i / ((long long)PW * PH * NCB);
+  }
+  b.c0 = cb * CB;
+  b.c1 = b.c0 + CB < C ? b.c0 + CB : C;
   return b;
 }
 
 // ROIPooling max / RoIPool: boxes [R, 4] = [x1, y1, x2, y2]; edges rounded half away from 0.
 template <typename T>
-__global__ void max_pool(const T* X, const long long* batch, const T* boxes, T* out,
+__global__ void max_pool(const T* X, const T* rois, T* out,
                          long long n, int C, int H, int W, int PH, int PW, T scale) {
   ORT_ROI_LOOP(i, n) {
     Bin q = unravel(i, C, PH, PW);
-    const T* b = boxes + q.r * 4;
+    const T* b = rois + q.r * 5 + 1;
+    const long long bi = (long long)rois[q.r * 5];
     T xs = round(b[0] * scale), ys = round(b[1] * scale);
     T xe = round(b[2] * scale), ye = round(b[3] * scale);
     T rh = ye - ys + (T)1, rw = xe - xs + (T)1;
@@ -51,17 +76,20 @@ __global__ void max_pool(const T* X, const long long* batch, const T* boxes, T* 
     int h1 = clip_edge(ceil((T)(q.ph + 1) * bh) + ys, H);
     int w0 = clip_edge(floor((T)q.pw * bw) + xs, W);
     int w1 = clip_edge(ceil((T)(q.pw + 1) * bw) + xs, W);
-    T m = 0;
-    if (h1 > h0 && w1 > w0) {
-      const T* x = X + (batch[q.r] * C + q.c) * (long long)H * W;
-      m = x[(long long)h0 * W + w0];
-      for (int h = h0; h < h1; ++h)
-        for (int w = w0; w < w1; ++w) {
-          T v = x[(long long)h * W + w];
-          if (v > m || isnan(v)) m = v;  // NaN propagates, as np.maximum
-        }
+    T* o = out + ((q.r * C + q.c0) * PH + q.ph) * PW + q.pw;
+    for (int c = q.c0; c < q.c1; ++c, o += (long long)PH * PW) {
+      T m = 0;
+      if (h1 > h0 && w1 > w0) {
+        const T* x = X + (bi * C + c) * (long long)H * W;
+        m = x[(long long)h0 * W + w0];
+        for (int h = h0; h < h1; ++h)
+          for (int w = w0; w < w1; ++w) {
+            T v = x[(long long)h * W + w];
+            if (v > m || isnan(v)) m = v;  // NaN propagates, as np.maximum
+          }
+      }
+      *o = m;
     }
-    out[i] = m;
   }
 }
 
@@ -76,15 +104,18 @@ ORT_ROI_DEVICE T bilinear_coord(T lo, T hi, int p, int pooled, int size) {
 }
 
 template <typename T>
-__global__ void bilinear_pool(const T* X, const long long* batch, const T* boxes, T* out,
+__global__ void bilinear_pool(const T* X, const T* rois, T* out,
                               long long n, int C, int H, int W, int PH, int PW) {
   ORT_ROI_LOOP(i, n) {
     Bin q = unravel(i, C, PH, PW);
-    const T* b = boxes + q.r * 4;
+    const T* b = rois + q.r * 5 + 1;
+    const long long bi = (long long)rois[q.r * 5];
     T y = bilinear_coord(b[1], b[3], q.ph, PH, H);
     T x = bilinear_coord(b[0], b[2], q.pw, PW, W);
+    T* o = out + ((q.r * C + q.c0) * PH + q.ph) * PW + q.pw;
+    const long long step = (long long)PH * PW;
     if (!(y >= 0 && y <= (T)(H - 1) && x >= 0 && x <= (T)(W - 1))) {
-      out[i] = 0;
+      for (int c = q.c0; c < q.c1; ++c, o += step) *o = 0;
       continue;
     }
     int y0 = (int)floor(y), x0 = (int)floor(x);
@@ -92,24 +123,27 @@ __global__ void bilinear_pool(const T* X, const long long* batch, const T* boxes
     y1 = y1 < H - 1 ? y1 : H - 1;
     x1 = x1 < W - 1 ? x1 : W - 1;
     T dy = y - (T)y0, dx = x - (T)x0;
-    const T* p = X + (batch[q.r] * C + q.c) * (long long)H * W;
-    T tl = p[(long long)y0 * W + x0], tr = p[(long long)y0 * W + x1];
-    T bl = p[(long long)y1 * W + x0], br = p[(long long)y1 * W + x1];
-    T top = tl + (tr - tl) * dx;
-    T bottom = bl + (br - bl) * dx;
-    out[i] = top + (bottom - top) * dy;
+    for (int c = q.c0; c < q.c1; ++c, o += step) {
+      const T* p = X + (bi * C + c) * (long long)H * W;
+      T tl = p[(long long)y0 * W + x0], tr = p[(long long)y0 * W + x1];
+      T bl = p[(long long)y1 * W + x0], br = p[(long long)y1 * W + x1];
+      T top = tl + (tr - tl) * dx;
+      T bottom = bl + (br - bl) * dx;
+      *o = top + (bottom - top) * dy;
+    }
   }
 }
 
 // PSROIPool (Paddle): corners rounded before scaling, end edge +1, mean over the region of
 // input channel (c*PH + ph)*PW + pw, summed row by row in T.
 template <typename T>
-__global__ void psroi_pool(const T* X, const long long* batch, const T* boxes, T* out,
+__global__ void psroi_pool(const T* X, const T* rois, T* out,
                            long long n, int C_in, int OC, int H, int W, int PH, int PW,
                            T scale) {
   ORT_ROI_LOOP(i, n) {
     Bin q = unravel(i, OC, PH, PW);
-    const T* b = boxes + q.r * 4;
+    const T* b = rois + q.r * 5 + 1;
+    const long long bi = (long long)rois[q.r * 5];
     T sx = round(b[0]) * scale, sy = round(b[1]) * scale;
     T ex = (round(b[2]) + (T)1) * scale, ey = (round(b[3]) + (T)1) * scale;
     T rh = ey - sy, rw = ex - sx;
@@ -120,26 +154,45 @@ __global__ void psroi_pool(const T* X, const long long* batch, const T* boxes, T
     int h1 = clip_edge(ceil(bh * (T)(q.ph + 1) + sy), H);
     int w0 = clip_edge(floor(bw * (T)q.pw + sx), W);
     int w1 = clip_edge(ceil(bw * (T)(q.pw + 1) + sx), W);
-    if (h1 <= h0 || w1 <= w0) {
-      out[i] = 0;
-      continue;
+    T* o = out + ((q.r * OC + q.c0) * PH + q.ph) * PW + q.pw;
+    for (int c = q.c0; c < q.c1; ++c, o += (long long)PH * PW) {
+      if (h1 <= h0 || w1 <= w0) {
+        *o = 0;
+        continue;
+      }
+      int ch = (c * PH + q.ph) * PW + q.pw;
+      const T* x = X + (bi * C_in + ch) * (long long)H * W;
+      T sum = x[(long long)h0 * W + w0];
+      for (int h = h0; h < h1; ++h)
+        for (int w = w0; w < w1; ++w)
+          if (h != h0 || w != w0) sum += x[(long long)h * W + w];
+      *o = sum / (T)((long long)(h1 - h0) * (w1 - w0));
     }
-    int ch = (q.c * PH + q.ph) * PW + q.pw;
-    const T* x = X + (batch[q.r] * C_in + ch) * (long long)H * W;
-    T sum = x[(long long)h0 * W + w0];
-    for (int h = h0; h < h1; ++h)
-      for (int w = w0; w < w1; ++w)
-        if (h != h0 || w != w0) sum += x[(long long)h * W + w];
-    out[i] = sum / (T)((long long)(h1 - h0) * (w1 - w0));
   }
 }
 
-// RoIAlign (Paddle / detectron2): mean of gh x gw bilinear samples per bin. Geometry (start,
-// bin size, grid per box) comes from the host, computed exactly as the NumPy kernel does;
-// boxes with grids above the explicit limit are computed on the host in closed form.
+// --- RoIAlign family ------------------------------------------------------------------------
+
+// One bilinear sample as the references compute it: four positions in a channel plane and
+// their weights hy*hx, hy*lx, ly*hx, ly*lx. A sample beyond one pixel off the map has
+// weights 0 at position 0 (mmcv's pre_calc), so it contributes 0 (and is a candidate 0 of a
+// max).
 template <typename T>
-ORT_ROI_DEVICE T align_sample(const T* x, int H, int W, T y, T xx) {
-  if (y < (T)-1 || y > (T)H || xx < (T)-1 || xx > (T)W) return 0;
+struct Taps {
+  long long p[4];
+  T w[4];
+};
+
+template <typename T>
+ORT_ROI_DEVICE Taps<T> taps(int H, int W, T y, T xx) {
+  Taps<T> t;
+  if (y < (T)-1 || y > (T)H || xx < (T)-1 || xx > (T)W) {
+    for (int k = 0; k < 4; ++k) {
+      t.p[k] = 0;
+      t.w[k] = 0;
+    }
+    return t;
+  }
   y = y > 0 ? y : (T)0;
   xx = xx > 0 ? xx : (T)0;
   int yl = (int)floor(y), xl = (int)floor(xx), yh, xh;
@@ -147,29 +200,117 @@ ORT_ROI_DEVICE T align_sample(const T* x, int H, int W, T y, T xx) {
   if (yl >= H - 1) { yl = yh = H - 1; ly = 0; } else { yh = yl + 1; ly = y - (T)yl; }
   if (xl >= W - 1) { xl = xh = W - 1; lx = 0; } else { xh = xl + 1; lx = xx - (T)xl; }
   T hy = (T)1 - ly, hx = (T)1 - lx;
-  return hy * hx * x[(long long)yl * W + xl] + hy * lx * x[(long long)yl * W + xh] +
-         ly * hx * x[(long long)yh * W + xl] + ly * lx * x[(long long)yh * W + xh];
+  t.p[0] = (long long)yl * W + xl;
+  t.p[1] = (long long)yl * W + xh;
+  t.p[2] = (long long)yh * W + xl;
+  t.p[3] = (long long)yh * W + xh;
+  t.w[0] = hy * hx;
+  t.w[1] = hy * lx;
+  t.w[2] = ly * hx;
+  t.w[3] = ly * lx;
+  return t;
 }
 
+// The sample's value in one channel plane: w1*v1 + w2*v2 + w3*v3 + w4*v4.
 template <typename T>
-__global__ void roi_align(const T* X, const long long* batch, const T* geom,
-                          const long long* grid, T* out, long long n, int C, int H, int W,
-                          int PH, int PW) {
-  // geom [R, 4] = [y1, bin_h, x1, bin_w]; grid [R, 2] = [gh, gw]
+ORT_ROI_DEVICE T tap_value(const Taps<T>& t, const T* x) {
+  return t.w[0] * x[t.p[0]] + t.w[1] * x[t.p[1]] + t.w[2] * x[t.p[2]] + t.w[3] * x[t.p[3]];
+}
+
+// mmcv's max: a running maximum from -10000, replaced only by a larger value (NaN never).
+#define EMPTY_MAX -10000
+
+// RoIAlign along one axis, as roi_align._geometry computes it in T: start, bin size and
+// samples per bin (sampling_ratio, or ceil(bin size) when <= 0); -1 when above grid_max
+// (the host computes such boxes).
+template <typename T>
+ORT_ROI_DEVICE void align_axis(T lo, T hi, T scale, T off, int aligned, int pooled,
+                               int sampling_ratio, int grid_max, T& start, T& bin, int& grid) {
+  start = lo * scale - off;
+  T size = (hi * scale - off) - start;
+  if (!aligned && !(size > (T)1)) size = 1;  // np.maximum(size, 1); sizes are finite
+  bin = size / (T)pooled;
+  T g = sampling_ratio > 0 ? (T)sampling_ratio : ceil(size / (T)pooled);
+  grid = g > 0 ? (g > (T)grid_max ? -1 : (int)g) : 0;
+}
+
+// RoIAlign (Paddle / detectron2) and MMCVRoiAlign: over bin (ph, pw) of box r, the mean
+// (mode 0) or mmcv's max (mode 1) of gh x gw bilinear samples at
+// y = (start + ph*bin) + (iy + 0.5)*bin/gh. Boxes whose grid exceeds grid_max are left
+// alone (the host computes them in closed form).
+template <typename T>
+__global__ void roi_align(const T* X, const T* rois, T* out,
+                          long long n, int C, int H, int W, int PH, int PW, T scale,
+                          int sampling_ratio, int aligned, int mode, int grid_max) {
   ORT_ROI_LOOP(i, n) {
     Bin q = unravel(i, C, PH, PW);
-    const T* g = geom + q.r * 4;
-    long long gh = grid[q.r * 2], gw = grid[q.r * 2 + 1];
-    const T* x = X + (batch[q.r] * C + q.c) * (long long)H * W;
-    T sum = 0;
-    for (long long iy = 0; iy < gh; ++iy) {
-      T y = (g[0] + (T)q.ph * g[1]) + ((T)iy + (T)0.5) * g[1] / (T)gh;
-      for (long long ix = 0; ix < gw; ++ix) {
-        T xx = (g[2] + (T)q.pw * g[3]) + ((T)ix + (T)0.5) * g[3] / (T)gw;
-        sum += align_sample(x, H, W, y, xx);
+    const T* b = rois + q.r * 5 + 1;
+    const long long bi = (long long)rois[q.r * 5];
+    const T off = aligned ? (T)0.5 : (T)0;
+    T y0, bh, x0, bw;
+    int gh, gw;
+    align_axis(b[1], b[3], scale, off, aligned, PH, sampling_ratio, grid_max, y0, bh, gh);
+    align_axis(b[0], b[2], scale, off, aligned, PW, sampling_ratio, grid_max, x0, bw, gw);
+    if (gh < 0 || gw < 0) continue;
+    T acc[CB];
+    for (int k = 0; k < CB; ++k) acc[k] = mode ? (T)EMPTY_MAX : (T)0;
+    const T* x = X + (bi * C + q.c0) * (long long)H * W;
+    const long long plane = (long long)H * W;
+    const int nc = q.c1 - q.c0;
+    for (int iy = 0; iy < gh; ++iy) {
+      T y = (y0 + (T)q.ph * bh) + ((T)iy + (T)0.5) * bh / (T)gh;
+      for (int ix = 0; ix < gw; ++ix) {
+        T xx = (x0 + (T)q.pw * bw) + ((T)ix + (T)0.5) * bw / (T)gw;
+        Taps<T> t = taps(H, W, y, xx);
+        for (int k = 0; k < CB; ++k) {
+          if (k >= nc) break;
+          T v = tap_value(t, x + k * plane);
+          if (mode == 0) acc[k] += v;
+          else if (v > acc[k]) acc[k] = v;
+        }
       }
     }
-    long long count = gh * gw;
-    out[i] = count > 0 ? sum / (T)count : (T)0;
+    const int count = gh * gw;
+    T* o = out + ((q.r * C + q.c0) * PH + q.ph) * PW + q.pw;
+    for (int k = 0; k < nc; ++k, o += (long long)PH * PW)
+      *o = mode ? acc[k] : (count > 0 ? acc[k] / (T)count : (T)0);
+  }
+}
+
+// MMCVRoIAlignRotated (mmcv roi_align_rotated, CPU forward): per box the host computes, in
+// T, rows [batch, cy', cx', start_h, start_w, bin_h, bin_w, cos, sin, gh, gw] (grid -1: too
+// many samples, computed on the host). Sample (iy, ix) of bin (ph, pw):
+// yy = start_h + ph*bin_h + (iy + .5)*bin_h/gh (xx likewise), rotated about the centre:
+// y = yy*cos - xx*sin + cy', x = yy*sin + xx*cos + cx'; the mean over max(gh*gw, 1).
+template <typename T>
+__global__ void roi_align_rotated(const T* X, const T* rois, T* out, long long n, int C,
+                                  int H, int W, int PH, int PW) {
+  ORT_ROI_LOOP(i, n) {
+    Bin q = unravel(i, C, PH, PW);
+    const T* g = rois + q.r * 11 + 1;
+    const long long bi = (long long)rois[q.r * 11];
+    const int gh = (int)g[8], gw = (int)g[9];
+    if (gh < 0 || gw < 0) continue;
+    T acc[CB];
+    for (int k = 0; k < CB; ++k) acc[k] = 0;
+    const T* x = X + (bi * C + q.c0) * (long long)H * W;
+    const long long plane = (long long)H * W;
+    const int nc = q.c1 - q.c0;
+    for (int iy = 0; iy < gh; ++iy) {
+      T yy = (g[2] + (T)q.ph * g[4]) + ((T)iy + (T)0.5) * g[4] / (T)gh;
+      for (int ix = 0; ix < gw; ++ix) {
+        T xx = (g[3] + (T)q.pw * g[5]) + ((T)ix + (T)0.5) * g[5] / (T)gw;
+        T y = yy * g[6] - xx * g[7] + g[0];
+        T xr = yy * g[7] + xx * g[6] + g[1];
+        Taps<T> t = taps(H, W, y, xr);
+        for (int k = 0; k < CB; ++k) {
+          if (k >= nc) break;
+          acc[k] += tap_value(t, x + k * plane);
+        }
+      }
+    }
+    const int count = gh * gw > 1 ? gh * gw : 1;
+    T* o = out + ((q.r * C + q.c0) * PH + q.ph) * PW + q.pw;
+    for (int k = 0; k < nc; ++k, o += (long long)PH * PW) *o = acc[k] / (T)count;
   }
 }
