@@ -4,11 +4,14 @@
     sess = onnxruntime.InferenceSession("model.onnx", ort_roi.session_options())
     # or, raising ort_roi.RoiOpError on bad input and with exact float attributes:
     sess = ort_roi.InferenceSession("model.onnx")
+    # or rewrite a graph once (ONNX RoiAlign / MaxRoiPool into ort_roi) for plain sessions:
+    model = ort_roi.convert(onnx.load("model.onnx"))
 """
 
 from . import kernels, schemas
 from .backend import get_backend, set_backend
 from .errors import RoiOpError
+from .graph import convert
 from .session import InferenceSession, session_options
 from .specs import DOMAIN, OPSET_VERSION, SPECS
 
@@ -16,5 +19,5 @@ __version__ = "0.1.0"
 
 schemas.register()
 
-__all__ = ["DOMAIN", "OPSET_VERSION", "SPECS", "InferenceSession", "RoiOpError", "get_backend",
-           "kernels", "session_options", "set_backend", "__version__"]
+__all__ = ["DOMAIN", "OPSET_VERSION", "SPECS", "InferenceSession", "RoiOpError", "convert",
+           "get_backend", "kernels", "session_options", "set_backend", "__version__"]

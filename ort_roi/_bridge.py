@@ -21,7 +21,7 @@ import numpy as np
 from . import backend
 from .errors import RoiOpError
 from .kernels import _workspace
-from .specs import TYPES, OpSpec, all_specs
+from .specs import DOMAIN, FORMS, TYPES, OpSpec
 
 log = logging.getLogger("ort_roi")
 
@@ -218,45 +218,48 @@ def _overloads(spec: OpSpec):
                 yield types, tx
 
 
-def _add(spec: OpSpec, kernel: Callable[..., np.ndarray], domain: str) -> None:
+def _add(spec: OpSpec, kernel: Callable[..., np.ndarray], domain: str, op_type: str) -> None:
     from onnxruntime_extensions import PyCustomOpDef
     from onnxruntime_extensions._ocos import Opdef
 
     attrs = {a.name: getattr(PyCustomOpDef, _ATTR_DT[a.type]) for a in spec.attrs}
     for types, out_dtype in _overloads(spec):
         opdef = Opdef.create(
-            kernel, op_type=f"{domain}::{spec.name}",
+            kernel, op_type=f"{domain}::{op_type}",
             inputs=[getattr(PyCustomOpDef, _DT[t]) for t in types],
             outputs=[getattr(PyCustomOpDef, _DT[out_dtype])], attrs=attrs)
         _KERNELS[opdef._nativedef.obj_id] = (spec, out_dtype, kernel)
 
 
 def register() -> None:
-    """Register every op of every spec with onnxruntime-extensions (once per process).
+    """Register the kernel of every registered node form (``specs.FORMS``: our ops and the
+    nodes other exporters write) with onnxruntime-extensions (once per process).
 
     All at once, before any session: onnxruntime-extensions keeps a domain's Python ops in
     a growing array whose addresses the sessions keep, so an op added to a domain after a
     session has used that domain leaves dangling pointers (a later session or run crashes).
     """
-    _register_all(None, lambda spec: _add(spec, spec.kernel, spec.domain))
+    _register_all(None, [(f.spec, f.spec.kernel, f.domain, f.op_type)
+                         for f in FORMS if f.registered])
 
 
 def register_stand_ins(domain: str,
                        kernel_for: Callable[[OpSpec], Callable[..., np.ndarray]]) -> None:
-    """Register every op of every spec again in ``domain`` (once per domain, all at once, as
-    ``register`` does), op ``spec.name`` computed by ``kernel_for(spec)``, with the specs'
+    """Register every op of the ort_roi domain again in ``domain`` (once per domain, all at
+    once, as ``register`` does), op ``name`` computed by ``kernel_for(spec)``, with the specs'
     inputs, attributes and error handling (``ort-roi bench`` times the bridge alone this way)."""
-    _register_all(domain, lambda spec: _add(spec, kernel_for(spec), domain))
+    _register_all(domain, [(f.spec, kernel_for(f.spec), domain, f.op_type)
+                           for f in FORMS if f.registered and f.domain == DOMAIN])
 
 
-_registered: set[str | None] = set()  # None: our ops in their own domains; else a stand-in domain
+_registered: set[str | None] = set()  # None: the forms' own domains; else a stand-in domain
 
 
-def _register_all(key: str | None, add: Callable[[OpSpec], None]) -> None:
-    """``add`` every spec once per ``key``, under the lock; then (again) install our hook."""
+def _register_all(key: str | None, ops: list) -> None:
+    """``_add`` every op once per ``key``, under the lock; then (again) install our hook."""
     with _lock:
         if key not in _registered:
-            for spec in all_specs():
-                add(spec)
+            for op in ops:
+                _add(*op)
             _registered.add(key)
         install_hook()

@@ -28,14 +28,16 @@ ONNX_OPSET = 17
 
 def make_node(op: str | OpSpec, inputs: Sequence[str], outputs: Sequence[str], *,
               name: str | None = None, domain: str = DOMAIN, **attrs: Any) -> onnx.NodeProto:
-    """A node of an ort_roi op with every attribute explicit (checked against the spec)."""
+    """A node ``domain::op`` (any registered node form, e.g. ``mmcv::MMCVRoiAlign``) with
+    every attribute explicit (checked against the spec)."""
     s = op if isinstance(op, OpSpec) else spec(op, domain)
     values = s.resolve(attrs)
     if len(inputs) != len(s.inputs):
         raise ValueError(f"{s.name} takes {len(s.inputs)} inputs "
                          f"({', '.join(i.name for i in s.inputs)}), got {len(inputs)}")
-    return helper.make_node(s.name, list(inputs), list(outputs), name=name or None,
-                            domain=s.domain, **values)
+    op_type, domain = (s.name, s.domain) if isinstance(op, OpSpec) else (op, domain)
+    return helper.make_node(op_type, list(inputs), list(outputs), name=name or None,
+                            domain=domain, **values)
 
 
 def roi_pooling(X: str, rois: str, Y: str, *, name: str | None = None,
@@ -93,7 +95,7 @@ def single_op_model(op: str, dtype: Any = np.float32, count_dtype: Any = np.int3
                     domain: str = DOMAIN, **attrs: Any) -> onnx.ModelProto:
     """A one-node model of ``op`` with inputs named after the spec's inputs and output Y."""
     s = spec(op, domain)
-    node = make_node(s, [i.name for i in s.inputs], [s.output], **attrs)
+    node = make_node(op, [i.name for i in s.inputs], [s.output], domain=domain, **attrs)
     types = {"T": dtype, "I": count_dtype}
     inputs = [tensor(i.name, types[i.type], None) for i in s.inputs]
     return make_model([node], inputs, [tensor(s.output, dtype, None)], name=f"{s.name}_graph")

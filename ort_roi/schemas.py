@@ -11,7 +11,7 @@ from onnx import TypeProto
 from onnx.defs import OpSchema
 
 from .errors import RoiOpError
-from .specs import OPSET_VERSION, TYPES, OpSpec, all_specs
+from .specs import FORMS, OPSET_VERSION, TYPES, OpSpec
 
 _TENSOR = {"float32": "tensor(float)", "float64": "tensor(double)",
            "int32": "tensor(int32)", "int64": "tensor(int64)"}
@@ -69,9 +69,10 @@ def _check_dims(spec: OpSpec, attrs: dict, xdims, bdims) -> None:
     x_name, b_name = spec.inputs[0].name, spec.inputs[1].name
     if xdims is not None and len(xdims) != 4:
         fail(x_name, f"must have rank 4 [N, C, H, W], got rank {len(xdims)}")
-    if bdims is not None and (len(bdims) != 2 or known(bdims[1]) not in (None, spec.box_cols)):
+    cols = spec.box_cols if isinstance(spec.box_cols, tuple) else (spec.box_cols,)
+    if bdims is not None and (len(bdims) != 2 or known(bdims[1]) not in (None, *cols)):
         shape = [known(d) or (d.dim_param or "?") for d in bdims]
-        fail(b_name, f"must have shape [R, {spec.box_cols}], got {shape}")
+        fail(b_name, f"must have shape [R, {' or '.join(map(str, cols))}], got {shape}")
     if spec.channels_attr and xdims is not None and known(xdims[1]) is not None:
         from .kernels.psroi_pool import check_channels  # the kernel's own rule and message
 
@@ -82,8 +83,8 @@ def _check_dims(spec: OpSpec, attrs: dict, xdims, bdims) -> None:
             raise onnx.shape_inference.InferenceError(str(e)) from None
 
 
-def schema(spec: OpSpec) -> OpSchema:
-    """The OpSchema of one op."""
+def schema(spec: OpSpec, domain: str | None = None, name: str | None = None) -> OpSchema:
+    """The OpSchema of one op (as node ``domain::name`` of a form, default the spec's own)."""
     attrs = []
     for a in spec.attrs:
         if a.required:
@@ -92,7 +93,7 @@ def schema(spec: OpSpec) -> OpSchema:
             attrs.append(OpSchema.Attribute(a.name, onnx.helper.make_attribute(a.name, a.default),
                                             a.doc))
     used = dict.fromkeys(i.type for i in spec.inputs)
-    s = OpSchema(spec.name, spec.domain, OPSET_VERSION, f"{spec.doc} Source: {spec.source}.",
+    s = OpSchema(name or spec.name, domain or spec.domain, OPSET_VERSION, f"{spec.doc} Source: {spec.source}.",
                  inputs=[OpSchema.FormalParameter(i.name, i.type, f"{i.shape} {i.doc}")
                          for i in spec.inputs],
                  outputs=[OpSchema.FormalParameter(spec.output, "T", spec.output_shape_doc)],
@@ -104,7 +105,14 @@ def schema(spec: OpSpec) -> OpSchema:
 
 
 def register() -> None:
-    """Register every op's schema with onnx (once)."""
-    for spec in all_specs():
-        if not onnx.defs.has(spec.name, spec.domain):
-            onnx.defs.register_schema(schema(spec))
+    """Register the schema of every registered node form with onnx (once).
+
+    onnx.reference builds its table of schemas on first import and refuses an op name that
+    two domains share (mmcv::/mmdeploy::MMCVRoiAlign, ort_roi::/Caffe2 RoIAlign): it is
+    imported first, so its table holds onnx's own schemas and ReferenceEvaluator still works.
+    """
+    import onnx.reference.op_run  # noqa: F401 - see above
+
+    for f in FORMS:
+        if f.registered and not onnx.defs.has(f.op_type, f.domain):
+            onnx.defs.register_schema(schema(f.spec, f.domain, f.op_type))

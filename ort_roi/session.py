@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import onnx
@@ -11,7 +11,8 @@ import onnxruntime as ort
 
 from . import _bridge
 from .errors import RoiOpError
-from .specs import TYPES, OpSpec, all_specs
+from .graph import iter_nodes, node_attrs, rewrite, spec_of  # noqa: F401 (re-exported)
+from .specs import TYPES
 
 
 def session_options(so: ort.SessionOptions | None = None) -> ort.SessionOptions:
@@ -41,60 +42,13 @@ def _load(model) -> onnx.ModelProto:
     raise TypeError(f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
 
 
-def iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    """Every node of ``graph`` and of its subgraphs (If/Loop/Scan bodies). A node may be
-    rewritten in place when it is yielded: its subgraphs are read afterwards."""
-    for node in graph.node:
-        yield node
-        for at in node.attribute:
-            for sub in ([at.g] if at.type == onnx.AttributeProto.GRAPH else []) + list(at.graphs):
-                yield from iter_nodes(sub)
-
-
-def spec_of(node: onnx.NodeProto) -> OpSpec | None:
-    """The spec of one of our nodes (ort_roi or mmdeploy domain), else None."""
-    return _SPECS.get((node.domain, node.op_type))
-
-
-_SPECS = {(s.domain, s.name): s for s in all_specs()}
-
-
 def prepare_model(model: onnx.ModelProto, exact_floats: bool = True) -> onnx.ModelProto:
-    """Check our nodes' attributes, fill omitted ones with their defaults, and (with
-    ``exact_floats``) replace float attributes by tokens that reach the kernels exactly.
-    Raises RoiOpError naming the node. Works in place and returns the model."""
-    for node in iter_nodes(model.graph):
-        spec = spec_of(node)
-        if spec is not None:
-            _resolve_node(node, spec, exact_floats)
+    """The front door's preparation: the graph-rewrite pass (``graph.rewrite``: native
+    RoiAlign / MaxRoiPool into ort_roi, every node form checked and its attributes explicit)
+    with float attributes as tokens that reach the kernels exactly. Raises RoiOpError naming
+    the node. Works in place and returns the model."""
+    rewrite(model, "ort_roi", exact_floats=exact_floats)
     return model
-
-
-def node_attrs(node: onnx.NodeProto, spec: OpSpec) -> dict[str, Any]:
-    """One node's attributes checked by its spec, every default filled in. Raises
-    RoiOpError naming the node."""
-    given = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    given = {k: v.decode() if isinstance(v, bytes) else v for k, v in given.items()}
-    try:
-        return spec.resolve(given)
-    except RoiOpError as e:
-        raise RoiOpError(e.op, e.name,
-                         f"{e.detail} (node {node.name or '<unnamed>'!r})") from None
-
-
-def _resolve_node(node: onnx.NodeProto, spec: OpSpec, exact_floats: bool) -> None:
-    """Check one node's attributes and rewrite them with every default filled in."""
-    values = node_attrs(node, spec)
-    if len(node.input) != len(spec.inputs):
-        raise RoiOpError(spec.name, "inputs",
-                         f"node {node.name!r} has {len(node.input)} inputs, expected "
-                         f"{len(spec.inputs)} ({', '.join(i.name for i in spec.inputs)})")
-    del node.attribute[:]
-    for a in spec.attrs:
-        v = values[a.name]
-        if a.type is float and exact_floats:
-            v = _bridge.float_token(v)
-        node.attribute.append(onnx.helper.make_attribute(a.name, v))
 
 
 class InferenceSession:

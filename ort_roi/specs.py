@@ -91,7 +91,7 @@ class OpSpec:
     kernel_name: str  # function in ort_roi.kernels
     pooled: tuple[str, str]  # the attributes giving the output's spatial size
     channels_attr: str | None = None  # attribute giving the output channels (else C of X)
-    box_cols: int = 4  # columns of the boxes input
+    box_cols: int | tuple[int, ...] = 4  # columns of the boxes input (or the accepted ones)
     domain: str = DOMAIN
     output: str = "Y"
     output_shape_doc: str = "[R, C, PH, PW]"
@@ -246,14 +246,15 @@ SPECS: tuple[OpSpec, ...] = (ROI_POOLING, ROI_POOL, PSROI_POOL, ROI_ALIGN)
 
 
 def spec(name: str, domain: str = DOMAIN) -> OpSpec:
-    for s in all_specs():
-        if s.name == name and s.domain == domain:
-            return s
-    raise KeyError(f"no op {domain}::{name}")
+    """The spec that computes node ``domain::name`` (a registered node form)."""
+    f = form(domain, name)
+    if f is None or not f.registered:
+        raise KeyError(f"no op {domain}::{name}")
+    return f.spec
 
 
 def all_specs() -> tuple[OpSpec, ...]:
-    """SPECS plus ops of other domains ort_roi also registers (mmdeploy)."""
+    """SPECS plus the ops that compute the nodes other exporters write."""
     return SPECS + EXTRA_SPECS
 
 
@@ -277,5 +278,141 @@ MMCV_ROI_ALIGN = OpSpec(
     output="output",
 )
 
-#: Ops of other domains that ort_roi also registers, so exported graphs run as they are.
-EXTRA_SPECS: tuple[OpSpec, ...] = (MMCV_ROI_ALIGN,)
+MMCV_ROI_ALIGN_ROTATED = OpSpec(
+    name="MMCVRoIAlignRotated",
+    source="mmcv roi_align_rotated (mmrotate, through mmdeploy)",
+    doc="RoIAlign over rotated boxes [batch_id, cx, cy, w, h, theta]: the bin grid is laid "
+        "out about the centre and rotated by theta (radians; -theta when clockwise); mean "
+        "of the bilinear samples.",
+    inputs=(Input("input", "T", "[N, C, H, W]", "feature map"),
+            Input("rois", "T", "[R, 6]", "rows [batch_id, cx, cy, w, h, theta]")),
+    attrs=(_pooled("output_height", 1, "output height"),
+           _pooled("output_width", 1, "output width"),
+           _spatial_scale(),
+           _sampling_ratio(0),
+           Attr("aligned", int, 1, choices=(0, 1), doc="1: half-pixel offset of the centre"),
+           Attr("clockwise", int, 0, choices=(0, 1), doc="1: theta turns clockwise")),
+    kernel_name="mmcv_roi_align_rotated",
+    pooled=("output_height", "output_width"),
+    box_cols=6,
+    domain="mmdeploy",
+    output="output",
+)
+
+CAFFE2_ROI_ALIGN = OpSpec(
+    name="RoIAlign",
+    source="Caffe2 RoIAlign (detectron2's Caffe2 export)",
+    doc="RoIAlign (detectron2 semantics) over rows [batch_id, x1, y1, x2, y2], or "
+        "[x1, y1, x2, y2] when N = 1.",
+    inputs=(Input("X", "T", "[N, C, H, W]", "feature map"),
+            Input("rois", "T", "[R, 5] or [R, 4]", "rows [batch_id, x1, y1, x2, y2]")),
+    attrs=(Attr("order", str, "NCHW", choices=("NCHW",), doc="layout of X (NCHW only)"),
+           _spatial_scale(),
+           _pooled("pooled_h", 1, "output height"),
+           _pooled("pooled_w", 1, "output width"),
+           _sampling_ratio(-1),
+           Attr("aligned", int, 0, choices=(0, 1), doc="1: half-pixel offset")),
+    kernel_name="caffe2_roi_align",
+    pooled=("pooled_h", "pooled_w"),
+    box_cols=(5, 4),
+    domain="org.pytorch._caffe2",
+)
+
+ONNX_ROI_ALIGN = OpSpec(
+    name="RoiAlign",
+    source="ONNX RoiAlign (opsets 10, 16, 22: torchvision, mmdeploy, paddle2onnx)",
+    doc="ONNX RoiAlign with its inputs and attributes: avg is RoIAlign (half_pixel = "
+        "aligned, output_half_pixel = not aligned, sampling_ratio 0 adaptive); max is the "
+        "largest bilinear sample of each bin (mmcv), not onnxruntime's max of weighted "
+        "corners.",
+    inputs=(Input("X", "T", "[N, C, H, W]", "feature map"),
+            Input("rois", "T", "[R, 4]", "rows [x1, y1, x2, y2]"),
+            Input("batch_indices", "I", "[R]", "image of each box")),
+    attrs=(Attr("coordinate_transformation_mode", str, "half_pixel",
+                choices=("half_pixel", "output_half_pixel"),
+                doc="half_pixel: shift by -0.5 (aligned); output_half_pixel: opset 10's rule"),
+           Attr("mode", str, "avg", choices=("avg", "max"), doc="mean or max of the samples"),
+           _pooled("output_height", 1, "output height"),
+           _pooled("output_width", 1, "output width"),
+           _sampling_ratio(0),
+           _spatial_scale()),
+    kernel_name="onnx_roi_align",
+    pooled=("output_height", "output_width"),
+)
+
+#: The ops that compute the nodes other exporters write (see FORMS).
+EXTRA_SPECS: tuple[OpSpec, ...] = (MMCV_ROI_ALIGN, MMCV_ROI_ALIGN_ROTATED, CAFFE2_ROI_ALIGN,
+                                   ONNX_ROI_ALIGN)
+
+
+# --- node forms ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NodeForm:
+    """A node as a graph holds it (ours, or another exporter's), and how ort_roi runs it.
+
+    ``registered``: the bridge registers ``spec``'s kernel under domain::op_type, so a plain
+    session runs the node as it is. Otherwise onnxruntime has the node natively and
+    ``convert`` (and the front door) rewrite it into ``spec`` (in domain ort_roi): exporter
+    attributes are renamed by ``rename``, list attributes ``split`` into ints, ``fixed``
+    values set, and an attribute the node's opset lacks takes ``before_opset``'s value.
+    ``--to onnx`` rewrites ``spec`` nodes back (only those whose ``fixed`` values match).
+    """
+
+    domain: str
+    op_type: str
+    spec: OpSpec
+    writers: str
+    oracle: str
+    registered: bool = True
+    rename: Mapping[str, str] = field(default_factory=dict)
+    split: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    before_opset: tuple[int, Mapping[str, Any]] | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.domain, self.op_type)
+
+
+_OURS = "ort_roi graphs (ort_roi.builders)"
+_TRANSCRIBED = "a literal loop of mmcv's CPU kernel (tests/literal.py)"
+
+#: Every node form ort_roi runs: registration, convert, the front door, validate, schemas
+#: and `ort-roi info` read this table.
+FORMS: tuple[NodeForm, ...] = (
+    NodeForm(DOMAIN, "ROIPooling", ROI_POOLING, _OURS,
+             "MXNet ROIPooling (max), OpenVINO ROIPooling-1 (bilinear)"),
+    NodeForm(DOMAIN, "RoIPool", ROI_POOL, _OURS, "Paddle roi_pool"),
+    NodeForm(DOMAIN, "PSROIPool", PSROI_POOL, _OURS, "Paddle psroi_pool"),
+    NodeForm(DOMAIN, "RoIAlign", ROI_ALIGN, _OURS, "Paddle roi_align"),
+    NodeForm(DOMAIN, "RoiAlign", ONNX_ROI_ALIGN, "ort-roi convert (from ONNX RoiAlign)",
+             "avg: onnxruntime's RoiAlign; max: " + _TRANSCRIBED),
+    NodeForm("mmdeploy", "MMCVRoiAlign", MMCV_ROI_ALIGN,
+             "mmdeploy (TensorRT >= 1.0, PPLNN, onnxruntime 0.1-0.3)",
+             "avg: Paddle roi_align; max: " + _TRANSCRIBED),
+    NodeForm("mmcv", "MMCVRoiAlign", MMCV_ROI_ALIGN, "mmcv 1.x",
+             "avg: Paddle roi_align; max: " + _TRANSCRIBED),
+    NodeForm("mmdeploy", "MMCVRoIAlignRotated", MMCV_ROI_ALIGN_ROTATED,
+             "mmrotate through mmdeploy",
+             "OpenVINO (reads it from ONNX, aligned=1); " + _TRANSCRIBED),
+    NodeForm("mmcv", "MMCVRoIAlignRotated", MMCV_ROI_ALIGN_ROTATED, "mmrotate / mmcv",
+             "OpenVINO (aligned=1); " + _TRANSCRIBED),
+    NodeForm("org.pytorch._caffe2", "RoIAlign", CAFFE2_ROI_ALIGN,
+             "detectron2's Caffe2 export", "Paddle roi_align"),
+    NodeForm("", "RoiAlign", ONNX_ROI_ALIGN, "torchvision, mmdeploy (onnxruntime >= 0.4), "
+             "paddle2onnx", "avg: onnxruntime's RoiAlign; max: " + _TRANSCRIBED,
+             registered=False,
+             before_opset=(16, {"coordinate_transformation_mode": "output_half_pixel"})),
+    NodeForm("", "MaxRoiPool", ROI_POOLING, "ONNX graphs (MaxRoiPool-1)",
+             "onnxruntime's MaxRoiPool, MXNet ROIPooling", registered=False,
+             split={"pooled_shape": ("pooled_h", "pooled_w")}, fixed={"method": "max"}),
+)
+
+
+def form(domain: str, op_type: str) -> NodeForm | None:
+    """The form of a node (domain "ai.onnx" is the default domain), or None."""
+    return _FORMS.get(("" if domain == "ai.onnx" else domain, op_type))
+
+
+_FORMS = {f.key: f for f in FORMS}

@@ -1,5 +1,5 @@
-"""Graph tooling behind the CLI: ``validate`` a model, ``convert`` MaxRoiPool nodes, compare a
-model's onnxruntime run with onnx.reference."""
+"""Graph tooling behind the CLI: ``validate`` a model, ``convert`` it (``graph.rewrite``),
+compare a model's onnxruntime run with onnx.reference."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def compare_with_reference(model: onnx.ModelProto, inputs: dict[str, np.ndarray]
         return rep
     names = [o.name for o in sess.get_outputs()]
     rep.outputs = dict(zip(names, got))
-    ref = ReferenceEvaluator(model, new_ops=reference.OPS).run(None, inputs)
+    ref = ReferenceEvaluator(model, new_ops=reference.ops_for(model)).run(None, inputs)
     for name, a, b in zip(names, got, ref):
         if a.shape != b.shape:
             rep.fail(f"output {name!r}: shape {list(a.shape)} vs reference {list(b.shape)}")
@@ -105,46 +105,12 @@ def _first_line(e: Exception) -> str:
 
 
 def convert(model: onnx.ModelProto, to: str = "ort_roi") -> tuple[onnx.ModelProto, int]:
-    """Rewrite ONNX MaxRoiPool nodes as ort_roi ROIPooling(method=max) (``to="ort_roi"``),
-    or ROIPooling max nodes back to MaxRoiPool (``to="onnx"``); the arithmetic is the same,
-    so outputs are identical. Bilinear ROIPooling has no ONNX equivalent and is left as is.
-    Returns the new model and the number of nodes rewritten."""
-    from . import builders
-    from .session import iter_nodes, node_attrs
-    from .specs import DOMAIN, ROI_POOLING
+    """``graph.rewrite`` on a copy of ``model``: (the new model, the nodes moved between
+    onnxruntime's native ops and ort_roi)."""
+    from .graph import rewrite
 
-    if to not in ("ort_roi", "onnx"):
-        raise ValueError(f"convert: 'to' must be 'ort_roi' or 'onnx', got {to!r}")
     m = _copy(model)
-    count = 0
-    for node in iter_nodes(m.graph):
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        if to == "ort_roi" and node.op_type == "MaxRoiPool" and node.domain in ("", "ai.onnx"):
-            if len(attrs.get("pooled_shape", ())) != 2:
-                raise ValueError(f"MaxRoiPool node {node.name!r}: attribute 'pooled_shape' "
-                                 f"must hold 2 ints, got {attrs.get('pooled_shape')!r}")
-            ph, pw = attrs["pooled_shape"]
-            new = builders.roi_pooling(*node.input, *node.output, name=node.name or None,
-                                       pooled_h=ph, pooled_w=pw,
-                                       spatial_scale=attrs.get("spatial_scale", 1.0),
-                                       method="max")
-        elif (to == "onnx" and node.op_type == "ROIPooling" and node.domain == DOMAIN
-              and attrs.get("method", b"max") in (b"max", "max")):
-            a = node_attrs(node, ROI_POOLING)  # checked as the front door checks it
-            new = onnx.helper.make_node(
-                "MaxRoiPool", list(node.input), list(node.output), name=node.name or None,
-                pooled_shape=[a["pooled_h"], a["pooled_w"]], spatial_scale=a["spatial_scale"])
-        else:
-            continue
-        node.CopyFrom(new)
-        count += 1
-    used = {n.domain for n in iter_nodes(m.graph)}
-    imports = [o for o in m.opset_import if o.domain in used or o.domain in ("", "ai.onnx")]
-    if DOMAIN in used and all(o.domain != DOMAIN for o in imports):
-        imports.append(onnx.helper.make_opsetid(DOMAIN, builders.OPSET_VERSION))
-    del m.opset_import[:]
-    m.opset_import.extend(imports)
-    return m, count
+    return m, rewrite(m, to)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -160,7 +126,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    """Rewrite MaxRoiPool nodes as ort_roi ROIPooling (or back with --to onnx)."""
+    """Rewrite a graph so that a plain onnxruntime session with ort_roi runs it: ONNX
+    RoiAlign / MaxRoiPool into ort_roi, exporters' nodes with every attribute (--to onnx:
+    ort_roi RoiAlign / ROIPooling max back to ONNX)."""
     try:
         m = onnx.load(args.input)
     except Exception as e:  # noqa: BLE001 - a missing file or not a model: say which
@@ -173,8 +141,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:
         print(f"ort-roi convert: {e}", file=sys.stderr)
         return 1
-    print(f"{args.input} -> {args.output}: {n} node(s) rewritten "
-          f"({'MaxRoiPool -> ort_roi.ROIPooling' if args.to == 'ort_roi' else 'ROIPooling -> MaxRoiPool'})")
+    what = ("RoiAlign / MaxRoiPool -> ort_roi" if args.to == "ort_roi"
+            else "ort_roi RoiAlign / ROIPooling max -> ONNX")
+    print(f"{args.input} -> {args.output}: {n} node(s) rewritten ({what}); every node of "
+          f"ort_roi or another exporter has its attributes explicit")
     return 0
 
 
@@ -190,6 +160,6 @@ def add_commands(sub) -> None:
     p.add_argument("input", metavar="IN")
     p.add_argument("output", metavar="OUT")
     p.add_argument("--to", choices=("ort_roi", "onnx"), default="ort_roi",
-                   help="ort_roi: MaxRoiPool -> ROIPooling (default); onnx: the reverse")
+                   help="ort_roi: RoiAlign / MaxRoiPool -> ort_roi (default); onnx: the reverse")
     p.set_defaults(fn=cmd_convert)
     bench.add_command(sub)

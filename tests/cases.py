@@ -197,3 +197,109 @@ def demo_cases() -> list[dict]:
              attrs=dict(pooled_height=2, pooled_width=2, spatial_scale=1.0, sampling_ratio=2,
                         aligned=1)),
     ]
+
+
+# --- the nodes other exporters write, built from the RoIAlign cases ---------------------------
+
+def _rois(case) -> np.ndarray:
+    X, boxes, counts = (case["inputs"][k] for k in ("X", "boxes", "boxes_num"))
+    batch = np.repeat(np.arange(X.shape[0]), counts).astype(X.dtype)
+    return np.concatenate([batch[:, None], boxes], 1)
+
+
+def mmcv_cases(seed: int = 5, mode: str = "avg") -> list[dict]:
+    """MMCVRoiAlign: the RoIAlign cases with 5-column rois (sampling_ratio <= 0 is 0)."""
+    out = []
+    for c in roi_align_cases(seed):
+        a = c["attrs"]
+        out.append(dict(name=c["name"], op="MMCVRoiAlign", source=c,
+                        inputs=dict(input=c["inputs"]["X"], rois=_rois(c)),
+                        attrs=dict(output_height=a["pooled_height"],
+                                   output_width=a["pooled_width"],
+                                   spatial_scale=a["spatial_scale"],
+                                   sampling_ratio=max(0, a["sampling_ratio"]), mode=mode,
+                                   aligned=a["aligned"])))
+    return out
+
+
+def caffe2_cases(seed: int = 6) -> list[dict]:
+    """org.pytorch._caffe2::RoIAlign: the RoIAlign cases with 5-column rois, and 4-column
+    rois where X holds one image."""
+    out = []
+    for c in roi_align_cases(seed):
+        a = c["attrs"]
+        X, rois = c["inputs"]["X"], _rois(c)
+        if len(out) % 3 == 2:  # one image, 4 columns
+            X, rois = X[:1], rois[:, 1:]
+        out.append(dict(name=c["name"], op="RoIAlign", source=c, inputs=dict(X=X, rois=rois),
+                        attrs=dict(order="NCHW", spatial_scale=a["spatial_scale"],
+                                   pooled_h=a["pooled_height"], pooled_w=a["pooled_width"],
+                                   sampling_ratio=a["sampling_ratio"], aligned=a["aligned"])))
+    return out
+
+
+def onnx_roi_align_cases(seed: int = 7, mode: str = "avg") -> list[dict]:
+    """ort_roi::RoiAlign (ONNX RoiAlign's inputs and attributes)."""
+    out = []
+    for c in roi_align_cases(seed):
+        a = c["attrs"]
+        X, boxes, counts = (c["inputs"][k] for k in ("X", "boxes", "boxes_num"))
+        idx = np.repeat(np.arange(X.shape[0]), counts).astype(np.int64)
+        out.append(dict(name=c["name"], op="RoiAlign", source=c,
+                        inputs=dict(X=X, rois=boxes, batch_indices=idx),
+                        attrs=dict(coordinate_transformation_mode=(
+                            "half_pixel" if a["aligned"] else "output_half_pixel"), mode=mode,
+                            output_height=a["pooled_height"], output_width=a["pooled_width"],
+                            sampling_ratio=max(0, a["sampling_ratio"]),
+                            spatial_scale=a["spatial_scale"])))
+    return out
+
+
+def rotated_cases(seed: int = 8, aligned_only: bool = False) -> list[dict]:
+    """MMCVRoIAlignRotated: random rotated boxes (on, across and off the map, zero-size),
+    both dtypes, the sampling ratios, aligned, clockwise, several images."""
+    rng = np.random.default_rng(seed)
+    out = []
+    variants = [(sr, al, cw) for sr in (0, 2, -1) for al in (1, 0) for cw in (0, 1)
+                if al or not aligned_only]
+    for i, (dtype, scale, (ph, pw), (sr, al, cw)) in enumerate(
+            (d, s, p, v) for d in (F32, F64) for s in SCALES for p in POOLED[:3]
+            for v in variants[:2]):
+        sr, al, cw = variants[(i * 5) % len(variants)]
+        R = 9
+        rois = np.stack([rng.integers(0, N, R), rng.uniform(-2, W + 2, R) / scale,
+                         rng.uniform(-2, H + 2, R) / scale, rng.uniform(0, 10, R) / scale,
+                         rng.uniform(0, 10, R) / scale, rng.uniform(-3.5, 3.5, R)], 1)
+        rois[0, 3:5] = 0  # zero size
+        rois[1, 1:3] = [(W + 30) / scale, -25 / scale]  # off the map
+        rois[2, 5] = 0  # axis-aligned
+        rois[3, 5] = np.pi / 2
+        out.append(dict(name=f"{dtype.name}_s{scale:.4g}_{ph}x{pw}_sr{sr}_a{al}_cw{cw}",
+                        op="MMCVRoIAlignRotated",
+                        inputs=dict(input=_x(rng, C, dtype), rois=rois.astype(dtype)),
+                        attrs=dict(output_height=ph, output_width=pw, spatial_scale=scale,
+                                   sampling_ratio=sr, aligned=al, clockwise=cw)))
+    return out
+
+
+def form_cases() -> list[tuple[str, dict]]:
+    """(domain, case) for every registered node form (a few cases each, both dtypes)."""
+    from ort_roi.specs import FORMS
+
+    pick = lambda cs: [c for c in cs if "_1x1_" not in c["name"]][:: max(1, len(cs) // 6)]  # noqa: E731
+    by_op = {
+        "ROIPooling": max_pool_cases("ROIPooling", 21)[3::10] + bilinear_cases(22)[::5],
+        "RoIPool": max_pool_cases("RoIPool", 23)[3::10],
+        "PSROIPool": psroi_cases(24)[::10],
+        "RoIAlign": roi_align_cases(25)[::20],
+        "MMCVRoiAlign": pick(mmcv_cases(26)) + pick(mmcv_cases(27, "max")),
+        "MMCVRoIAlignRotated": pick(rotated_cases(28)),
+        "RoiAlign": pick(onnx_roi_align_cases(29)) + pick(onnx_roi_align_cases(30, "max")),
+    }
+    out = []
+    for f in FORMS:
+        if not f.registered:
+            continue
+        cases = caffe2_cases(31)[::20] if f.domain == "org.pytorch._caffe2" else by_op[f.op_type]
+        out += [(f.domain, dict(c, op=f.op_type)) for c in cases]
+    return out

@@ -248,3 +248,42 @@ def mmcv_roi_align(X, rois, *, output_height=1, output_width=1, spatial_scale=1.
                             best = max(best, _mmcv_sample(X, b, c, y, x))
                     out[r, c, ph, pw] = best
     return out
+
+
+def mmcv_roi_align_rotated(X, rois, *, output_height=1, output_width=1, spatial_scale=1.0,
+                           sampling_ratio=0, aligned=1, clockwise=0):
+    """mmcv's ROIAlignRotatedForward (mmcv/ops/csrc/pytorch/cpu/roi_align_rotated.cpp),
+    loop for loop, in T: pre_calc_for_bilinear_interpolate's samples, then the mean."""
+    t = X.dtype.type
+    _, C, H, W = X.shape
+    PH, PW = output_height, output_width
+    out = np.zeros((rois.shape[0], C, PH, PW), X.dtype)
+    s = t(np.float32(spatial_scale))
+    for n in range(rois.shape[0]):
+        b = int(rois[n, 0])
+        offset = t(0.5) if aligned else t(0.0)
+        cw, ch = rois[n, 1] * s - offset, rois[n, 2] * s - offset
+        rw, rh = rois[n, 3] * s, rois[n, 4] * s
+        theta = -rois[n, 5] if clockwise else rois[n, 5]
+        cos_t, sin_t = t(np.cos(theta)), t(np.sin(theta))
+        if not aligned:
+            rw, rh = max(rw, t(1)), max(rh, t(1))
+        bh, bw = rh / t(PH), rw / t(PW)
+        # ceilf(roi_height / pooled_height): the quotient as a float32
+        gh = sampling_ratio if sampling_ratio > 0 else int(math.ceil(np.float32(rh / t(PH))))
+        gw = sampling_ratio if sampling_ratio > 0 else int(math.ceil(np.float32(rw / t(PW))))
+        count = t(max(gh * gw, 1))
+        sh, sw = t(-rh / 2.0), t(-rw / 2.0)
+        for c in range(C):
+            for ph in range(PH):
+                for pw in range(PW):
+                    val = t(0)
+                    for iy in range(gh):
+                        yy = sh + t(ph) * bh + t(iy + 0.5) * bh / t(gh)
+                        for ix in range(gw):
+                            xx = sw + t(pw) * bw + t(ix + 0.5) * bw / t(gw)
+                            y = yy * cos_t - xx * sin_t + ch
+                            x = yy * sin_t + xx * cos_t + cw
+                            val += _mmcv_sample(X, b, c, y, x)
+                    out[n, c, ph, pw] = val / count
+    return out

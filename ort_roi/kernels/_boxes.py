@@ -95,6 +95,23 @@ def batch_from_column(op: str, name: str, col: np.ndarray, n: int) -> np.ndarray
     return b
 
 
+def batch_from_indices(op: str, name: str, indices, n: int, r: int) -> np.ndarray:
+    """Batch indices given as their own input: int32/int64 [R], each in [0, N)."""
+    idx = _as_array(op, name, host(indices))
+    if idx.dtype not in TYPES["I"]:
+        raise RoiOpError(op, f"input '{name}'", f"must be int32 or int64, got {idx.dtype}")
+    if idx.ndim != 1 or idx.shape[0] != r:
+        raise RoiOpError(op, f"input '{name}'",
+                         f"must have shape [R] = [{r}] (one index per box), "
+                         f"got {list(idx.shape)}")
+    bad = (idx < 0) | (idx >= n)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise RoiOpError(op, f"input '{name}'",
+                         f"box {i} has batch index {idx[i].item()}, out of range [0, {n})")
+    return idx.astype(np.intp)
+
+
 def batch_from_counts(op: str, name: str, counts, n: int, r: int) -> np.ndarray:
     """Batch indices from per-image counts: int32/int64 [N], non-negative, summing to R."""
     counts = _as_array(op, name, host(counts))
