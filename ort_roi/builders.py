@@ -98,7 +98,10 @@ def single_op_model(op: str, dtype: Any = np.float32, count_dtype: Any = np.int3
     node = make_node(op, [i.name for i in s.inputs], [s.output], domain=domain, **attrs)
     types = {"T": dtype, "I": count_dtype}
     inputs = [tensor(i.name, types[i.type], None) for i in s.inputs]
-    return make_model([node], inputs, [tensor(s.output, dtype, None)], name=f"{s.name}_graph")
+    values = s.resolve(attrs)
+    shape = ["R", values[s.channels_attr] if s.channels_attr else "C",
+             values[s.pooled[0]], values[s.pooled[1]]]
+    return make_model([node], inputs, [tensor(s.output, dtype, shape)], name=f"{s.name}_graph")
 
 
 __all__ = ["IR_VERSION", "ONNX_OPSET", "make_model", "make_node", "psroi_pool", "roi_align",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from importlib import resources
 from typing import Sequence
@@ -61,11 +62,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    """Print the ops, their types, attributes and defaults (from the spec table)."""
-    from .specs import TYPES, all_specs
+    """Print every node form ort_roi runs: how, and each op's types, attributes and defaults
+    (from the spec table)."""
+    from .specs import DOMAIN, FORMS, TYPES
 
-    for s in all_specs():
-        print(f"{s.domain}::{s.name}  ({s.source})\n  {s.doc}")
+    shown: dict = {}
+    for f in FORMS:
+        s = f.spec
+        name = f"{f.domain or 'onnx'}::{f.op_type}"
+        if f.registered:
+            how = "a plain session with ort_roi.session_options() runs it as it is"
+        else:
+            how = (f"onnxruntime runs it natively; ort-roi convert, ort_roi.convert() and the "
+                   f"front door rewrite it as {DOMAIN}::{s.name}")
+        print(f"{name}  ({s.source})\n  written by: {f.writers}\n  runs: {how}\n"
+              f"  checked against: {f.oracle}")
+        if s in shown or not f.registered:
+            print(f"  inputs and attributes: as {shown.get(s, f'{DOMAIN}::{s.name}')}\n")
+            continue
+        shown[s] = name
+        print(f"  {s.doc}")
         for i in s.inputs:
             types = "/".join(t.name for t in TYPES[i.type])
             print(f"  input  {i.name:<10} {i.type}={types:<16} {i.shape:<30} {i.doc}")
@@ -90,7 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from . import tooling
     tooling.add_commands(sub)
     args = p.parse_args(argv)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except BrokenPipeError:  # `ort-roi info | head`: the reader left; so do we, quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -120,12 +120,19 @@ def _image_boxes(rng, r: int) -> np.ndarray:
 
 
 def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs for a detection head: features, boxes (image pixels, or normalized for
-    bilinear ROIPooling) and counts, as the graph's inputs name and type them."""
+    """Inputs for a detection head, one image: features, boxes (image pixels, normalized for
+    bilinear ROIPooling, rows with a batch column or rotated rows as the reading op wants
+    them), counts or batch indices, as the graph's inputs name and type them."""
+    from .graph import iter_nodes, spec_of
+
     rng = np.random.default_rng(seed)
-    roi_nodes = [n for n in model.graph.node if n.domain]
+    roles = {}  # graph input -> (spec, spec input) of the first node of ours reading it
+    for node in iter_nodes(model.graph):
+        spec = spec_of(node)
+        for name, inp in zip(node.input, spec.inputs if spec else ()):
+            roles.setdefault(name, (spec, inp))
     normalized = any(a.name == "method" and a.s == b"bilinear"
-                     for n in roi_nodes for a in n.attribute)
+                     for n in iter_nodes(model.graph) if n.domain for a in n.attribute)
     boxes = _image_boxes(rng, r)
     feats = {}
     weights = {i.name for i in model.graph.initializer}
@@ -135,12 +142,20 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
         t = vi.type.tensor_type
         dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
         dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        spec, inp = roles.get(vi.name, (None, None))
+        is_boxes = inp is not None and inp is spec.inputs[1]
         if np.issubdtype(dtype, np.integer):
-            feats[vi.name] = np.array([r], dtype)
-        elif len(dims) == 2:
+            per_box = inp is not None and inp.shape == "[R]"  # batch indices
+            feats[vi.name] = np.zeros(r, dtype) if per_box else np.array([r], dtype)
+        elif len(dims) == 2 or is_boxes:
+            cols = dims[1] if len(dims) == 2 and dims[1] else (
+                spec.box_cols[0] if isinstance(spec.box_cols, tuple) else spec.box_cols)
             wi, hi = FEAT_W * STRIDE, FEAT_H * STRIDE
             b = boxes / [wi, hi, wi, hi] if normalized else boxes
-            if dims[1] == 5:
+            if cols == 6:  # rotated: [batch, cx, cy, w, h, theta]
+                b = np.concatenate([(b[:, :2] + b[:, 2:]) / 2, b[:, 2:] - b[:, :2],
+                                    rng.uniform(-1.5, 1.5, (r, 1))], 1)
+            if cols in (5, 6):
                 b = np.concatenate([np.zeros((r, 1)), b], 1)
             feats[vi.name] = b.astype(dtype)
         else:

@@ -109,7 +109,7 @@ def _native_form(node: onnx.NodeProto, spec: OpSpec) -> NodeForm | None:
 
 
 def _into_ours(node: onnx.NodeProto, f: NodeForm, onnx_opset: int) -> None:
-    given = given_attrs(node)
+    given = {**f.defaults, **given_attrs(node)}
     for name, parts in f.split.items():
         v = given.pop(name, None)
         if v is None or len(v) != len(parts):

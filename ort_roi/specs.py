@@ -354,8 +354,9 @@ class NodeForm:
     ``registered``: the bridge registers ``spec``'s kernel under domain::op_type, so a plain
     session runs the node as it is. Otherwise onnxruntime has the node natively and
     ``convert`` (and the front door) rewrite it into ``spec`` (in domain ort_roi): exporter
-    attributes are renamed by ``rename``, list attributes ``split`` into ints, ``fixed``
-    values set, and an attribute the node's opset lacks takes ``before_opset``'s value.
+    attributes absent from the node take the exporter's ``defaults``, are renamed by
+    ``rename``, list attributes ``split`` into ints, ``fixed`` values set, and an attribute
+    the node's opset lacks takes ``before_opset``'s value.
     ``--to onnx`` rewrites ``spec`` nodes back (only those whose ``fixed`` values match).
     """
 
@@ -365,6 +366,7 @@ class NodeForm:
     writers: str
     oracle: str
     registered: bool = True
+    defaults: Mapping[str, Any] = field(default_factory=dict)
     rename: Mapping[str, str] = field(default_factory=dict)
     split: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
@@ -406,7 +408,8 @@ FORMS: tuple[NodeForm, ...] = (
              before_opset=(16, {"coordinate_transformation_mode": "output_half_pixel"})),
     NodeForm("", "MaxRoiPool", ROI_POOLING, "ONNX graphs (MaxRoiPool-1)",
              "onnxruntime's MaxRoiPool, MXNet ROIPooling", registered=False,
-             split={"pooled_shape": ("pooled_h", "pooled_w")}, fixed={"method": "max"}),
+             defaults={"spatial_scale": 1.0}, split={"pooled_shape": ("pooled_h", "pooled_w")},
+             fixed={"method": "max"}),
 )
 
 

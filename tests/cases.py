@@ -166,6 +166,7 @@ SUITES = {
     "roi_pool": ("paddle", lambda: max_pool_cases("RoIPool")),
     "psroi_pool": ("paddle", psroi_cases),
     "roi_align": ("paddle", roi_align_cases),
+    "mmcv_roi_align_rotated": ("openvino", lambda: rotated_cases(9, openvino=True)),
 }
 
 
@@ -255,16 +256,20 @@ def onnx_roi_align_cases(seed: int = 7, mode: str = "avg") -> list[dict]:
     return out
 
 
-def rotated_cases(seed: int = 8, aligned_only: bool = False) -> list[dict]:
-    """MMCVRoIAlignRotated: random rotated boxes (on, across and off the map, zero-size),
-    both dtypes, the sampling ratios, aligned, clockwise, several images."""
+def rotated_cases(seed: int = 8, openvino: bool = False) -> list[dict]:
+    """MMCVRoIAlignRotated: random rotated boxes (on, across and off the map, zero-size,
+    axis-aligned), both dtypes, the sampling ratios, aligned, clockwise, several images.
+    ``openvino``: only what OpenVINO 2026.4.1 computes as mmcv does (float32, aligned=1,
+    clockwise=0, sampling_ratio > 0; it samples 2x2 for 0 and ignores clockwise)."""
     rng = np.random.default_rng(seed)
+    if openvino:
+        variants = [(sr, 1, 0) for sr in (1, 2, 3)]
+    else:
+        variants = [(sr, al, cw) for sr in (0, 2, -1, 3) for al in (1, 0) for cw in (0, 1)]
     out = []
-    variants = [(sr, al, cw) for sr in (0, 2, -1) for al in (1, 0) for cw in (0, 1)
-                if al or not aligned_only]
-    for i, (dtype, scale, (ph, pw), (sr, al, cw)) in enumerate(
-            (d, s, p, v) for d in (F32, F64) for s in SCALES for p in POOLED[:3]
-            for v in variants[:2]):
+    grid = [(d, s, p) for d in ((F32,) if openvino else (F32, F64)) for s in SCALES
+            for p in POOLED[:3]]
+    for i, (dtype, scale, (ph, pw)) in enumerate(grid):
         sr, al, cw = variants[(i * 5) % len(variants)]
         R = 9
         rois = np.stack([rng.integers(0, N, R), rng.uniform(-2, W + 2, R) / scale,

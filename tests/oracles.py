@@ -105,3 +105,36 @@ def mxnet_roi_pooling(cases: list[dict], python: str) -> dict[str, np.ndarray]:
                        check=True)
         with np.load(os.path.join(d, "out.npz")) as out:
             return {k: out[k] for k in out.files}
+
+
+def openvino_onnx(model, feed: dict) -> list[np.ndarray]:
+    """An ONNX model read and run by OpenVINO's ONNX frontend on its CPU plugin (it reads
+    mmdeploy::MMCVRoIAlignRotated and org.openvinotoolkit's ROI feature extractor)."""
+    import onnx
+    import openvino as ov
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for inp in m.graph.input:  # OpenVINO's CPU plugin wants static shapes
+        if inp.name in feed:
+            inp.type.tensor_type.ClearField("shape")
+            for d in feed[inp.name].shape:
+                inp.type.tensor_type.shape.dim.add().dim_value = d
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(m.SerializeToString(), b""), "CPU")
+    res = compiled(feed)
+    return [np.asarray(res[o]) for o in compiled.outputs]
+
+
+def openvino_rotated(case: dict) -> np.ndarray:
+    """MMCVRoIAlignRotated as OpenVINO reads it from an mmdeploy graph."""
+    from ort_roi import builders
+
+    i = case["inputs"]
+    m = builders.single_op_model("MMCVRoIAlignRotated", i["input"].dtype, domain="mmdeploy",
+                                 **case["attrs"])
+    if len(i["rois"]) == 0:
+        a = case["attrs"]
+        return np.zeros((0, i["input"].shape[1], a["output_height"], a["output_width"]),
+                        i["input"].dtype)
+    return openvino_onnx(m, i)[0]

@@ -1,4 +1,5 @@
-"""mmdeploy::MMCVRoiAlign: graphs exported by mmdeploy run in a plain onnxruntime session.
+"""mmdeploy::MMCVRoiAlign and mmcv::MMCVRoiAlign (mmcv 1.x, mmdeploy's TensorRT backend):
+exported graphs run in a plain onnxruntime session.
 
 Mode avg is checked against Paddle roi_align (the committed RoIAlign goldens, the boxes
 turned into 5-column rois); mode max against a literal loop reading of mmcv's CPU kernel.
@@ -18,18 +19,21 @@ from ort_roi import kernels
 ROI_ALIGN_CASES = load_golden("roi_align")
 
 
-def mmdeploy_graph(dtype=TensorProto.FLOAT, **attrs):
-    """A graph as mmdeploy writes it: every attribute explicit, domain mmdeploy."""
+DOMAINS = ("mmdeploy", "mmcv")
+
+
+def mmdeploy_graph(dtype=TensorProto.FLOAT, domain="mmdeploy", **attrs):
+    """A graph as mmdeploy (or mmcv 1.x: domain mmcv) writes it: every attribute explicit."""
     attrs = {"output_height": 7, "output_width": 7, "spatial_scale": 0.25,
              "sampling_ratio": 0, "mode": "avg", "aligned": 1, **attrs}
     node = helper.make_node("MMCVRoiAlign", ["input", "rois"], ["output"],
-                            domain="mmdeploy", name="roi_extractor", **attrs)
+                            domain=domain, name="roi_extractor", **attrs)
     g = helper.make_graph([node], "mmdeploy_roi", [
         helper.make_tensor_value_info("input", dtype, [1, "C", "H", "W"]),
         helper.make_tensor_value_info("rois", dtype, ["R", 5])],
         [helper.make_tensor_value_info("output", dtype, ["R", "C", None, None])])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
-                                               helper.make_opsetid("mmdeploy", 1)],
+                                               helper.make_opsetid(domain, 1)],
                              ir_version=9)
 
 
@@ -38,13 +42,14 @@ def _plain(model):
                                 providers=["CPUExecutionProvider"])
 
 
+@pytest.mark.parametrize("domain", DOMAINS)
 @pytest.mark.parametrize("case", ROI_ALIGN_CASES, ids=[c["name"] for c in ROI_ALIGN_CASES])
-def test_avg_matches_paddle_roi_align_on_five_column_rois(case):
+def test_avg_matches_paddle_roi_align_on_five_column_rois(case, domain):
     X, boxes, counts = (case["inputs"][k] for k in ("X", "boxes", "boxes_num"))
     batch = np.repeat(np.arange(X.shape[0]), counts).astype(X.dtype)
     rois = np.concatenate([batch[:, None], boxes], 1)
     a = case["attrs"]
-    m = mmdeploy_graph(helper.np_dtype_to_tensor_dtype(X.dtype),
+    m = mmdeploy_graph(helper.np_dtype_to_tensor_dtype(X.dtype), domain,
                        output_height=a.get("pooled_height", 1),
                        output_width=a.get("pooled_width", 1),
                        spatial_scale=a.get("spatial_scale", 1.0),
@@ -58,8 +63,9 @@ def test_avg_matches_paddle_roi_align_on_five_column_rois(case):
     np.testing.assert_allclose(got, expected, **tolerance("RoIAlign", a, X.dtype))
 
 
-def test_exported_graph_checks_infers_and_runs():
-    m = mmdeploy_graph()
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_exported_graph_checks_infers_and_runs(domain):
+    m = mmdeploy_graph(domain=domain)
     checker.check_model(m, full_check=True)
     out = shape_inference.infer_shapes(m, strict_mode=True).graph.output[0]
     dims = [d.dim_param or d.dim_value for d in out.type.tensor_type.shape.dim]
@@ -93,11 +99,12 @@ def test_max_mode_matches_mmcv_loop(seed, dtype, ph, pw, sr, aligned, scale):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
-def test_max_mode_in_a_plain_session():
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_max_mode_in_a_plain_session(domain):
     X = np.arange(2 * 3 * 6 * 6, dtype=np.float32).reshape(2, 3, 6, 6) % 7
     rois = np.array([[1, 0, 0, 5, 5], [0, 2, 1, 4, 3]], np.float32)
-    m = mmdeploy_graph(output_height=2, output_width=2, spatial_scale=1.0, sampling_ratio=2,
-                       mode="max")
+    m = mmdeploy_graph(domain=domain, output_height=2, output_width=2, spatial_scale=1.0,
+                       sampling_ratio=2, mode="max")
     m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2
     got = _plain(m).run(None, {"input": X, "rois": rois})[0]
     want = literal.mmcv_roi_align(X, rois, output_height=2, output_width=2, sampling_ratio=2,

@@ -2,13 +2,15 @@
 """Generate the golden files tests/goldens/*.npz from the real frameworks.
 
     python tools/make_goldens.py --mxnet-python /path/to/mxnet-venv/bin/python
+    python tools/make_goldens.py mmcv_roi_align_rotated     # one suite (no MXNet needed)
 
 Needs paddlepaddle and openvino in this interpreter (pip install -e '.[parity]') and MXNet
 1.9.1 in a venv of its own (it needs numpy==1.23.5):
     python -m venv mxvenv && mxvenv/bin/pip install mxnet==1.9.1 numpy==1.23.5
 
 Each case of tests/cases.py is run through its oracle (MXNet for ROIPooling max, OpenVINO
-for ROIPooling bilinear, Paddle for RoIPool, PSROIPool and RoIAlign); ROIPooling max also
+for ROIPooling bilinear and, reading an mmdeploy ONNX graph, MMCVRoIAlignRotated; Paddle
+for RoIPool, PSROIPool and RoIAlign); ROIPooling max also
 records OpenVINO's output. One file per suite holds, per case, the inputs, the attributes
 (JSON), the oracle's output ("expected") and the flags.
 """
@@ -31,11 +33,18 @@ import oracles as O  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    ap.add_argument("--mxnet-python", required=True, help="python of a venv with mxnet 1.9.1")
+    ap.add_argument("--mxnet-python", help="python of a venv with mxnet 1.9.1 (needed for "
+                    "the MXNet suites and the demo cases)")
     ap.add_argument("--out", default=os.path.join(HERE, "..", "tests", "goldens"))
+    ap.add_argument("suites", nargs="*", help=f"suites to write (default all: "
+                    f"{', '.join(C.SUITES)})")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    for suite, (oracle, make) in C.SUITES.items():
+    todo = args.suites or list(C.SUITES)
+    if not args.mxnet_python and (not args.suites or any(C.SUITES[s][0] == "mxnet" for s in todo)):
+        ap.error("--mxnet-python is needed for the MXNet suites and the demo cases")
+    for suite in todo:
+        oracle, make = C.SUITES[suite]
         cases = make()
         if oracle == "mxnet":
             mx = O.mxnet_roi_pooling(cases, args.mxnet_python)
@@ -46,7 +55,8 @@ def main() -> None:
                 expected = mx[n]
                 arrays[f"{n}:openvino"] = O.openvino_roi_pooling(c)
             elif oracle == "openvino":
-                expected = O.openvino_roi_pooling(c)
+                expected = (O.openvino_rotated(c) if c["op"] == "MMCVRoIAlignRotated"
+                            else O.openvino_roi_pooling(c))
             else:
                 expected = O.paddle(c)
             arrays[f"{n}:expected"] = expected
@@ -58,7 +68,8 @@ def main() -> None:
         path = os.path.join(args.out, f"{suite}.npz")
         np.savez_compressed(path, **arrays)
         print(f"{path}: {len(cases)} cases from {oracle}, {os.path.getsize(path)} bytes")
-    write_demo_cases(args.mxnet_python)
+    if not args.suites:
+        write_demo_cases(args.mxnet_python)
 
 
 def write_demo_cases(mxnet_python: str) -> None:
