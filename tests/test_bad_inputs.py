@@ -19,15 +19,37 @@ ATTRS = {
     "RoIPool": dict(pooled_height=2, pooled_width=2),
     "PSROIPool": dict(output_channels=2, pooled_height=2, pooled_width=2),
     "RoIAlign": dict(pooled_height=2, pooled_width=2, sampling_ratio=2),
+    # the nodes other exporters write (and ONNX RoiAlign as convert writes it)
+    "MMCVRoIAlignRotated": dict(output_height=2, output_width=2, sampling_ratio=2),
+    "Caffe2 RoIAlign": dict(pooled_h=2, pooled_w=2, sampling_ratio=2),
+    "RoiAlign": dict(output_height=2, output_width=2, sampling_ratio=2),
 }
+#: catalogue key -> (op, domain) of the node
+NODE = {"MMCVRoIAlignRotated": ("MMCVRoIAlignRotated", "mmdeploy"),
+        "Caffe2 RoIAlign": ("RoIAlign", "org.pytorch._caffe2")}
+#: columns of each key's boxes input, and its name
+COLS = {"ROIPooling": 5, "MMCVRoIAlignRotated": 6, "Caffe2 RoIAlign": 5}
+BOXES = {"RoIPool": "boxes", "RoIAlign": "boxes"}
+#: the attribute that gives the output height
+POOLED = {"ROIPooling": "pooled_h", "Caffe2 RoIAlign": "pooled_h",
+          "MMCVRoIAlignRotated": "output_height", "RoiAlign": "output_height"}
+
+
+def node_of(key):
+    return NODE.get(key, (key, "ort_roi"))
 
 
 def good_feed(op, dtype=np.float32):
     """A valid feed: 2 images, 2 boxes (one per image)."""
     X = np.arange(2 * 8 * 5 * 6, dtype=dtype).reshape(2, 8, 5, 6) / 10
     boxes = np.array([[0, 0, 3, 3], [1, 1, 4, 3]], dtype)
-    if op == "ROIPooling":
-        return [X, np.concatenate([np.array([[0], [1]], dtype), boxes], 1)]
+    batch = np.array([[0], [1]], dtype)
+    if op in ("ROIPooling", "Caffe2 RoIAlign"):
+        return [X, np.concatenate([batch, boxes], 1)]
+    if op == "MMCVRoIAlignRotated":
+        return [X, np.array([[0, 2, 2, 3, 3, 0.5], [1, 2, 3, 2, 1, -1]], dtype)]
+    if op == "RoiAlign":
+        return [X, boxes, np.array([0, 1], np.int64)]
     return [X, boxes, np.array([1, 1], np.int64)]
 
 
@@ -58,13 +80,15 @@ def _rois_cell(r, c, v):
 
 CATALOGUE = []
 for op in ATTRS:
-    box = "rois" if op in ("ROIPooling", "PSROIPool") else "boxes"
-    cols = 5 if op == "ROIPooling" else 4
-    first = 1 if op == "ROIPooling" else 0  # the first coordinate column
+    box = BOXES.get(op, "rois")
+    X = "input" if op == "MMCVRoIAlignRotated" else "X"
+    cols = COLS.get(op, 4)
+    first = 1 if cols > 4 else 0  # the first coordinate column
+    trailing = ((f"'{box}'", "4 columns", "N = 2") if op == "Caffe2 RoIAlign"  # [K, 4]: N = 1
+                else (f"'{box}'", f"[R, {cols}]", f"[2, {cols - 1}]"))
     CATALOGUE += [
-        Bad("X rank 3", op, _set(0, lambda a: a[0]), ("'X'", "rank 4", "[8, 5, 6]")),
-        Bad("boxes trailing dim", op, _set(1, lambda a: a[:, :-1]),
-            (f"'{box}'", f"[R, {cols}]", f"[2, {cols - 1}]")),
+        Bad("X rank 3", op, _set(0, lambda a: a[0]), (f"'{X}'", "rank 4", "[8, 5, 6]")),
+        Bad("boxes trailing dim", op, _set(1, lambda a: a[:, :-1]), trailing),
         Bad("boxes rank 1", op, _set(1, lambda a: a.ravel()), (f"'{box}'", f"[R, {cols}]")),
         Bad("dtype mismatch", op, _set(1, lambda a: a.astype(np.float64)),
             (f"'{box}'", "float32", "float64")),
@@ -72,10 +96,11 @@ for op in ATTRS:
             (f"'{box}'", "row 1", "nan")),
         Bad("Inf coordinate", op, _set(1, _rois_cell(0, first, -np.inf)),
             (f"'{box}'", "row 0", "-inf")),
-        Bad("empty X (H = 0)", op, _set(0, lambda a: a[:, :, :0]), ("'X'", "H >= 1", "0")),
-        Bad("empty X (W = 0)", op, _set(0, lambda a: a[:, :, :, :0]), ("'X'", "W >= 1", "0")),
+        Bad("empty X (H = 0)", op, _set(0, lambda a: a[:, :, :0]), (f"'{X}'", "H >= 1", "0")),
+        Bad("empty X (W = 0)", op, _set(0, lambda a: a[:, :, :, :0]),
+            (f"'{X}'", "W >= 1", "0")),
     ]
-    pooled = "pooled_h" if op == "ROIPooling" else "pooled_height"
+    pooled = POOLED.get(op, "pooled_height")
     CATALOGUE += [
         Bad("pooled size 0", op, None, (pooled, ">= 1", "0"), {pooled: 0}),
         Bad("pooled size negative", op, None, (pooled, ">= 1", "-3"), {pooled: -3}),
@@ -83,6 +108,32 @@ for op in ATTRS:
         Bad("spatial_scale negative", op, None, ("spatial_scale", "> 0", "-0.5"),
             {"spatial_scale": -0.5}),
     ]
+    if op == "MMCVRoIAlignRotated":
+        CATALOGUE += [
+            Bad("negative size, aligned", op, _set(1, _rois_cell(1, 3, -2)),
+                ("'rois'", "row 1", "-2.0", "negative")),
+            Bad("clockwise not 0/1", op, None, ("clockwise", "[0, 1]", "2"), {"clockwise": 2}),
+        ]
+    if op == "Caffe2 RoIAlign":
+        CATALOGUE += [Bad("order NHWC", op, None, ("order", "NCHW", "NHWC"), {"order": "NHWC"})]
+    if op == "RoiAlign":
+        CATALOGUE += [
+            Bad("batch index out of range", op, _set(2, lambda a: np.array([0, 2], a.dtype)),
+                ("'batch_indices'", "box 1", "2", "[0, 2)")),
+            Bad("batch indices wrong length", op, _set(2, lambda a: a[:1]),
+                ("'batch_indices'", "[R] = [2]", "[1]")),
+            Bad("unknown mode", op, None, ("mode", "avg", "sum"), {"mode": "sum"}),
+            Bad("unknown coordinate mode", op, None,
+                ("coordinate_transformation_mode", "output_half_pixel", "asymmetric"),
+                {"coordinate_transformation_mode": "asymmetric"}),
+        ]
+    if op in ("MMCVRoIAlignRotated", "Caffe2 RoIAlign"):
+        CATALOGUE += [
+            Bad("batch index out of range", op, _set(1, _rois_cell(1, 0, 2)),
+                ("'rois'", "row 1", "2.0", "[0, 2)")),
+            Bad("batch index negative", op, _set(1, _rois_cell(0, 0, -1)),
+                ("'rois'", "row 0", "-1.0")),
+        ]
     if op == "ROIPooling":
         CATALOGUE += [
             Bad("batch index out of range", op, _set(1, _rois_cell(1, 0, 2)),
@@ -93,7 +144,7 @@ for op in ATTRS:
                 ("'rois'", "row 0", "0.5", "not an integer")),
             Bad("unknown method", op, None, ("method", "avg"), {"method": "avg"}),
         ]
-    else:
+    elif op in ("RoIPool", "PSROIPool", "RoIAlign"):
         counts = "rois_num" if op == "PSROIPool" else "boxes_num"
         CATALOGUE += [
             Bad("counts wrong length", op, _set(2, lambda a: np.array([1, 1, 0], a.dtype)),
@@ -120,7 +171,8 @@ for op in ATTRS:
 def _model(case):
     feed = good_feed(case.op)
     count_dtype = np.int32 if case.id == "counts int32 overflow" else np.int64
-    m = builders.single_op_model(case.op, dtype=np.float32, count_dtype=count_dtype,
+    op, domain = node_of(case.op)
+    m = builders.single_op_model(op, dtype=np.float32, count_dtype=count_dtype, domain=domain,
                                  **ATTRS[case.op])
     node = m.graph.node[0]  # bad attribute values, written past the builder's checks
     for name, value in case.attrs.items():
@@ -145,7 +197,8 @@ def test_front_door_raises_roi_op_error(case):
         sess = ort_roi.InferenceSession(m)
         sess.run(None, dict(zip(_names(sess), feed)))
     msg = str(e.value)
-    assert e.value.op == case.op and case.op in msg
+    op = node_of(case.op)[0]
+    assert e.value.op == op and op in msg
     for fragment in case.expect:
         assert fragment in msg, (fragment, msg)
 
@@ -158,7 +211,7 @@ def test_plain_session_survives_and_logs(case, caplog):
     with caplog.at_level(logging.ERROR, logger="ort_roi"):
         y = sess.run(None, dict(zip(_names(sess), feed)))[0]
     assert y.size == 0 or np.isnan(y).all()
-    assert case.op in caplog.text
+    assert node_of(case.op)[0] in caplog.text
     for fragment in case.expect:
         assert fragment in caplog.text, (fragment, caplog.text)
     # the same session still computes a good feed (not for attribute errors, which are the
