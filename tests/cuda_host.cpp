@@ -14,29 +14,33 @@ using std::round;
 
 #include "../ort_roi/kernels/roi_ops.cu"
 
-#define ORT_ROI_EXPORT(T, S)                                                                  \
-  extern "C" void max_pool_##S(const T* X, const T* rois, T* out,                             \
+#define ORT_ROI_EXPORT(T, S, CB)                                                              \
+  extern "C" void max_pool_##S##_##CB(const T* X, const T* rois, T* out,                      \
                                long long n, int C, int H, int W, int PH, int PW, T s) {       \
-    max_pool<T>(X, rois, out, n, C, H, W, PH, PW, s);                                         \
+    max_pool<T, CB>(X, rois, out, n, C, H, W, PH, PW, s);                                     \
   }                                                                                           \
-  extern "C" void bilinear_pool_##S(const T* X, const T* rois, T* out,                        \
+  extern "C" void bilinear_pool_##S##_##CB(const T* X, const T* rois, T* out,                 \
                                     long long n, int C, int H, int W, int PH, int PW) {       \
-    bilinear_pool<T>(X, rois, out, n, C, H, W, PH, PW);                                       \
+    bilinear_pool<T, CB>(X, rois, out, n, C, H, W, PH, PW);                                   \
   }                                                                                           \
-  extern "C" void psroi_pool_##S(const T* X, const T* rois, T* out,                           \
+  extern "C" void psroi_pool_##S##_##CB(const T* X, const T* rois, T* out,                    \
                                  long long n, int Ci, int OC, int H, int W, int PH, int PW,   \
                                  T s) {                                                       \
-    psroi_pool<T>(X, rois, out, n, Ci, OC, H, W, PH, PW, s);                                  \
+    psroi_pool<T, CB>(X, rois, out, n, Ci, OC, H, W, PH, PW, s);                              \
   }                                                                                           \
-  extern "C" void roi_align_##S(const T* X, const T* rois, T* out,                            \
+  extern "C" void roi_align_##S##_##CB(const T* X, const T* rois, T* out,                     \
                                 long long n, int C, int H, int W, int PH, int PW, T s,        \
                                 int sr, int aligned, int mode, int grid_max) {                \
-    roi_align<T>(X, rois, out, n, C, H, W, PH, PW, s, sr, aligned, mode, grid_max);           \
+    roi_align<T, CB>(X, rois, out, n, C, H, W, PH, PW, s, sr, aligned, mode, grid_max);       \
   }                                                                                           \
-  extern "C" void roi_align_rotated_##S(const T* X, const T* rois, T* out, long long n,       \
+  extern "C" void roi_align_rotated_##S##_##CB(const T* X, const T* rois, T* out, long long n,\
                                         int C, int H, int W, int PH, int PW) {                \
-    roi_align_rotated<T>(X, rois, out, n, C, H, W, PH, PW);                                   \
+    roi_align_rotated<T, CB>(X, rois, out, n, C, H, W, PH, PW);                               \
   }
 
-ORT_ROI_EXPORT(float, f)
-ORT_ROI_EXPORT(double, d)
+ORT_ROI_EXPORT(float, f, 8)
+ORT_ROI_EXPORT(double, d, 8)
+ORT_ROI_EXPORT(float, f, 4)
+ORT_ROI_EXPORT(double, d, 4)
+ORT_ROI_EXPORT(float, f, 2)
+ORT_ROI_EXPORT(double, d, 2)

@@ -45,8 +45,9 @@ def module(lib_path: str) -> types.ModuleType:
 
         def get_function(self, name):
             assert name in self.names, name
-            kernel, t = name[:-1].split("<")
-            f = getattr(lib, f"{kernel}_{'f' if t == 'float' else 'd'}")
+            kernel, args = name[:-1].split("<")
+            t, cb = (a.strip() for a in args.split(","))
+            f = getattr(lib, f"{kernel}_{'f' if t == 'float' else 'd'}_{cb}")
 
             def launch(grid, block, args):
                 conv, types_ = [], []

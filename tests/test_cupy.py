@@ -29,7 +29,9 @@ from ort_roi.kernels import _cupy
 
 SUITES = {"max": C.max_pool_cases("ROIPooling", 11) + C.max_pool_cases("RoIPool", 12),
           "bilinear": C.bilinear_cases(13), "psroi": C.psroi_cases(14),
-          "align": C.roi_align_cases(15)}
+          "align": C.roi_align_cases(15) + C.mmcv_cases(17, "max")[::3]
+          + C.onnx_roi_align_cases(18, "max")[::5] + C.caffe2_cases(19)[::5]
+          + C.rotated_cases(16)}
 ALL = [(k, c) for k, cs in SUITES.items() for c in cs]
 IDS = [f"{k}-{c['name']}" for k, c in ALL]
 
@@ -44,8 +46,11 @@ def _check(kind, got, want):
 
 
 def _kernel(case):
-    return getattr(kernels, {"ROIPooling": "roi_pooling", "RoIPool": "roi_pool",
-                             "PSROIPool": "psroi_pool", "RoIAlign": "roi_align"}[case["op"]])
+    from ort_roi.specs import spec
+
+    if case["op"] == "RoIAlign" and "order" in case["attrs"]:  # detectron2's Caffe2 node
+        return kernels.caffe2_roi_align
+    return spec(case["op"], "mmdeploy" if case["op"].startswith("MMCV") else "ort_roi").kernel
 
 
 # -- the CUDA source on the host ------------------------------------------------------------
@@ -74,6 +79,24 @@ def test_cuda_source_on_host_matches_numpy(host_cupy, kind, case):
     got = fn(host_cupy.asarray(X), *rest, **case["attrs"])
     assert isinstance(got, host_cupy.ndarray)
     _check(kind, got, fn(X, *rest, **case["attrs"]))
+
+
+@pytest.mark.parametrize("cb", _cupy.BLOCKS)
+def test_cuda_source_on_host_every_channel_block(host_cupy, cb):
+    """Each channel block the loader may pick (C = 3 leaves a partial block)."""
+    with mock.patch.object(_cupy, "channel_block", lambda *a: cb):
+        for kind, case in ALL[::9]:
+            fn = _kernel(case)
+            X, *rest = case["inputs"].values()
+            _check(kind, fn(host_cupy.asarray(X), *rest, **case["attrs"]),
+                   fn(X, *rest, **case["attrs"]))
+
+
+def test_channel_block_choice():
+    assert _cupy.channel_block(300, 1024, 14, 14) == 8  # W1
+    assert _cupy.channel_block(1000, 256, 7, 7) == 4  # W2
+    assert _cupy.channel_block(300, 21, 7, 7) == 2  # W4
+    assert _cupy.channel_block(0, 256, 7, 7) == 2
 
 
 def test_cuda_source_on_host_huge_grid_and_mmcv(host_cupy):
@@ -113,15 +136,15 @@ def test_cuda_source_compiles_with_nvcc(tmp_path, arch):
     lines = [f'#include "{os.path.abspath(_cupy.__file__)[:-8]}roi_ops.cu"']
     for t in ("float", "double"):
         lines += [
-            f"template __global__ void max_pool<{t}>(const {t}*, const {t}*, {t}*, "
+            f"template __global__ void max_pool<{t}, 8>(const {t}*, const {t}*, {t}*, "
             f"long long, int, int, int, int, int, {t});",
-            f"template __global__ void bilinear_pool<{t}>(const {t}*, const {t}*, {t}*, "
+            f"template __global__ void bilinear_pool<{t}, 8>(const {t}*, const {t}*, {t}*, "
             f"long long, int, int, int, int, int);",
-            f"template __global__ void psroi_pool<{t}>(const {t}*, const {t}*, {t}*, "
+            f"template __global__ void psroi_pool<{t}, 8>(const {t}*, const {t}*, {t}*, "
             f"long long, int, int, int, int, int, int, {t});",
-            f"template __global__ void roi_align<{t}>(const {t}*, const {t}*, {t}*, "
+            f"template __global__ void roi_align<{t}, 8>(const {t}*, const {t}*, {t}*, "
             f"long long, int, int, int, int, int, {t}, int, int, int, int);",
-            f"template __global__ void roi_align_rotated<{t}>(const {t}*, const {t}*, {t}*, "
+            f"template __global__ void roi_align_rotated<{t}, 8>(const {t}*, const {t}*, {t}*, "
             f"long long, int, int, int, int, int);"]
     src.write_text("\n".join(lines) + "\n")
     r = subprocess.run(["nvcc", "-cubin", f"-arch={arch}", "-fmad=false", "--resource-usage",

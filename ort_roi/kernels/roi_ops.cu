@@ -3,7 +3,8 @@
 // of T [R, K] whose column 0 is the batch index (an integer value, checked on the host) and
 // whose next columns are [x1, y1, x2, y2] (or the rotated kernel's geometry).
 //
-// One thread computes one bin [ph, pw] of one box for a block of CB consecutive channels:
+// One thread computes one bin [ph, pw] of one box for a block of CB consecutive channels
+// (a template parameter: the loader picks it per call, as many as leave enough threads):
 // the bin's geometry (edges, sample positions, bilinear weights) is worked out once and
 // applied to CB channels. Threads of a warp hold neighbouring bins of the same box, so their
 // reads of X are close together and their writes of the output contiguous.
@@ -17,9 +18,6 @@
        i += (long long)blockDim.x * gridDim.x)
 #define ORT_ROI_DEVICE __device__ __forceinline__
 #endif
-
-// Channels per thread.
-#define CB 8
 
 // A bin edge in T clipped to [0, size]; NaN (0 * inf on a box whose size overflows T) is 0.
 template <typename T>
@@ -35,6 +33,7 @@ struct Bin {
   int c0, c1, ph, pw;
 };
 
+template <int CB>
 ORT_ROI_DEVICE Bin unravel(long long i, int C, int PH, int PW) {
   const int NCB = (C + CB - 1) / CB;
   Bin b;
@@ -59,11 +58,11 @@ ORT_ROI_DEVICE Bin unravel(long long i, int C, int PH, int PW) {
 }
 
 // ROIPooling max / RoIPool: boxes [R, 4] = [x1, y1, x2, y2]; edges rounded half away from 0.
-template <typename T>
+template <typename T, int CB>
 __global__ void max_pool(const T* X, const T* rois, T* out,
                          long long n, int C, int H, int W, int PH, int PW, T scale) {
   ORT_ROI_LOOP(i, n) {
-    Bin q = unravel(i, C, PH, PW);
+    Bin q = unravel<CB>(i, C, PH, PW);
     const T* b = rois + q.r * 5 + 1;
     const long long bi = (long long)rois[q.r * 5];
     T xs = round(b[0] * scale), ys = round(b[1] * scale);
@@ -103,11 +102,11 @@ ORT_ROI_DEVICE T bilinear_coord(T lo, T hi, int p, int pooled, int size) {
   return (T)p * step + lo * extent;
 }
 
-template <typename T>
+template <typename T, int CB>
 __global__ void bilinear_pool(const T* X, const T* rois, T* out,
                               long long n, int C, int H, int W, int PH, int PW) {
   ORT_ROI_LOOP(i, n) {
-    Bin q = unravel(i, C, PH, PW);
+    Bin q = unravel<CB>(i, C, PH, PW);
     const T* b = rois + q.r * 5 + 1;
     const long long bi = (long long)rois[q.r * 5];
     T y = bilinear_coord(b[1], b[3], q.ph, PH, H);
@@ -136,12 +135,12 @@ __global__ void bilinear_pool(const T* X, const T* rois, T* out,
 
 // PSROIPool (Paddle): corners rounded before scaling, end edge +1, mean over the region of
 // input channel (c*PH + ph)*PW + pw, summed row by row in T.
-template <typename T>
+template <typename T, int CB>
 __global__ void psroi_pool(const T* X, const T* rois, T* out,
                            long long n, int C_in, int OC, int H, int W, int PH, int PW,
                            T scale) {
   ORT_ROI_LOOP(i, n) {
-    Bin q = unravel(i, OC, PH, PW);
+    Bin q = unravel<CB>(i, OC, PH, PW);
     const T* b = rois + q.r * 5 + 1;
     const long long bi = (long long)rois[q.r * 5];
     T sx = round(b[0]) * scale, sy = round(b[1]) * scale;
@@ -238,12 +237,12 @@ ORT_ROI_DEVICE void align_axis(T lo, T hi, T scale, T off, int aligned, int pool
 // (mode 0) or mmcv's max (mode 1) of gh x gw bilinear samples at
 // y = (start + ph*bin) + (iy + 0.5)*bin/gh. Boxes whose grid exceeds grid_max are left
 // alone (the host computes them in closed form).
-template <typename T>
+template <typename T, int CB>
 __global__ void roi_align(const T* X, const T* rois, T* out,
                           long long n, int C, int H, int W, int PH, int PW, T scale,
                           int sampling_ratio, int aligned, int mode, int grid_max) {
   ORT_ROI_LOOP(i, n) {
-    Bin q = unravel(i, C, PH, PW);
+    Bin q = unravel<CB>(i, C, PH, PW);
     const T* b = rois + q.r * 5 + 1;
     const long long bi = (long long)rois[q.r * 5];
     const T off = aligned ? (T)0.5 : (T)0;
@@ -282,11 +281,11 @@ __global__ void roi_align(const T* X, const T* rois, T* out,
 // many samples, computed on the host). Sample (iy, ix) of bin (ph, pw):
 // yy = start_h + ph*bin_h + (iy + .5)*bin_h/gh (xx likewise), rotated about the centre:
 // y = yy*cos - xx*sin + cy', x = yy*sin + xx*cos + cx'; the mean over max(gh*gw, 1).
-template <typename T>
+template <typename T, int CB>
 __global__ void roi_align_rotated(const T* X, const T* rois, T* out, long long n, int C,
                                   int H, int W, int PH, int PW) {
   ORT_ROI_LOOP(i, n) {
-    Bin q = unravel(i, C, PH, PW);
+    Bin q = unravel<CB>(i, C, PH, PW);
     const T* g = rois + q.r * 11 + 1;
     const long long bi = (long long)rois[q.r * 11];
     const int gh = (int)g[8], gw = (int)g[9];
