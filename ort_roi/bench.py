@@ -2,8 +2,10 @@
 
 Ours runs as a plain onnxruntime session with ``ort_roi.session_options()``. Peers, in the
 same process: onnxruntime's native RoiAlign (opset 16) and MaxRoiPool always; OpenVINO
-(ROIAlign, ROIPooling max/bilinear, PSROIPooling) and Paddle (roi_align, roi_pool,
-psroi_pool) when installed. Each time is the median of ``--repeat`` runs after a warm-up,
+(ROIAlign, ROIPooling max/bilinear, PSROIPooling), Paddle (roi_align, roi_pool,
+psroi_pool) and torchvision (roi_align, roi_pool, on the CPU) when installed. The
+"RoiAlign" rows run ONNX RoiAlign as ``ort-roi convert`` writes it (ort_roi::RoiAlign)
+against onnxruntime's own kernel of the same node. Each time is the median of ``--repeat`` runs after a warm-up,
 ours and the peers timed in turn within each run; each peer's output is compared with ours.
 A ratio is peer time / our time (> 1: we are faster): of the medians, and per round (peer and
 ours timed back to back; the JSON holds their min, median and max), which shows how far a
@@ -132,6 +134,22 @@ def _paddle(fn_name: str, X, boxes, counts, *args) -> Runner | None:
     return lambda: fn(x, b, n, *args).numpy()
 
 
+def _torchvision(fn_name: str, X, rois, *args, **kw) -> Runner | None:
+    """torchvision.ops on the CPU (installed with the 'torchvision' extra)."""
+    try:
+        import torch
+        from torchvision import ops
+    except ImportError:
+        return None
+    fn = getattr(ops, fn_name)
+    x, r = torch.from_numpy(X), torch.from_numpy(rois)
+
+    def run() -> np.ndarray:
+        with torch.no_grad():
+            return fn(x, r, *args, **kw).numpy()
+    return run
+
+
 def cases(w: dict, op: str, seed: int = 0) -> tuple[_Ours, dict[str, Runner | None]]:
     """Our runner and the peers' for one workload and op."""
     P, s = w["pooled"], w["spatial_scale"]
@@ -152,6 +170,17 @@ def cases(w: dict, op: str, seed: int = 0) -> tuple[_Ours, dict[str, Runner | No
             lambda o, x, b, i: o.roi_align(x, b, i, P, P, max(sr, 0), s, "avg", "half_pixel"),
             [X, boxes, batch.astype(np.int32)])
         peers["Paddle roi_align"] = _paddle("roi_align", X, boxes, counts, P, s, sr, True)
+        peers["torchvision roi_align"] = _torchvision("roi_align", X, rois, P, s, sr,
+                                                      aligned=True)
+    elif op == "RoiAlign":  # ONNX RoiAlign as ort-roi convert writes it, against the native op
+        sr = max(w.get("sampling_ratio", 0), 0)
+        attrs = dict(output_height=P, output_width=P, sampling_ratio=sr, spatial_scale=s,
+                     coordinate_transformation_mode="half_pixel", mode="avg")
+        ours = _Ours("RoiAlign", dict(X=X, rois=boxes, batch_indices=batch.astype(np.int32)),
+                     **attrs)
+        node = helper.make_node("RoiAlign", ["X", "rois", "batch_indices"], ["Y"], **attrs)
+        peers["ORT RoiAlign"] = _ort_native(node, dict(X=X, rois=boxes,
+                                                       batch_indices=batch.astype(np.int64)))
     elif op == "ROIPooling.max":
         ours = _Ours("ROIPooling", dict(X=X, rois=rois), pooled_h=P, pooled_w=P,
                      spatial_scale=s, method="max")
@@ -162,6 +191,7 @@ def cases(w: dict, op: str, seed: int = 0) -> tuple[_Ours, dict[str, Runner | No
             lambda o, x, r: o.roi_pooling(x, r, output_roi=[P, P], spatial_scale=s,
                                           method="max"), [X, rois])
         peers["Paddle roi_pool"] = _paddle("roi_pool", X, boxes, counts, P, s)
+        peers["torchvision roi_pool"] = _torchvision("roi_pool", X, rois, P, s)
     elif op == "ROIPooling.bilinear":
         ours = _Ours("ROIPooling", dict(X=X, rois=rois), pooled_h=P, pooled_w=P,
                      spatial_scale=s, method="bilinear")

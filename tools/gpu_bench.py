@@ -59,6 +59,10 @@ def wall_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+#: The workload ops timed here (the RoiAlign rows of ort-roi bench are RoIAlign's kernel).
+GPU_OPS = ("RoIAlign", "ROIPooling.max", "PSROIPool", "ROIPooling.bilinear")
+
+
 def _torchvision():
     try:
         import torch
@@ -104,6 +108,8 @@ def kernel_rows(names, repeat: int):
         if names and not any(n in (name, name.split("_")[0]) for n in names):
             continue
         for op in w["ops"]:
+            if op not in GPU_OPS:
+                continue
             X, boxes, counts = bench.make_inputs(w, normalized=op == "ROIPooling.bilinear")
             batch = np.repeat(np.arange(w["N"]), counts).astype(np.float32)
             rois = np.concatenate([batch[:, None], boxes], 1)
@@ -135,7 +141,7 @@ def session_rows(names, repeat: int):
         if names and not any(n in (name, name.split("_")[0]) for n in names):
             continue
         for op in w["ops"]:
-            if name.startswith("W6"):
+            if name.startswith("W6") or op not in GPU_OPS:
                 continue
             ours_sess, _ = bench.cases(w, op)
             X, boxes, counts = bench.make_inputs(w, normalized=op == "ROIPooling.bilinear")
