@@ -21,7 +21,7 @@ import numpy as np
 from . import backend
 from .errors import RoiOpError
 from .kernels import _workspace
-from .specs import DOMAIN, FORMS, TYPES, OpSpec
+from .specs import DOMAIN, FORMS, TYPES, Attr, OpSpec
 
 log = logging.getLogger("ort_roi")
 
@@ -146,7 +146,7 @@ def _parse_attrs(spec: OpSpec, text: Mapping[str, str]) -> dict[str, Any]:
 
 # --- the invocation hook -------------------------------------------------------------------
 
-def _fallback(spec: OpSpec, feed, text: Mapping[str, str], dtype: np.dtype) -> np.ndarray:
+def _fallback(spec: OpSpec, feed, text: Mapping[str, str], dtype: np.dtype) -> tuple:
     """A NaN-filled output of the shape the op would have had, where it can be derived."""
     def dim(v) -> int:
         try:
@@ -155,12 +155,14 @@ def _fallback(spec: OpSpec, feed, text: Mapping[str, str], dtype: np.dtype) -> n
         except (TypeError, ValueError):
             return 0
     shapes = [getattr(f, "shape", None) for f in feed]
-    shape = spec.output_shape(shapes[0], shapes[1] if len(shapes) > 1 else None, text)
+    get = lambda i: shapes[i] if i < len(shapes) else None  # noqa: E731
+    shape = spec.output_shape(get(spec.features[0]), get(spec.boxes_input), text)
     shape = [dim(d) for d in shape]
     try:
-        return np.full(shape, np.nan, dtype)
+        y = np.full(shape, np.nan, dtype)
     except (MemoryError, ValueError):
-        return np.full((0, 0, 0, 0), np.nan, dtype)
+        y = np.full((0, 0, 0, 0), np.nan, dtype)
+    return (y,) if spec.extra_output is None else (y, np.full((y.shape[0], 4), np.nan, dtype))
 
 
 def _run(k_id: int, feed, text: Mapping[str, str]):
@@ -170,11 +172,14 @@ def _run(k_id: int, feed, text: Mapping[str, str]):
         if backend.get_backend() == "cupy":
             import cupy
 
-            y = cupy.asnumpy(kernel(cupy.asarray(feed[0]), *feed[1:], **attrs))
+            feed = [cupy.asarray(f) if i in spec.features else f for i, f in enumerate(feed)]
+            ys = kernel(*feed, **attrs)
+            ys = tuple(cupy.asnumpy(y) for y in (ys if isinstance(ys, tuple) else (ys,)))
         else:
             with _workspace.reuse_outputs():  # onnxruntime copies it before the next call
-                y = kernel(*feed, **attrs)
-        y = np.ascontiguousarray(y, dtype=dtype)
+                ys = kernel(*feed, **attrs)
+            ys = ys if isinstance(ys, tuple) else (ys,)
+        ys = tuple(np.ascontiguousarray(y, dtype=dtype) for y in ys)
     except BaseException as e:  # noqa: BLE001 - nothing may leave a kernel (it aborts)
         if not isinstance(e, RoiOpError):
             e = RoiOpError(spec.name, "kernel", f"internal error {type(e).__name__}: {e}")
@@ -182,8 +187,11 @@ def _run(k_id: int, feed, text: Mapping[str, str]):
             _report(e)
         except BaseException:  # noqa: BLE001
             pass
-        y = _fallback(spec, feed, text, dtype)
-    return (k_id, y.shape, y)
+        ys = _fallback(spec, feed, text, dtype)
+    out: tuple = (k_id,)
+    for y in ys:  # (k_id, shape, data) per output, as the stock handler hands them back
+        out += (y.shape, y)
+    return out
 
 
 _stock = None
@@ -208,8 +216,13 @@ def install_hook() -> None:
 
 def _overloads(spec: OpSpec):
     """Type combinations registered for an op: X and boxes each float32/float64 (a mismatch
-    is reported by the kernel, not refused by onnxruntime), counts int32/int64."""
+    is reported by the kernel, not refused by onnxruntime), counts int32/int64. Ops whose
+    inputs are all T (the multi-level ones, up to 7 inputs) get one overload per dtype."""
     floats = TYPES["T"]
+    if spec.same_types:
+        for t in floats:
+            yield [t] * len(spec.inputs), t
+        return
     for tx in floats:
         for tb in floats:
             counts = [ix for ix in TYPES["I"]] if any(i.type == "I" for i in spec.inputs) else [None]
@@ -224,10 +237,11 @@ def _add(spec: OpSpec, kernel: Callable[..., np.ndarray], domain: str, op_type: 
 
     attrs = {a.name: getattr(PyCustomOpDef, _ATTR_DT[a.type]) for a in spec.attrs}
     for types, out_dtype in _overloads(spec):
+        n_out = 1 if spec.extra_output is None else 2
         opdef = Opdef.create(
             kernel, op_type=f"{domain}::{op_type}",
             inputs=[getattr(PyCustomOpDef, _DT[t]) for t in types],
-            outputs=[getattr(PyCustomOpDef, _DT[out_dtype])], attrs=attrs)
+            outputs=[getattr(PyCustomOpDef, _DT[out_dtype])] * n_out, attrs=attrs)
         _KERNELS[opdef._nativedef.obj_id] = (spec, out_dtype, kernel)
 
 
@@ -240,7 +254,29 @@ def register() -> None:
     session has used that domain leaves dangling pointers (a later session or run crashes).
     """
     _register_all(None, [(f.spec, f.spec.kernel, f.domain, f.op_type)
-                         for f in FORMS if f.registered])
+                         for f in FORMS if f.registered]
+                  + [(_guard(f), _refuse, f.domain, f.op_type) for f in FORMS if f.guard_levels])
+
+
+#: The attribute a guard op requires and no exported node has: onnxruntime's refusal at
+#: session creation ("Unable to find attribute '...'") names the fix.
+GUARD_ATTR = "not_runnable_as_exported__use_ort_roi_convert_or_ort_roi_InferenceSession"
+
+
+def _guard(f) -> OpSpec:
+    """A stand-in for a node the bridge cannot run as exported (a variable number of inputs,
+    list attributes): same inputs as the form's ``guard_levels`` spec, one required
+    attribute GUARD_ATTR, so a plain session refuses the node naming the fix (a node of
+    another arity is refused by onnxruntime's own arity check). It never computes."""
+    import dataclasses
+
+    spec = f.target(f.guard_levels + 1)
+    return dataclasses.replace(spec, attrs=(Attr(GUARD_ATTR, int, None),))
+
+
+def _refuse(*args, **kwargs):
+    raise RoiOpError("ort_roi", "node", "this node cannot run as exported: "
+                     "use ort-roi convert or ort_roi.InferenceSession")
 
 
 def register_stand_ins(domain: str,

@@ -39,6 +39,72 @@ def workloads() -> dict:
         return {k: v for k, v in json.load(f).items() if not k.startswith("_")}
 
 
+def make_fpn_inputs(w: dict, seed: int = 0):
+    """The FPN workload: levels [N, C, ceil(H/s), ceil(W/s)] and boxes [R, 4] in image
+    pixels (sides uniform in [16, 600], so that every level gets boxes), float32."""
+    rng = np.random.default_rng(seed)
+    (H, W), r = w["image"], w["R"]
+    feats = [rng.standard_normal((w["N"], w["C"], -(-H // s), -(-W // s)), dtype=np.float32)
+             for s in w["strides"]]
+    ctr = rng.uniform(0, 1, (r, 2)) * [W, H]
+    side = rng.uniform(16, 600, (r, 2))
+    boxes = np.concatenate([ctr - side / 2, ctr + side / 2], 1).astype(np.float32)
+    return feats, boxes
+
+
+def _fpn_cases(w: dict, op: str):
+    """The exported multi-level node through ort_roi (converted, in a plain session), against
+    OpenVINO reading the same node, and our RoIAlign on one level with the same boxes."""
+    import onnx
+
+    from ort_roi import convert
+
+    feats, boxes = make_fpn_inputs(w)
+    L, P, sr = len(feats), w["pooled"], w["sampling_ratio"]
+    names = [f"feat_{i}" for i in range(L)]
+    if op == "ExperimentalDetectronROIFeatureExtractor":
+        node = helper.make_node(op, ["rois"] + names, ["output", "rois_out"],
+                                domain="org.openvinotoolkit", output_size=P, sampling_ratio=sr,
+                                aligned=w["aligned"], pyramid_scales=list(w["strides"]))
+        rois, outs = boxes, ["output", "rois_out"]
+    else:
+        node = helper.make_node("MMCVMultiLevelRoiAlign", ["rois"] + names, ["output"],
+                                domain="mmdeploy", output_height=P, output_width=P,
+                                sampling_ratio=sr, pool_mode=1, aligned=w["aligned"],
+                                roi_scale_factor=-1.0, finest_scale=56,
+                                featmap_strides=[float(s) for s in w["strides"]])
+        rois, outs = np.concatenate([np.zeros((len(boxes), 1), np.float32), boxes], 1), ["output"]
+    feed = {"rois": rois, **dict(zip(names, feats))}
+    ins = [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
+           for k, v in feed.items()]
+    g = helper.make_graph([node], "fpn", ins,
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid(node.domain, 1)], ir_version=9)
+    sess = _session(convert(m), ort_roi.session_options())
+    ours = lambda: sess.run(None, feed)[0]  # noqa: E731
+    peers: dict[str, Runner | None] = {}
+    if op == "ExperimentalDetectronROIFeatureExtractor":
+        peers["OpenVINO extractor"] = _openvino_onnx(m, feed)
+    one = _Ours("RoIAlign", dict(X=feats[0], boxes=boxes,
+                                 boxes_num=np.array([len(boxes)], np.int32)),
+                pooled_height=P, pooled_width=P, spatial_scale=1 / w["strides"][0],
+                sampling_ratio=sr, aligned=1)
+    peers["ort_roi RoIAlign, level 0 only"] = one
+    return ours, peers
+
+
+def _openvino_onnx(model, feed: dict) -> Runner | None:
+    try:
+        import openvino as ov
+    except ImportError:
+        return None
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU")
+    req = compiled.create_infer_request()
+    return lambda: np.asarray(req.infer(feed)[0])
+
+
 def make_inputs(w: dict, seed: int = 0, normalized: bool = False):
     """X and boxes as the workloads file describes them (float32)."""
     rng = np.random.default_rng(seed)
@@ -152,6 +218,8 @@ def _torchvision(fn_name: str, X, rois, *args, **kw) -> Runner | None:
 
 def cases(w: dict, op: str, seed: int = 0) -> tuple[_Ours, dict[str, Runner | None]]:
     """Our runner and the peers' for one workload and op."""
+    if "strides" in w:
+        return _fpn_cases(w, op)
     P, s = w["pooled"], w["spatial_scale"]
     X, boxes, counts = make_inputs(w, seed, normalized=(op == "ROIPooling.bilinear"))
     batch = np.repeat(np.arange(len(counts)), counts)
@@ -259,13 +327,17 @@ def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
         ours, peers = cases(w, op)
         peers = {k: fn for k, fn in peers.items() if fn is not None}
         y = ours()
-        times = time_together({OURS: ours, FLOOR: ours.floor(y), **peers}, repeat)
-        (t_ours, y, rounds), (t_floor, _, _) = times.pop(OURS), times.pop(FLOOR)
+        floor = {FLOOR: ours.floor(y)} if isinstance(ours, _Ours) else {}  # FPN: no stand-in
+        times = time_together({OURS: ours, **floor, **peers}, repeat)
+        (t_ours, y, rounds), t_floor = times.pop(OURS), times.pop(FLOOR, (None,))[0]
         row = {"workload": wname, "op": op, "ort_roi_s": t_ours, "bridge_floor_s": t_floor,
                "peers": {}}
-        line = f"{wname:<22} {op:<20} ort_roi {_ms(t_ours):>9} (bridge {_ms(t_floor)})"
+        line = (f"{wname:<22} {op:<20} ort_roi {_ms(t_ours):>9}"
+                + (f" (bridge {_ms(t_floor)})" if t_floor is not None else ""))
         for pname, (t, yp, peer_rounds) in times.items():
-            diff = float(np.abs(np.nan_to_num(yp) - y).max()) if y.size else 0.0
+            comparable = yp.shape == y.shape and not pname.endswith("only")
+            diff = (float(np.abs(np.nan_to_num(yp) - y).max()) if y.size else 0.0) if comparable \
+                else float("nan")
             row["peers"][pname] = {"s": t, "ratio": t / t_ours,
                                    "round_ratios": round_ratios(peer_rounds, rounds),
                                    "max_abs_diff": diff}

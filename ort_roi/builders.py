@@ -35,6 +35,9 @@ def make_node(op: str | OpSpec, inputs: Sequence[str], outputs: Sequence[str], *
     if len(inputs) != len(s.inputs):
         raise ValueError(f"{s.name} takes {len(s.inputs)} inputs "
                          f"({', '.join(i.name for i in s.inputs)}), got {len(inputs)}")
+    n_out = 2 if s.extra_output else 1
+    if len(outputs) != n_out:
+        raise ValueError(f"{s.name} has {n_out} output(s), got {len(outputs)}")
     op_type, domain = (s.name, s.domain) if isinstance(op, OpSpec) else (op, domain)
     return helper.make_node(op_type, list(inputs), list(outputs), name=name or None,
                             domain=domain, **values)
@@ -95,13 +98,17 @@ def single_op_model(op: str, dtype: Any = np.float32, count_dtype: Any = np.int3
                     domain: str = DOMAIN, **attrs: Any) -> onnx.ModelProto:
     """A one-node model of ``op`` with inputs named after the spec's inputs and output Y."""
     s = spec(op, domain)
-    node = make_node(op, [i.name for i in s.inputs], [s.output], domain=domain, **attrs)
+    outputs = [s.output] + ([s.extra_output[0]] if s.extra_output else [])
+    node = make_node(op, [i.name for i in s.inputs], outputs, domain=domain, **attrs)
     types = {"T": dtype, "I": count_dtype}
     inputs = [tensor(i.name, types[i.type], None) for i in s.inputs]
     values = s.resolve(attrs)
     shape = ["R", values[s.channels_attr] if s.channels_attr else "C",
              values[s.pooled[0]], values[s.pooled[1]]]
-    return make_model([node], inputs, [tensor(s.output, dtype, shape)], name=f"{s.name}_graph")
+    outs = [tensor(s.output, dtype, shape)]
+    if s.extra_output:
+        outs.append(tensor(s.extra_output[0], dtype, ["R", 4]))
+    return make_model([node], inputs, outs, name=f"{s.name}_graph")
 
 
 __all__ = ["IR_VERSION", "ONNX_OPSET", "make_model", "make_node", "psroi_pool", "roi_align",

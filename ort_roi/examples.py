@@ -143,7 +143,7 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
         dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
         dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
         spec, inp = roles.get(vi.name, (None, None))
-        is_boxes = inp is not None and inp is spec.inputs[1]
+        is_boxes = inp is not None and inp is spec.boxes
         if np.issubdtype(dtype, np.integer):
             per_box = inp is not None and inp.shape == "[R]"  # batch indices
             feats[vi.name] = np.zeros(r, dtype) if per_box else np.array([r], dtype)

@@ -109,22 +109,37 @@ def _native_form(node: onnx.NodeProto, spec: OpSpec) -> NodeForm | None:
 
 
 def _into_ours(node: onnx.NodeProto, f: NodeForm, onnx_opset: int) -> None:
+    where = f"(node {node.name or '<unnamed>'!r})"
+    spec = f.target(len(node.input))
+    if spec is None:
+        raise RoiOpError(f.op_type, "inputs",
+                         f"{len(node.input) - 1} feature maps: ort_roi runs 1 to "
+                         f"{max(f.levels)} {where}")
+    levels = len(node.input) - 1
     given = {**f.defaults, **given_attrs(node)}
+    for name in f.drop:
+        given.pop(name, None)
     for name, parts in f.split.items():
+        if isinstance(parts, str):  # one per level
+            parts = tuple(parts.format(i) for i in range(levels))
         v = given.pop(name, None)
         if v is None or len(v) != len(parts):
             raise RoiOpError(f.op_type, f"attribute '{name}'",
-                             f"must hold {len(parts)} ints, got {v!r} (node "
-                             f"{node.name or '<unnamed>'!r})")
+                             f"must hold {len(parts)} values (one per "
+                             f"{'feature map' if f.levels else 'output axis'}), got {v!r} "
+                             f"{where}")
         given.update(zip(parts, v))
     given = {f.rename.get(k, k): v for k, v in given.items()}
     given.update(f.fixed)
     if f.before_opset is not None and onnx_opset < f.before_opset[0]:
         for k, v in f.before_opset[1].items():
             given.setdefault(k, v)
-    values = node_attrs(node, f.spec, given)
-    new = helper.make_node(f.spec.name, list(node.input), list(node.output),
-                           name=node.name or None, domain=f.spec.domain, **values)
+    values = node_attrs(node, spec, given)
+    outputs = list(node.output)
+    if spec.extra_output and len(outputs) == 1:  # the rois output was not used
+        outputs.append("")
+    new = helper.make_node(spec.name, list(node.input), outputs,
+                           name=node.name or None, domain=spec.domain, **values)
     node.CopyFrom(new)
 
 

@@ -33,7 +33,7 @@ def _infer(spec: OpSpec):
             attrs = spec.resolve(attrs)
         except RoiOpError as e:
             raise onnx.shape_inference.InferenceError(str(e)) from None
-        x, boxes = ctx.get_input_type(0), ctx.get_input_type(1)
+        x, boxes = ctx.get_input_type(spec.features[0]), ctx.get_input_type(spec.boxes_input)
         out = TypeProto()
         out.tensor_type.elem_type = x.tensor_type.elem_type
         xdims = list(x.tensor_type.shape.dim) if x.tensor_type.HasField("shape") else None
@@ -53,6 +53,8 @@ def _infer(spec: OpSpec):
             elif d is not None and d.HasField("dim_param"):
                 new.dim_param = d.dim_param
         ctx.set_output_type(0, out)
+        if spec.extra_output:  # the rois, as they came in
+            ctx.set_output_type(1, boxes)
 
     return infer
 
@@ -66,7 +68,7 @@ def _check_dims(spec: OpSpec, attrs: dict, xdims, bdims) -> None:
     def known(d):
         return d.dim_value if d.HasField("dim_value") else None
 
-    x_name, b_name = spec.inputs[0].name, spec.inputs[1].name
+    x_name, b_name = spec.feature.name, spec.boxes.name
     if xdims is not None and len(xdims) != 4:
         fail(x_name, f"must have rank 4 [N, C, H, W], got rank {len(xdims)}")
     cols = spec.box_cols if isinstance(spec.box_cols, tuple) else (spec.box_cols,)
@@ -96,7 +98,9 @@ def schema(spec: OpSpec, domain: str | None = None, name: str | None = None) -> 
     s = OpSchema(name or spec.name, domain or spec.domain, OPSET_VERSION, f"{spec.doc} Source: {spec.source}.",
                  inputs=[OpSchema.FormalParameter(i.name, i.type, f"{i.shape} {i.doc}")
                          for i in spec.inputs],
-                 outputs=[OpSchema.FormalParameter(spec.output, "T", spec.output_shape_doc)],
+                 outputs=[OpSchema.FormalParameter(spec.output, "T", spec.output_shape_doc)]
+                 + ([OpSchema.FormalParameter(spec.extra_output[0], "T", spec.extra_output[1])]
+                    if spec.extra_output else []),
                  type_constraints=[(t, [_TENSOR[d.name] for d in TYPES[t]], "")
                                    for t in used],
                  attributes=attrs)

@@ -95,6 +95,10 @@ class OpSpec:
     domain: str = DOMAIN
     output: str = "Y"
     output_shape_doc: str = "[R, C, PH, PW]"
+    features: tuple[int, ...] = (0,)  # inputs that are feature maps (go to the GPU)
+    boxes_input: int = 1  # the input holding the boxes
+    extra_output: tuple[str, str] | None = None  # (name, shape doc) of a second output: rois
+    same_types: bool = False  # every T input of one type (one overload per dtype)
     _by_name: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _resolved: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -144,6 +148,14 @@ class OpSpec:
     @property
     def kernel(self) -> Callable[..., Any]:
         return getattr(importlib.import_module("ort_roi.kernels"), self.kernel_name)
+
+    @property
+    def boxes(self) -> Input:
+        return self.inputs[self.boxes_input]
+
+    @property
+    def feature(self) -> Input:
+        return self.inputs[self.features[0]]
 
     def output_shape(self, x_shape, boxes_shape, attrs: Mapping[str, Any]) -> list:
         """[R, C_out, PH, PW] from the input shapes (entries may be None = unknown)."""
@@ -340,9 +352,78 @@ ONNX_ROI_ALIGN = OpSpec(
     pooled=("output_height", "output_width"),
 )
 
+# --- multi-level (FPN) RoIAlign: one op per number of levels ---------------------------------
+#: The bridge declares neither a variable number of inputs nor list attributes: the two
+#: multi-level nodes are rewritten into these fixed-arity ops (1 to MAX_LEVELS maps, the
+#: strides as scalar attributes) by convert and the front door.
+MAX_LEVELS = 6
+
+
+def _levels(L: int) -> tuple[Input, ...]:
+    return tuple(Input(f"feat_{i}", "T", f"[N, C, H_{i}, W_{i}]", f"feature map of level {i}")
+                 for i in range(L))
+
+
+def _extractor(L: int) -> OpSpec:
+    return OpSpec(
+        name=f"ROIFeatureExtractor_L{L}",
+        source="OpenVINO ExperimentalDetectronROIFeatureExtractor-6 (CPU plugin)",
+        doc=f"FPN RoIAlign over {L} level(s): each box [x1, y1, x2, y2] of image 0 to the level "
+            "clamp(floor(log2(sqrt(area) / 224 + 1e-6) + 2), 0, L-1) (area <= 0: none, "
+            "output 0), pooled from it with RoIAlign at scale 1/scale_l (sizes at least 1); "
+            "second output: the rois.",
+        inputs=(Input("rois", "T", "[R, 4]", "rows [x1, y1, x2, y2] (image 0)"),) + _levels(L),
+        attrs=(_pooled("output_size", 7, "output height and width"),
+               Attr("sampling_ratio", int, 2, doc="samples per bin side; <= 0: adaptive"),
+               Attr("aligned", int, 0, choices=(0, 1), doc="1: half-pixel offset"))
+        + tuple(Attr(f"scale_{i}", int, None, min=1, doc=f"stride of level {i} (pyramid_scales)")
+                for i in range(L)),
+        kernel_name="roi_feature_extractor_levels",
+        pooled=("output_size", "output_size"),
+        features=tuple(range(1, L + 1)),
+        boxes_input=0,
+        output="output",
+        extra_output=("rois_out", "[R, 4]"),
+        same_types=True,
+    )
+
+
+def _multi_level(L: int) -> OpSpec:
+    return OpSpec(
+        name=f"MultiLevelRoiAlign_L{L}",
+        source="mmdeploy MMCVMultiLevelRoiAlign (TensorRT plugin)",
+        doc=f"FPN RoIAlign over {L} level(s): each box [batch_id, x1, y1, x2, y2] to the level "
+            "clamp(floor(log2(sqrt(area) / finest_scale + 1e-6)), 0, L-1), rescaled about "
+            "its centre when roi_scale_factor > 0, pooled from it with MMCVRoiAlign at scale "
+            "1/stride_l (pool_mode 0 max, 1 avg).",
+        inputs=(Input("rois", "T", "[R, 5]", "rows [batch_id, x1, y1, x2, y2]"),) + _levels(L),
+        attrs=(_pooled("output_height", 7, "output height"),
+               _pooled("output_width", 7, "output width"),
+               _sampling_ratio(0),
+               Attr("pool_mode", int, 1, choices=(0, 1), doc="0: max, 1: avg"),
+               Attr("aligned", int, 1, choices=(0, 1), doc="1: half-pixel offset"),
+               Attr("roi_scale_factor", float, -1.0,
+                    doc="> 0: boxes rescaled about their centre first"),
+               Attr("finest_scale", int, 56, min=1, doc="box size of level 0"))
+        + tuple(Attr(f"stride_{i}", float, None, min=0.0, min_exclusive=True,
+                     doc=f"stride of level {i} (featmap_strides)") for i in range(L)),
+        kernel_name="multi_level_roi_align_levels",
+        pooled=("output_height", "output_width"),
+        features=tuple(range(1, L + 1)),
+        boxes_input=0,
+        box_cols=5,
+        output="output",
+        same_types=True,
+    )
+
+
+EXTRACTOR_SPECS = {L: _extractor(L) for L in range(1, MAX_LEVELS + 1)}
+MULTI_LEVEL_SPECS = {L: _multi_level(L) for L in range(1, MAX_LEVELS + 1)}
+
 #: The ops that compute the nodes other exporters write (see FORMS).
 EXTRA_SPECS: tuple[OpSpec, ...] = (MMCV_ROI_ALIGN, MMCV_ROI_ALIGN_ROTATED, CAFFE2_ROI_ALIGN,
-                                   ONNX_ROI_ALIGN)
+                                   ONNX_ROI_ALIGN, *EXTRACTOR_SPECS.values(),
+                                   *MULTI_LEVEL_SPECS.values())
 
 
 # --- node forms ------------------------------------------------------------------------------
@@ -353,10 +434,12 @@ class NodeForm:
 
     ``registered``: the bridge registers ``spec``'s kernel under domain::op_type, so a plain
     session runs the node as it is. Otherwise onnxruntime has the node natively and
-    ``convert`` (and the front door) rewrite it into ``spec`` (in domain ort_roi): exporter
-    attributes absent from the node take the exporter's ``defaults``, are renamed by
-    ``rename``, list attributes ``split`` into ints, ``fixed`` values set, and an attribute
-    the node's opset lacks takes ``before_opset``'s value.
+    ``convert`` (and the front door) rewrite it into ``spec`` (in domain ort_roi; with
+    ``levels``, the spec of its number of feature maps): exporter attributes absent from the
+    node take the exporter's ``defaults``, ``drop`` ones are dropped, the rest are renamed by
+    ``rename``, list attributes ``split`` into scalars (a "name_{}" pattern: one per level),
+    ``fixed`` values set, and an attribute the node's opset lacks takes ``before_opset``'s
+    value.
     ``--to onnx`` rewrites ``spec`` nodes back (only those whose ``fixed`` values match).
     """
 
@@ -366,15 +449,24 @@ class NodeForm:
     writers: str
     oracle: str
     registered: bool = True
+    levels: Mapping[int, OpSpec] | None = None  # one spec per number of feature maps
+    drop: tuple[str, ...] = ()  # exporter attributes without effect (dropped by convert)
+    guard_levels: int = 0  # >0: a plain session refuses the node as exported, naming the fix
     defaults: Mapping[str, Any] = field(default_factory=dict)
     rename: Mapping[str, str] = field(default_factory=dict)
-    split: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    split: Mapping[str, tuple[str, ...] | str] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     before_opset: tuple[int, Mapping[str, Any]] | None = None
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.domain, self.op_type)
+
+    def target(self, n_inputs: int) -> OpSpec | None:
+        """The spec a node with ``n_inputs`` inputs is computed by (None: no such arity)."""
+        if self.levels is None:
+            return self.spec
+        return self.levels.get(n_inputs - 1)
 
 
 _OURS = "ort_roi graphs (ort_roi.builders)"
@@ -390,6 +482,10 @@ FORMS: tuple[NodeForm, ...] = (
     NodeForm(DOMAIN, "RoIAlign", ROI_ALIGN, _OURS, "Paddle roi_align"),
     NodeForm(DOMAIN, "RoiAlign", ONNX_ROI_ALIGN, "ort-roi convert (from ONNX RoiAlign)",
              "avg: onnxruntime's RoiAlign; max: " + _TRANSCRIBED),
+    *(NodeForm(DOMAIN, s.name, s, "ort-roi convert (from OpenVINO's ROI feature extractor)",
+               "OpenVINO") for s in EXTRACTOR_SPECS.values()),
+    *(NodeForm(DOMAIN, s.name, s, "ort-roi convert (from mmdeploy::MMCVMultiLevelRoiAlign)",
+               "level rule + MMCVRoiAlign per level") for s in MULTI_LEVEL_SPECS.values()),
     NodeForm("mmdeploy", "MMCVRoiAlign", MMCV_ROI_ALIGN,
              "mmdeploy (TensorRT >= 1.0, PPLNN, onnxruntime 0.1-0.3)",
              "avg: Paddle roi_align; max: " + _TRANSCRIBED),
@@ -406,6 +502,15 @@ FORMS: tuple[NodeForm, ...] = (
              "paddle2onnx", "avg: onnxruntime's RoiAlign; max: " + _TRANSCRIBED,
              registered=False,
              before_opset=(16, {"coordinate_transformation_mode": "output_half_pixel"})),
+    NodeForm("org.openvinotoolkit", "ExperimentalDetectronROIFeatureExtractor",
+             EXTRACTOR_SPECS[4], "mmdeploy's OpenVINO backend, OpenVINO Training Extensions",
+             "OpenVINO (reads it from ONNX)", registered=False, levels=EXTRACTOR_SPECS,
+             split={"pyramid_scales": "scale_{}"}, guard_levels=4,
+             drop=("image_id", "distribute_rois_between_levels", "preserve_rois_order")),
+    NodeForm("mmdeploy", "MMCVMultiLevelRoiAlign", MULTI_LEVEL_SPECS[4],
+             "mmdeploy's TensorRT backend", "its level rule composed with MMCVRoiAlign per "
+             "level (Paddle roi_align), and a literal loop", registered=False,
+             levels=MULTI_LEVEL_SPECS, split={"featmap_strides": "stride_{}"}, guard_levels=4),
     NodeForm("", "MaxRoiPool", ROI_POOLING, "ONNX graphs (MaxRoiPool-1)",
              "onnxruntime's MaxRoiPool, MXNet ROIPooling", registered=False,
              defaults={"spatial_scale": 1.0}, split={"pooled_shape": ("pooled_h", "pooled_w")},

@@ -167,6 +167,7 @@ SUITES = {
     "psroi_pool": ("paddle", psroi_cases),
     "roi_align": ("paddle", roi_align_cases),
     "mmcv_roi_align_rotated": ("openvino", lambda: rotated_cases(9, openvino=True)),
+    "roi_feature_extractor": ("openvino", lambda: extractor_cases(12, float64=False)),
 }
 
 
@@ -287,6 +288,68 @@ def rotated_cases(seed: int = 8, openvino: bool = False) -> list[dict]:
     return out
 
 
+# --- multi-level (FPN) RoIAlign -------------------------------------------------------------
+
+FPN_IMAGE = (256, 320)  # image pixels (H, W)
+STRIDES = (4, 8, 16, 32, 64, 128)
+
+
+def fpn_inputs(rng, L: int, n_images: int, dtype, R: int = 14, C: int = 3,
+               strides=STRIDES) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Boxes [R, 4] in image pixels, sides log-uniform in [4, 900] (every level gets boxes),
+    with zero-size, inverted and off-image ones; levels [N, C, ceil(H/s), ceil(W/s)]."""
+    H, W = FPN_IMAGE
+    side = np.exp(rng.uniform(np.log(4), np.log(900), (R, 2)))
+    ctr = rng.uniform(-20, 1, (R, 2)) * 0 + rng.uniform(0, 1, (R, 2)) * [W, H]
+    boxes = np.concatenate([ctr - side / 2, ctr + side / 2], 1)
+    boxes[0] = [30, 40, 30, 40]  # zero size
+    boxes[1] = [200, 150, 120, 90]  # inverted
+    boxes[2] = [W + 50, H + 60, W + 150, H + 160]  # off the image
+    feats = [rng.standard_normal((n_images, C, -(-H // s), -(-W // s))).astype(dtype)
+             for s in strides[:L]]
+    return boxes.astype(dtype), feats
+
+
+def extractor_cases(seed: int = 10, float64: bool = True) -> list[dict]:
+    """ROIFeatureExtractor_L{L} (OpenVINO's ExperimentalDetectronROIFeatureExtractor):
+    1 to 6 levels, aligned 0/1, fixed and adaptive sampling, R = 0."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, L in enumerate([1, 2, 3, 4, 4, 5, 6]):
+        for dtype in (F32, F64) if float64 else (F32,):
+            boxes, feats = fpn_inputs(rng, L, 1, dtype)
+            if i == 4:
+                boxes = boxes[:0]  # R = 0
+            attrs = dict(output_size=[7, 2, 3][i % 3], sampling_ratio=[2, 0, 1][i % 3],
+                         aligned=i % 2, **{f"scale_{k}": STRIDES[k] for k in range(L)})
+            out.append(dict(name=f"L{L}_{dtype.name}_{i}", op=f"ROIFeatureExtractor_L{L}",
+                            inputs=dict(rois=boxes, **{f"feat_{k}": f for k, f in
+                                                       enumerate(feats)}), attrs=attrs))
+    return out
+
+
+def multilevel_cases(seed: int = 11) -> list[dict]:
+    """MultiLevelRoiAlign_L{L} (mmdeploy's MMCVMultiLevelRoiAlign): 1 to 6 levels, two
+    images, avg and max, aligned 0/1, rescaled boxes, R = 0."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, L in enumerate([1, 2, 3, 4, 4, 4, 5, 6]):
+        for dtype in (F32, F64):
+            boxes, feats = fpn_inputs(rng, L, 2, dtype)
+            if i == 5:
+                boxes = boxes[:0]
+            batch = rng.integers(0, 2, len(boxes)).astype(dtype)
+            attrs = dict(output_height=[7, 2, 3][i % 3], output_width=[7, 3, 2][i % 3],
+                         sampling_ratio=[2, 0, 1, 0][i % 4], pool_mode=[1, 0][i % 2],
+                         aligned=[1, 1, 0][i % 3], roi_scale_factor=[-1.0, 1.5][(i // 2) % 2],
+                         finest_scale=56, **{f"stride_{k}": float(STRIDES[k]) for k in range(L)})
+            out.append(dict(name=f"L{L}_{dtype.name}_{i}", op=f"MultiLevelRoiAlign_L{L}",
+                            inputs=dict(rois=np.concatenate([batch[:, None], boxes], 1),
+                                        **{f"feat_{k}": f for k, f in enumerate(feats)}),
+                            attrs=attrs))
+    return out
+
+
 def form_cases() -> list[tuple[str, dict]]:
     """(domain, case) for every registered node form (a few cases each, both dtypes)."""
     from ort_roi.specs import FORMS
@@ -305,6 +368,13 @@ def form_cases() -> list[tuple[str, dict]]:
     for f in FORMS:
         if not f.registered:
             continue
-        cases = caffe2_cases(31)[::20] if f.domain == "org.pytorch._caffe2" else by_op[f.op_type]
+        if f.domain == "org.pytorch._caffe2":
+            cases = caffe2_cases(31)[::20]
+        elif f.op_type.startswith("ROIFeatureExtractor_L"):
+            cases = [c for c in extractor_cases(32) if c["op"] == f.op_type][:2]
+        elif f.op_type.startswith("MultiLevelRoiAlign_L"):
+            cases = [c for c in multilevel_cases(33) if c["op"] == f.op_type][:2]
+        else:
+            cases = by_op[f.op_type]
         out += [(f.domain, dict(c, op=f.op_type)) for c in cases]
     return out

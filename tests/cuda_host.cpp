@@ -30,8 +30,8 @@ using std::round;
   }                                                                                           \
   extern "C" void roi_align_##S##_##CB(const T* X, const T* rois, T* out,                     \
                                 long long n, int C, int H, int W, int PH, int PW, T s,        \
-                                int sr, int aligned, int mode, int grid_max) {                \
-    roi_align<T, CB>(X, rois, out, n, C, H, W, PH, PW, s, sr, aligned, mode, grid_max);       \
+                                int sr, int aligned, int mode, int grid_max, T e) {                \
+    roi_align<T, CB>(X, rois, out, n, C, H, W, PH, PW, s, sr, aligned, mode, grid_max, e);       \
   }                                                                                           \
   extern "C" void roi_align_rotated_##S##_##CB(const T* X, const T* rois, T* out, long long n,\
                                         int C, int H, int W, int PH, int PW) {                \

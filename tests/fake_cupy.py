@@ -71,6 +71,7 @@ def module(lib_path: str) -> types.ModuleType:
     m.ascontiguousarray = np.ascontiguousarray
     m.asnumpy = np.asarray
     m.empty = lambda *a, **k: np.empty(*a, **k).view(DeviceArray)
+    m.zeros = lambda *a, **k: np.zeros(*a, **k).view(DeviceArray)
     m.int64 = np.int64
     m.matmul = np.matmul
     m.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=lambda: 1))

@@ -287,3 +287,56 @@ def mmcv_roi_align_rotated(X, rois, *, output_height=1, output_width=1, spatial_
                             val += _mmcv_sample(X, b, c, y, x)
                     out[n, c, ph, pw] = val / count
     return out
+
+
+def mmdeploy_multi_level_roi_align(rois, *feats, output_height=7, output_width=7,
+                                   sampling_ratio=0, pool_mode=1, aligned=1,
+                                   roi_scale_factor=-1.0, finest_scale=56,
+                                   featmap_strides=(4.0, 8.0, 16.0, 32.0)):
+    """mmdeploy's roi_extractor_kernel (TensorRT plugin MMCVMultiLevelRoiAlign), loop for
+    loop, in T (its fma's as one rounding, its sqrtf/log2f in float32)."""
+    X0 = feats[0]
+    t = X0.dtype.type
+    f32 = np.float32
+    PH, PW = output_height, output_width
+    out = np.zeros((rois.shape[0], X0.shape[1], PH, PW), X0.dtype)
+
+    def fma(a, b, c):
+        return t(np.float64(a) * np.float64(b) + np.float64(c))
+
+    for n in range(rois.shape[0]):
+        b = int(rois[n, 0])
+        x0, y0, x1, y1 = (t(v) for v in rois[n, 1:])
+        scale = np.sqrt(f32((y1 - y0) * (x1 - x0)))
+        v = np.floor(np.log2(f32(np.float64(scale / f32(finest_scale)) + 1e-6)))
+        lvl = 0 if np.isnan(v) else min(len(feats) - 1, max(0, int(v)))
+        if roi_scale_factor > 0:
+            cx, cy = (x0 + x1) * t(0.5), (y0 + y1) * t(0.5)
+            half = t(f32(roi_scale_factor) * f32(0.5))
+            hw, hh = fma(x1 - x0 + t(1), half, -0.5), fma(y1 - y0 + t(1), half, -0.5)
+            x0, x1, y0, y1 = cx - hw, cx + hw, cy - hh, cy + hh
+        X = feats[lvl]
+        H, W = X.shape[2:]
+        s = t(f32(1.0 / f32(featmap_strides[lvl])))
+        off = -0.5 if aligned else 0.0
+        sw, sh = fma(x0, s, off), fma(y0, s, off)
+        ew, eh = fma(x1, s, off), fma(y1, s, off)
+        rw = max(ew - sw, t(0 if aligned else 1))
+        rh = max(eh - sh, t(0 if aligned else 1))
+        bh, bw = rh / t(PH), rw / t(PW)
+        gh = sampling_ratio if sampling_ratio > 0 else int(math.ceil(rh / t(PH)))
+        gw = sampling_ratio if sampling_ratio > 0 else int(math.ceil(rw / t(PW)))
+        for c in range(X.shape[1]):
+            for ph in range(PH):
+                for pw in range(PW):
+                    val = t(-np.finfo(np.float32).max) if pool_mode == 0 else t(0)
+                    for iy in range(gh):
+                        y = fma(t(iy) + t(0.5), bh / t(gh), sh + t(ph) * bh)
+                        for ix in range(gw):
+                            x = fma(t(ix) + t(0.5), bw / t(gw), sw + t(pw) * bw)
+                            v = _mmcv_sample(X, b, c, y, x)
+                            val = max(val, v) if pool_mode == 0 else val + v
+                    if pool_mode != 0:
+                        val = val / t(max(gh * gw, 1))
+                    out[n, c, ph, pw] = val
+    return out

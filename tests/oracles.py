@@ -138,3 +138,35 @@ def openvino_rotated(case: dict) -> np.ndarray:
         return np.zeros((0, i["input"].shape[1], a["output_height"], a["output_width"]),
                         i["input"].dtype)
     return openvino_onnx(m, i)[0]
+
+
+def extractor_node_model(case: dict, domain: str = "org.openvinotoolkit"):
+    """The node as exporters write it (pyramid_scales a list, extra attributes) from an
+    ROIFeatureExtractor_L{L} case."""
+    from onnx import TensorProto, helper
+
+    a = dict(case["attrs"])
+    L = len(case["inputs"]) - 1
+    scales = [a.pop(f"scale_{i}") for i in range(L)]
+    names = list(case["inputs"])
+    node = helper.make_node("ExperimentalDetectronROIFeatureExtractor", names,
+                            ["output", "rois_out"], domain=domain, name="extractor",
+                            pyramid_scales=scales, image_id=0,
+                            distribute_rois_between_levels=1, preserve_rois_order=1, **a)
+    elem = helper.np_dtype_to_tensor_dtype(case["inputs"]["rois"].dtype)
+    g = helper.make_graph([node], "extractor", [
+        helper.make_tensor_value_info(n, elem, [None] * v.ndim)
+        for n, v in case["inputs"].items()],
+        [helper.make_tensor_value_info("output", elem, None),
+         helper.make_tensor_value_info("rois_out", elem, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                               helper.make_opsetid(domain, 1)], ir_version=9)
+
+
+def openvino_extractor(case: dict) -> np.ndarray:
+    """OpenVINO's ExperimentalDetectronROIFeatureExtractor read from the exported node."""
+    i = case["inputs"]
+    if len(i["rois"]) == 0:
+        C, p = i["feat_0"].shape[1], case["attrs"]["output_size"]
+        return np.zeros((0, C, p, p), i["rois"].dtype)
+    return openvino_onnx(extractor_node_model(case), i)[0]

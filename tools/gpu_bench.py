@@ -107,7 +107,7 @@ def kernel_rows(names, repeat: int):
     for name, w in bench.workloads().items():
         if names and not any(n in (name, name.split("_")[0]) for n in names):
             continue
-        for op in w["ops"]:
+        for op in w.get("ops", []) if "strides" not in w else []:
             if op not in GPU_OPS:
                 continue
             X, boxes, counts = bench.make_inputs(w, normalized=op == "ROIPooling.bilinear")
@@ -128,6 +128,51 @@ def kernel_rows(names, repeat: int):
     return rows
 
 
+def fpn_rows(names, repeat: int):
+    """W7 (FPN, 4 levels, 1000 boxes): both multi-level kernels with the maps on the device,
+    our RoIAlign on the finest level alone with the same boxes (the per-box reference) and
+    torchvision's MultiScaleRoIAlign (its own level rule, the same amount of work)."""
+    import cupy
+
+    from ort_roi import bench, kernels
+
+    torch, tv = _torchvision()
+    rows = []
+    for name, w in bench.workloads().items():
+        if "strides" not in w or (names and not any(n in (name, name.split("_")[0])
+                                                    for n in names)):
+            continue
+        feats, boxes = bench.make_fpn_inputs(w)
+        fg = [cupy.asarray(f) for f in feats]
+        P, sr, strides = w["pooled"], w["sampling_ratio"], w["strides"]
+        rois = np.concatenate([np.zeros((len(boxes), 1), np.float32), boxes], 1)
+        runs = {
+            "ExperimentalDetectronROIFeatureExtractor": lambda: kernels.roi_feature_extractor(
+                boxes, *fg, output_size=P, sampling_ratio=sr, aligned=1,
+                pyramid_scales=strides)[0],
+            "MMCVMultiLevelRoiAlign": lambda: kernels.multi_level_roi_align(
+                rois, *fg, output_height=P, output_width=P, sampling_ratio=sr, aligned=1,
+                featmap_strides=[float(s) for s in strides]),
+            "RoIAlign, level 0 only": lambda: kernels.roi_align(
+                fg[0], boxes, np.array([len(boxes)]), pooled_height=P, pooled_width=P,
+                spatial_scale=1 / strides[0], sampling_ratio=sr),
+        }
+        if tv is not None:
+            from collections import OrderedDict
+
+            pool = tv.MultiScaleRoIAlign([f"p{i}" for i in range(len(fg))], P, sr)
+            fmap = OrderedDict((f"p{i}", torch.as_tensor(f, device="cuda"))
+                               for i, f in enumerate(fg))
+            tb = [torch.as_tensor(boxes, device="cuda")]
+            H, W = w["image"]
+            runs["torchvision MultiScaleRoIAlign"] = lambda: pool(fmap, tb, [(H, W)])
+        for op, fn in runs.items():
+            row = dict(workload=name, op=op, s=gpu_time(fn, repeat), R=len(boxes))
+            rows.append(row)
+            print(row, flush=True)
+    return rows
+
+
 def session_rows(names, repeat: int):
     """Through onnxruntime: the cupy backend, the numpy backend, torchvision with copies."""
     import cupy
@@ -140,7 +185,7 @@ def session_rows(names, repeat: int):
     for name, w in bench.workloads().items():
         if names and not any(n in (name, name.split("_")[0]) for n in names):
             continue
-        for op in w["ops"]:
+        for op in w["ops"] if "strides" not in w else []:
             if name.startswith("W6") or op not in GPU_OPS:
                 continue
             ours_sess, _ = bench.cases(w, op)
@@ -195,6 +240,7 @@ def main() -> int:
     print(f"device: {dev}, CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}, "
           f"CuPy {cupy.__version__}")
     krows = kernel_rows(args.workloads, args.repeat)
+    frows = fpn_rows(args.workloads, args.repeat)
     srows = session_rows(args.workloads, max(5, args.repeat // 2))
     print(f"\nKernel time ({dev}; arrays on the device)\n")
     print("| workload | op | ort_roi (CuPy) | peer | peer time | peer / ort_roi | max abs diff |")
@@ -203,6 +249,12 @@ def main() -> int:
         print(f"| {r['workload']} | {r['op']} | {_ms(r['ours_s'])} | {r.get('peer', '-')} "
               f"| {_ms(r.get('peer_s'))} | {r.get('ratio', float('nan')):.2f}x "
               f"| {r.get('max_abs_diff', float('nan')):.1e} |")
+    if frows:
+        print(f"\nFPN (W7, kernel time, {dev})\n")
+        print("| op | time | per box |")
+        print("|---|---|---|")
+        for r in frows:
+            print(f"| {r['op']} | {_ms(r['s'])} | {r['s'] / r['R'] * 1e6:.2f} us |")
     print(f"\nThrough onnxruntime ({dev}; host arrays in and out)\n")
     print("| workload | op | ort_roi cupy | ort_roi numpy | copies alone | torchvision (copies "
           "incl.) | torchvision / ort_roi cupy |")
@@ -214,7 +266,7 @@ def main() -> int:
               f"{(p / r['ort_cupy_s']) if p else float('nan'):.2f}x |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(device=dev, kernel=krows, session=srows), f, indent=1)
+            json.dump(dict(device=dev, kernel=krows, fpn=frows, session=srows), f, indent=1)
     return 0
 
 

@@ -9,7 +9,8 @@ Needs paddlepaddle and openvino in this interpreter (pip install -e '.[parity]')
     python -m venv mxvenv && mxvenv/bin/pip install mxnet==1.9.1 numpy==1.23.5
 
 Each case of tests/cases.py is run through its oracle (MXNet for ROIPooling max, OpenVINO
-for ROIPooling bilinear and, reading an mmdeploy ONNX graph, MMCVRoIAlignRotated; Paddle
+for ROIPooling bilinear and, reading exported ONNX nodes, MMCVRoIAlignRotated and
+ExperimentalDetectronROIFeatureExtractor; Paddle
 for RoIPool, PSROIPool and RoIAlign); ROIPooling max also
 records OpenVINO's output. One file per suite holds, per case, the inputs, the attributes
 (JSON), the oracle's output ("expected") and the flags.
@@ -56,6 +57,7 @@ def main() -> None:
                 arrays[f"{n}:openvino"] = O.openvino_roi_pooling(c)
             elif oracle == "openvino":
                 expected = (O.openvino_rotated(c) if c["op"] == "MMCVRoIAlignRotated"
+                            else O.openvino_extractor(c) if c["op"].startswith("ROIFeature")
                             else O.openvino_roi_pooling(c))
             else:
                 expected = O.paddle(c)

@@ -6,6 +6,8 @@ input's type; bad input raises :class:`ort_roi.RoiOpError`.
 
 from .caffe2_roi_align import caffe2_roi_align
 from .mmcv_roi_align import mmcv_roi_align
+from .multi_level import (multi_level_roi_align, multi_level_roi_align_levels,
+                          roi_feature_extractor, roi_feature_extractor_levels)
 from .onnx_roi_align import onnx_roi_align
 from .psroi_pool import psroi_pool
 from .roi_align import roi_align
@@ -14,4 +16,5 @@ from .roi_pool import roi_pool
 from .roi_pooling import roi_pooling
 
 __all__ = ["roi_pooling", "roi_pool", "psroi_pool", "roi_align", "mmcv_roi_align",
-           "mmcv_roi_align_rotated", "caffe2_roi_align", "onnx_roi_align"]
+           "mmcv_roi_align_rotated", "caffe2_roi_align", "onnx_roi_align",
+           "roi_feature_extractor", "multi_level_roi_align"]

@@ -143,7 +143,7 @@ def align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_rati
     Xg, rows = _inputs(X, batch, boxes)
     _launch("roi_align", out, Xg, rows,
             (*_i(C, H, W, ph, pw), X.dtype.type(spatial_scale),
-             *_i(sampling_ratio, aligned, 0, EXPLICIT_GRID_MAX)))
+             *_i(sampling_ratio, aligned, 0, EXPLICIT_GRID_MAX), X.dtype.type(0)))
     grid = _grids(boxes, spatial_scale, ph, pw, sampling_ratio, aligned)
     if grid is None:
         return out
@@ -159,8 +159,8 @@ def align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_rati
 
 
 def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
-              aligned: bool):
-    """MMCVRoiAlign mode "max" (mmcv's running maximum from -10000); boxes with more than
+              aligned: int, empty: float = -10000.0):
+    """MMCVRoiAlign mode "max" (a running maximum from ``empty``); boxes with more than
     MAX_MODE_SAMPLES samples per bin are computed on the host."""
     import cupy
 
@@ -171,13 +171,13 @@ def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_
     Xg, rows = _inputs(X, batch, boxes)
     _launch("roi_align", out, Xg, rows,
             (*_i(C, H, W, ph, pw), X.dtype.type(spatial_scale),
-             *_i(sampling_ratio, aligned, 1, MAX_MODE_SAMPLES)))
+             *_i(sampling_ratio, aligned, 1, MAX_MODE_SAMPLES), X.dtype.type(empty)))
     grid = _grids(boxes, spatial_scale, ph, pw, sampling_ratio, aligned)
     if grid is not None:
         big = np.flatnonzero((grid > MAX_MODE_SAMPLES).any(axis=1))
         if big.size:
             out[big] = cupy.asarray(on_host(cupy.asnumpy(X), batch[big], boxes[big], ph, pw,
-                                            spatial_scale, sampling_ratio, aligned))
+                                            spatial_scale, sampling_ratio, aligned, empty))
     return out
 
 

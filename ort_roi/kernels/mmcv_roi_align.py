@@ -57,8 +57,9 @@ def _samples(start, bin_size, grid, pooled: int, size: int):
 
 @on_gpu
 def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
-              aligned: bool) -> np.ndarray:
-    """Mode "max" of checked inputs: per box, the samples of each bin from an NHWC copy."""
+              aligned: int, empty: float = EMPTY_MAX) -> np.ndarray:
+    """Mode "max" of checked inputs: per box, the samples of each bin from an NHWC copy; a
+    running maximum from ``empty`` (mmcv's -10000), replaced only by a larger value."""
     N, C, H, W = X.shape
     R = boxes.shape[0]
     t = X.dtype.type
@@ -73,7 +74,7 @@ def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_
         for r in range(start, stop):
             gy, gx = int(gh[r]), int(gw[r])
             if gy <= 0 or gx <= 0:
-                out[r] = t(EMPTY_MAX)
+                out[r] = t(empty)
                 continue
             oy, ylo, yhi, ly = _samples(y1[r], bin_h[r], gy, ph, H)
             ox, xlo, xhi, lx = _samples(x1[r], bin_w[r], gx, pw, W)
@@ -97,7 +98,7 @@ def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_
             # mmcv: a running maximum from -10000 that only a larger value replaces (a NaN
             # sample never does)
             best = np.fmax.reduce(res.reshape(ph, gy, pw, C), axis=1)
-            out[r] = np.fmax(best, t(EMPTY_MAX)).transpose(2, 0, 1)
+            out[r] = np.fmax(best, t(empty)).transpose(2, 0, 1)
 
     for_ranges(R, work)
     return out

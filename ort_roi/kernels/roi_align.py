@@ -66,15 +66,24 @@ def check_box_sizes(op: str, name: str, boxes: np.ndarray, spatial_scale: float)
                          f"({boxes[r].tolist()} x {spatial_scale!r})")
 
 
+#: The box geometry of the RoIAlign variants (the ``aligned`` argument of ``align``): the
+#: offset of the scaled corners and the least box size. 0 and 1 are RoIAlign's aligned=0/1;
+#: OpenVINO's ROI feature extractor keeps sizes at least 1 also when aligned, mmdeploy's
+#: multi-level plugin at least 0.
+GEOMETRY = {0: (0.0, 1.0), 1: (0.5, None), 2: (0.5, 1.0), 3: (0.5, 0.0)}
+OPENVINO_ALIGNED, MMDEPLOY_ALIGNED = 2, 3
+
+
 def _geometry(boxes: np.ndarray, spatial_scale: float, pooled_h: int, pooled_w: int,
-              sampling_ratio: int, aligned: bool):
+              sampling_ratio: int, aligned: int):
     """Per box and axis (y, x): start, bin size and grid [R, 2], in T, as the reference
-    computes them."""
+    computes them (``aligned``: a key of GEOMETRY)."""
     t = boxes.dtype.type
-    c = boxes[:, [1, 0, 3, 2]] * t(spatial_scale) - t(0.5 if aligned else 0.0)  # y1 x1 y2 x2
+    offset, least = GEOMETRY[int(aligned)]
+    c = boxes[:, [1, 0, 3, 2]] * t(spatial_scale) - t(offset)  # y1 x1 y2 x2
     size = c[:, 2:] - c[:, :2]
-    if not aligned:
-        size = np.maximum(size, t(1))
+    if least is not None:
+        size = np.maximum(size, t(least))
     pooled = np.array([pooled_h, pooled_w], boxes.dtype)
     bin_size = size / pooled
     if sampling_ratio > 0:

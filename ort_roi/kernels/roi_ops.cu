@@ -216,31 +216,32 @@ ORT_ROI_DEVICE T tap_value(const Taps<T>& t, const T* x) {
   return t.w[0] * x[t.p[0]] + t.w[1] * x[t.p[1]] + t.w[2] * x[t.p[2]] + t.w[3] * x[t.p[3]];
 }
 
-// mmcv's max: a running maximum from -10000, replaced only by a larger value (NaN never).
-#define EMPTY_MAX -10000
-
 // RoIAlign along one axis, as roi_align._geometry computes it in T: start, bin size and
 // samples per bin (sampling_ratio, or ceil(bin size) when <= 0); -1 when above grid_max
-// (the host computes such boxes).
+// (the host computes such boxes). aligned: the geometry variant of roi_align.GEOMETRY
+// (0: no offset, size >= 1; 1: offset 0.5; 2: offset, size >= 1; 3: offset, size >= 0).
 template <typename T>
 ORT_ROI_DEVICE void align_axis(T lo, T hi, T scale, T off, int aligned, int pooled,
                                int sampling_ratio, int grid_max, T& start, T& bin, int& grid) {
   start = lo * scale - off;
   T size = (hi * scale - off) - start;
-  if (!aligned && !(size > (T)1)) size = 1;  // np.maximum(size, 1); sizes are finite
+  const T least = aligned == 3 ? (T)0 : (T)1;  // np.maximum(size, least); sizes are finite
+  if (aligned != 1 && !(size > least)) size = least;
   bin = size / (T)pooled;
   T g = sampling_ratio > 0 ? (T)sampling_ratio : ceil(size / (T)pooled);
   grid = g > 0 ? (g > (T)grid_max ? -1 : (int)g) : 0;
 }
 
 // RoIAlign (Paddle / detectron2) and MMCVRoiAlign: over bin (ph, pw) of box r, the mean
-// (mode 0) or mmcv's max (mode 1) of gh x gw bilinear samples at
+// (mode 0) or the max (mode 1: a running maximum from ``empty``, mmcv's -10000 or
+// mmdeploy's -FLT_MAX, replaced only by a larger value, NaN never) of gh x gw bilinear
+// samples at
 // y = (start + ph*bin) + (iy + 0.5)*bin/gh. Boxes whose grid exceeds grid_max are left
 // alone (the host computes them in closed form).
 template <typename T, int CB>
 __global__ void roi_align(const T* X, const T* rois, T* out,
                           long long n, int C, int H, int W, int PH, int PW, T scale,
-                          int sampling_ratio, int aligned, int mode, int grid_max) {
+                          int sampling_ratio, int aligned, int mode, int grid_max, T empty) {
   ORT_ROI_LOOP(i, n) {
     Bin q = unravel<CB>(i, C, PH, PW);
     const T* b = rois + q.r * 5 + 1;
@@ -252,7 +253,7 @@ __global__ void roi_align(const T* X, const T* rois, T* out,
     align_axis(b[0], b[2], scale, off, aligned, PW, sampling_ratio, grid_max, x0, bw, gw);
     if (gh < 0 || gw < 0) continue;
     T acc[CB];
-    for (int k = 0; k < CB; ++k) acc[k] = mode ? (T)EMPTY_MAX : (T)0;
+    for (int k = 0; k < CB; ++k) acc[k] = mode ? empty : (T)0;
     const T* x = X + (bi * C + q.c0) * (long long)H * W;
     const long long plane = (long long)H * W;
     const int nc = q.c1 - q.c0;

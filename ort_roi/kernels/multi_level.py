@@ -1,0 +1,182 @@
+"""Multi-level (FPN) RoIAlign: each box pooled from one of several feature maps.
+
+Two exporters write it as one node, each with its own level rule and RoIAlign:
+
+- OpenVINO's ``ExperimentalDetectronROIFeatureExtractor`` (CPU plugin): rois [R, 4] of image 0;
+  level clamp(floor(log2(sqrt(area) / 224 + 1e-6) + 2), 0, L-1) in float32, a box of area
+  <= 0 on no level (its output stays 0); RoIAlign at scale 1/scale_l whose box sizes are at
+  least 1 also when aligned; second output the rois.
+- mmdeploy's ``MMCVMultiLevelRoiAlign`` (TensorRT plugin): rois [R, 5] with the batch index;
+  level clamp(floor(log2(sqrt(area) / finest_scale + 1e-6)), 0, L-1) from the box as given
+  (in float32, as its sqrtf/log2f; NaN from an inverted box is level 0, as CUDA's float-to-int
+  conversion); then, when roi_scale_factor > 0, the box rescaled about its centre with half
+  sizes (size + 1) * factor / 2 - 1/2; then MMCVRoiAlign at scale 1/stride_l: pool_mode 1
+  the mean, 0 the largest sample (a bin without samples -FLT_MAX, the plugin's start).
+
+Both pool each level's boxes with the single-level kernels (NumPy or CUDA, by where the maps
+are), so a box costs what it costs in RoIAlign; the output is in the order of the rois.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import RoiOpError
+from ..specs import EXTRACTOR_SPECS, MAX_LEVELS, MULTI_LEVEL_SPECS
+from ._boxes import batch_from_column, check_boxes, check_features, is_cupy, quiet
+from .mmcv_roi_align import align_max
+from .roi_align import MMDEPLOY_ALIGNED, OPENVINO_ALIGNED, align, check_box_sizes
+
+#: mmdeploy's max pooling starts from -FLT_MAX.
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+@quiet
+def roi_feature_extractor(rois, *feats, output_size: int = 7, sampling_ratio: int = 2,
+                          aligned: int = 0, pyramid_scales=(4, 8, 16, 32)):
+    """OpenVINO's ExperimentalDetectronROIFeatureExtractor: (features [R, C, output_size,
+    output_size], rois). ``feats`` are the levels [1, C, H_l, W_l], finest first;
+    ``pyramid_scales`` their strides."""
+    L = len(feats)
+    spec = _spec(EXTRACTOR_SPECS, L, "ExperimentalDetectronROIFeatureExtractor")
+    scales = _scalars(spec, "pyramid_scales", pyramid_scales, L)
+    a = spec.resolve(dict(output_size=output_size, sampling_ratio=sampling_ratio,
+                          aligned=aligned, **{f"scale_{i}": v for i, v in enumerate(scales)}))
+    op = spec.name
+    X = _levels(op, feats, batch=1)
+    boxes = check_boxes(op, "rois", rois, X[0], 4)
+    level = openvino_levels(boxes, L)
+    scale = [float(np.float32(1) / np.float32(a[f"scale_{i}"])) for i in range(L)]  # 1.0f / s
+    check_box_sizes(op, "rois", boxes, max(scale))
+    p = a["output_size"]
+    out = _empty(X[0], boxes.shape[0], p, p)
+    for i in range(L):
+        which = np.flatnonzero(level == i)
+        if which.size:
+            out[which] = align(X[i], np.zeros(which.size, np.intp), boxes[which], p, p,
+                               scale[i], a["sampling_ratio"],
+                               OPENVINO_ALIGNED if a["aligned"] else 0)
+    return out, boxes.copy()
+
+
+@quiet
+def multi_level_roi_align(rois, *feats, output_height: int = 7, output_width: int = 7,
+                          sampling_ratio: int = 0, pool_mode: int = 1, aligned: int = 1,
+                          roi_scale_factor: float = -1.0, finest_scale: int = 56,
+                          featmap_strides=(4.0, 8.0, 16.0, 32.0)):
+    """mmdeploy's MMCVMultiLevelRoiAlign: [R, C, output_height, output_width]. ``feats``
+    are the levels [N, C, H_l, W_l], finest first; ``featmap_strides`` their strides."""
+    L = len(feats)
+    spec = _spec(MULTI_LEVEL_SPECS, L, "MMCVMultiLevelRoiAlign")
+    strides = _scalars(spec, "featmap_strides", featmap_strides, L)
+    a = spec.resolve(dict(output_height=output_height, output_width=output_width,
+                          sampling_ratio=sampling_ratio, pool_mode=pool_mode, aligned=aligned,
+                          roi_scale_factor=roi_scale_factor, finest_scale=finest_scale,
+                          **{f"stride_{i}": v for i, v in enumerate(strides)}))
+    op = spec.name
+    X = _levels(op, feats)
+    rois = check_boxes(op, "rois", rois, X[0], 5)
+    batch = batch_from_column(op, "rois", rois[:, 0], X[0].shape[0])
+    boxes = np.ascontiguousarray(rois[:, 1:])
+    level = mmdeploy_levels(boxes, a["finest_scale"], L)
+    if a["roi_scale_factor"] > 0:
+        boxes = rescale(boxes, a["roi_scale_factor"])
+    scale = [float(np.float32(1.0 / np.float32(a[f"stride_{i}"]))) for i in range(L)]
+    check_box_sizes(op, "rois", boxes, max(scale))
+    ph, pw = a["output_height"], a["output_width"]
+    out = _empty(X[0], boxes.shape[0], ph, pw)
+    for i in range(L):
+        which = np.flatnonzero(level == i)
+        if not which.size:
+            continue
+        args = (X[i], batch[which], boxes[which], ph, pw, scale[i], a["sampling_ratio"],
+                MMDEPLOY_ALIGNED if a["aligned"] else 0)
+        out[which] = align(*args) if a["pool_mode"] == 1 else align_max(*args, empty=-FLT_MAX)
+    return out
+
+
+def openvino_levels(boxes: np.ndarray, L: int) -> np.ndarray:
+    """OpenVINO's redistribute_rois, in float32: the level of each box, L for area <= 0."""
+    b = boxes.astype(np.float32)
+    area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    f = np.float32
+    v = np.log2(np.sqrt(np.maximum(area, f(0))) / f(224) + f(1e-6))
+    level = np.clip(np.floor(v + f(2)), 0, L - 1)
+    return np.where(area > 0, level, L).astype(np.intp)
+
+
+def mmdeploy_levels(boxes: np.ndarray, finest_scale: int, L: int) -> np.ndarray:
+    """mmdeploy's rule on the boxes as given: sqrtf, then log2f of (scale / finest_scale +
+    1e-6) (the 1e-6 added in double, as the plugin's literal), floor, clamp; NaN is 0."""
+    b = boxes.astype(np.float32)
+    scale = np.sqrt((b[:, 3] - b[:, 1]) * (b[:, 2] - b[:, 0]))
+    q = (scale / np.float32(finest_scale)).astype(np.float64) + 1e-6
+    v = np.floor(np.log2(q.astype(np.float32)))
+    v = np.where(np.isnan(v), 0, v)
+    return np.clip(v, 0, L - 1).astype(np.intp)
+
+
+def rescale(boxes: np.ndarray, factor: float) -> np.ndarray:
+    """mmdeploy's rescale about the centre: half size = fma(size + 1, factor / 2, -1/2)."""
+    t = boxes.dtype.type
+    x0, y0, x1, y1 = boxes.T
+    cx, cy = (x0 + x1) * t(0.5), (y0 + y1) * t(0.5)
+    half = t(factor) * t(0.5)
+
+    def fma(a):  # one rounding, as the plugin's fma
+        return (a.astype(np.float64) * np.float64(half) - 0.5).astype(boxes.dtype)
+    hw, hh = fma(x1 - x0 + t(1)), fma(y1 - y0 + t(1))
+    return np.stack([cx - hw, cy - hh, cx + hw, cy + hh], 1)
+
+
+def _spec(specs: dict, L: int, node: str):
+    if L not in specs:
+        raise RoiOpError(node, "inputs", f"takes 1 to {MAX_LEVELS} feature maps, got {L}")
+    return specs[L]
+
+
+def _scalars(spec, name: str, values, L: int) -> list:
+    values = list(np.atleast_1d(np.asarray(values)).tolist())
+    if len(values) != L:
+        raise RoiOpError(spec.name, f"attribute '{name}'",
+                         f"must hold one value per feature map ({L}), got {values!r}")
+    return values
+
+
+def _levels(op: str, feats, batch: int | None = None) -> list:
+    """The feature maps: each [N, C, H, W] of one dtype, one N and one C."""
+    X = [check_features(op, x, f"feat_{i}") for i, x in enumerate(feats)]
+    if batch is not None and X[0].shape[0] != batch:
+        raise RoiOpError(op, "input 'feat_0'",
+                         f"must hold one image (N = 1; the rois have no batch index), got "
+                         f"{list(X[0].shape)}")
+    for i, x in enumerate(X[1:], 1):
+        if x.dtype != X[0].dtype:
+            raise RoiOpError(op, f"input 'feat_{i}'",
+                             f"must have the dtype of feat_0 ({X[0].dtype}), got {x.dtype}")
+        if x.shape[:2] != X[0].shape[:2]:
+            raise RoiOpError(op, f"input 'feat_{i}'",
+                             f"must have feat_0's N and C {list(X[0].shape[:2])}, got "
+                             f"{list(x.shape)}")
+    return X
+
+
+def _empty(X, R: int, ph: int, pw: int):
+    if is_cupy(X):
+        import cupy
+
+        return cupy.zeros((R, X.shape[1], ph, pw), X.dtype)
+    return np.zeros((R, X.shape[1], ph, pw), X.dtype)
+
+
+def roi_feature_extractor_levels(rois, *feats, **attrs):
+    """``roi_feature_extractor`` with the strides as attributes scale_0 .. scale_{L-1} (the
+    fixed-arity ops ROIFeatureExtractor_L1..L6 that convert writes)."""
+    scales = [attrs.pop(f"scale_{i}", None) for i in range(len(feats))]
+    return roi_feature_extractor(rois, *feats, pyramid_scales=scales, **attrs)
+
+
+def multi_level_roi_align_levels(rois, *feats, **attrs):
+    """``multi_level_roi_align`` with the strides as attributes stride_0 .. stride_{L-1}."""
+    strides = [attrs.pop(f"stride_{i}", None) for i in range(len(feats))]
+    return multi_level_roi_align(rois, *feats, featmap_strides=strides, **attrs)

@@ -1,0 +1,209 @@
+"""Multi-level (FPN) RoIAlign nodes: OpenVINO's ExperimentalDetectronROIFeatureExtractor and
+mmdeploy's MMCVMultiLevelRoiAlign, run through convert and the front door (the bridge cannot
+register a variable number of inputs or list attributes, so a plain session on the graph as
+exported refuses it at session creation, naming the fix).
+
+Oracles: OpenVINO reading the exported node from ONNX (committed goldens, and live when
+installed); for mmdeploy's node, a literal loop of its plugin kernel (tests/literal.py) and
+its level rule composed with the single-level MMCVRoiAlign (itself checked against Paddle).
+"""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+import cases as C
+import literal
+import oracles as O
+import ort_roi
+from conftest import load_golden
+from ort_roi import cli, kernels
+from ort_roi._bridge import GUARD_ATTR
+from ort_roi.kernels import multi_level as ML
+
+needs_openvino = pytest.mark.skipif(not O.openvino_available(), reason="openvino not installed")
+
+
+def _tol(dtype):
+    return dict(rtol=1e-4, atol=1e-4) if np.dtype(dtype) == np.float32 else dict(rtol=1e-9,
+                                                                                 atol=1e-9)
+
+
+def _plain(model):
+    return ort.InferenceSession(model.SerializeToString(), ort_roi.session_options(),
+                                providers=["CPUExecutionProvider"])
+
+
+def mmdeploy_node_model(case, domain="mmdeploy"):
+    a = dict(case["attrs"])
+    L = len(case["inputs"]) - 1
+    strides = [a.pop(f"stride_{i}") for i in range(L)]
+    names = list(case["inputs"])
+    node = helper.make_node("MMCVMultiLevelRoiAlign", names, ["output"], domain=domain,
+                            name="roi_extractor", featmap_strides=strides, **a)
+    elem = helper.np_dtype_to_tensor_dtype(case["inputs"]["rois"].dtype)
+    g = helper.make_graph([node], "mmdeploy", [
+        helper.make_tensor_value_info(n, elem, [None] * v.ndim)
+        for n, v in case["inputs"].items()], [helper.make_tensor_value_info("output", elem, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                               helper.make_opsetid(domain, 1)], ir_version=9)
+
+
+def _literal_mmdeploy(case):
+    a = dict(case["attrs"])
+    args = list(case["inputs"].values())
+    strides = [a.pop(f"stride_{i}") for i in range(len(args) - 1)]
+    return literal.mmdeploy_multi_level_roi_align(*args, featmap_strides=strides, **a)
+
+
+# --- OpenVINO's ExperimentalDetectronROIFeatureExtractor ----------------------------------------
+
+GOLDEN = load_golden("roi_feature_extractor")
+
+
+@pytest.mark.parametrize("case", GOLDEN, ids=[c["name"] for c in GOLDEN])
+def test_extractor_matches_openvino_goldens_through_convert_and_front_door(case):
+    m = O.extractor_node_model(case)
+    feed = case["inputs"]
+    converted = ort_roi.convert(m)
+    node = converted.graph.node[0]
+    L = len(feed) - 1
+    assert (node.domain, node.op_type) == ("ort_roi", f"ROIFeatureExtractor_L{L}")
+    for outs in (_plain(converted).run(None, feed), ort_roi.InferenceSession(m).run(None, feed)):
+        np.testing.assert_allclose(outs[0], case["expected"], rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(outs[1], feed["rois"])  # the second output: the rois
+    assert case["expected"].size == 0 or np.abs(case["expected"]).sum() > 0
+
+
+@pytest.mark.parity
+@needs_openvino
+@pytest.mark.parametrize("seed", [501, 502])
+def test_extractor_matches_openvino_live(seed):
+    for case in C.extractor_cases(seed, float64=False):
+        got = kernels.roi_feature_extractor_levels(*case["inputs"].values(), **case["attrs"])
+        np.testing.assert_allclose(got[0], O.openvino_extractor(case), rtol=1e-4, atol=1e-4)
+
+
+def test_extractor_levels_follow_openvinos_rule():
+    """Every level gets boxes; a box of area <= 0 is on no level and its output stays 0;
+    float64 runs the same rule (OpenVINO computes it in float32)."""
+    rng = np.random.default_rng(7)
+    boxes, feats = C.fpn_inputs(rng, 4, 1, np.float64, R=200)
+    level = ML.openvino_levels(boxes, 4)
+    assert set(level[3:].tolist()) == {0, 1, 2, 3}
+    assert level[0] == 4  # zero size: no level (an inverted box has a positive area)
+    a = dict(output_size=3, sampling_ratio=2, aligned=1, pyramid_scales=C.STRIDES[:4])
+    y, r = kernels.roi_feature_extractor(boxes, *feats, **a)
+    assert not y[0].any() and np.abs(y[1:]).sum() > 0
+    y32, _ = kernels.roi_feature_extractor(boxes.astype(np.float32),
+                                           *[f.astype(np.float32) for f in feats], **a)
+    np.testing.assert_allclose(y, y32, rtol=1e-4, atol=1e-4)
+
+
+# --- mmdeploy's MMCVMultiLevelRoiAlign ------------------------------------------------------------
+
+MMDEPLOY = C.multilevel_cases(11)
+
+
+@pytest.mark.parametrize("case", MMDEPLOY, ids=[c["name"] for c in MMDEPLOY])
+def test_mmdeploy_matches_its_plugin_loop_through_convert_and_front_door(case):
+    m = mmdeploy_node_model(case)
+    want = _literal_mmdeploy(case)
+    dtype = case["inputs"]["rois"].dtype
+    conv = ort_roi.convert(m)
+    L = len(case["inputs"]) - 1
+    assert conv.graph.node[0].op_type == f"MultiLevelRoiAlign_L{L}"
+    for got in (_plain(conv).run(None, case["inputs"])[0],
+                ort_roi.InferenceSession(m).run(None, case["inputs"])[0]):
+        np.testing.assert_allclose(got, want, **_tol(dtype))
+    assert want.size == 0 or (want != 0).any()
+
+
+@pytest.mark.parametrize("aligned", [0, 1])
+@pytest.mark.parametrize("pool_mode", [0, 1])
+def test_mmdeploy_is_its_level_rule_composed_with_mmcv_roi_align(aligned, pool_mode):
+    """Each box: MMCVRoiAlign (Paddle-exact in avg) on its level at scale 1/stride, two
+    images, boxes on every level (not inverted: there mmdeploy clamps the size at 0)."""
+    rng = np.random.default_rng(aligned * 2 + pool_mode)
+    boxes, feats = C.fpn_inputs(rng, 4, 2, np.float64, R=60)
+    boxes = np.concatenate([boxes[3:], [[10, 20, 700, 650]]])  # and one for level 3
+    rois = np.concatenate([rng.integers(0, 2, (len(boxes), 1)), boxes], 1)
+    a = dict(output_height=3, output_width=2, sampling_ratio=2, pool_mode=pool_mode,
+             aligned=aligned)
+    got = kernels.multi_level_roi_align(rois, *feats, featmap_strides=C.STRIDES[:4], **a)
+    level = ML.mmdeploy_levels(boxes, 56, 4)
+    assert set(level.tolist()) == {0, 1, 2, 3}
+    for r in range(len(rois)):
+        one = kernels.mmcv_roi_align(
+            feats[level[r]], rois[r:r + 1], output_height=3, output_width=2,
+            spatial_scale=1 / C.STRIDES[level[r]], sampling_ratio=2, aligned=aligned,
+            mode="max" if pool_mode == 0 else "avg")
+        np.testing.assert_allclose(got[r:r + 1], one, rtol=1e-12, atol=1e-12)
+
+
+# --- a plain session on the graph as exported, convert, bad input -----------------------------
+
+@pytest.mark.parametrize("levels", [4, 3])
+def test_plain_session_refuses_the_exported_nodes_at_creation(levels):
+    """Never numbers computed with strides or levels the bridge could not read: the session
+    is refused at creation; for the usual 4 levels the message names the fix."""
+    ext = [c for c in C.extractor_cases(21) if len(c["inputs"]) == levels + 1][0]
+    mm = [c for c in C.multilevel_cases(22) if len(c["inputs"]) == levels + 1][0]
+    for m in (O.extractor_node_model(ext), mmdeploy_node_model(mm)):
+        with pytest.raises(Exception) as e:
+            _plain(m)
+        if levels == 4:
+            assert GUARD_ATTR in str(e.value)
+        # the front door runs it
+        assert ort_roi.InferenceSession(m).run(None, (ext if m.graph.node[0].domain ==
+                                                      "org.openvinotoolkit" else mm)["inputs"])
+
+
+def test_convert_cli_writes_fixed_arity_nodes_with_scalar_strides(tmp_path, capsys):
+    case = [c for c in C.multilevel_cases(23) if len(c["inputs"]) == 5][0]
+    src, dst = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(mmdeploy_node_model(case), src)
+    assert cli.main(["convert", str(src), str(dst)]) == 0
+    node = onnx.load(dst).graph.node[0]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    assert node.op_type == "MultiLevelRoiAlign_L4"
+    assert [attrs[f"stride_{i}"] for i in range(4)] == [4.0, 8.0, 16.0, 32.0]
+    out = onnx.shape_inference.infer_shapes(onnx.load(dst), strict_mode=True).graph.output[0]
+    assert [d.dim_value for d in out.type.tensor_type.shape.dim][2:] == [
+        case["attrs"]["output_height"], case["attrs"]["output_width"]]
+    ext = O.extractor_node_model(C.extractor_cases(24)[0])
+    conv = ort_roi.convert(ext)
+    assert [a.name for a in conv.graph.node[0].attribute] == [
+        "aligned", "output_size", "sampling_ratio", "scale_0"]  # image_id & co. dropped
+
+
+def test_bad_inputs_are_named():
+    case = [c for c in C.multilevel_cases(25) if len(c["inputs"]) == 5][0]
+    m = mmdeploy_node_model(case)
+    feed = dict(case["inputs"])
+    bad_c = dict(feed, feat_2=feed["feat_2"][:, :2])
+    with pytest.raises(ort_roi.RoiOpError, match=r"MultiLevelRoiAlign_L4.*'feat_2'.*N and C"):
+        ort_roi.InferenceSession(m).run(None, bad_c)
+    rois = feed["rois"].copy()
+    rois[3, 0] = 2
+    with pytest.raises(ort_roi.RoiOpError, match=r"'rois'.*row 3.*batch index 2.*\[0, 2\)"):
+        ort_roi.InferenceSession(m).run(None, dict(feed, rois=rois))
+    neg = mmdeploy_node_model(dict(case, attrs=dict(case["attrs"], stride_1=-8.0)))
+    with pytest.raises(ort_roi.RoiOpError, match=r"stride_1.*> 0.*-8"):
+        ort_roi.InferenceSession(neg)
+    short = mmdeploy_node_model(case)
+    short.graph.node[0].attribute[[a.name for a in short.graph.node[0].attribute].index(
+        "featmap_strides")].CopyFrom(helper.make_attribute("featmap_strides", [4.0, 8.0]))
+    with pytest.raises(ort_roi.RoiOpError, match=r"featmap_strides.*4 values.*feature map"):
+        ort_roi.convert(short)
+    ext = [c for c in C.extractor_cases(26) if len(c["inputs"]) == 3][0]
+    two = dict(ext["inputs"], feat_0=np.concatenate([ext["inputs"]["feat_0"]] * 2))
+    with pytest.raises(ort_roi.RoiOpError, match=r"'feat_0'.*one image"):
+        ort_roi.InferenceSession(O.extractor_node_model(ext)).run(None, two)
+    seven = dict(ext, inputs=dict(ext["inputs"], **{f"feat_{i}": ext["inputs"]["feat_0"]
+                                                    for i in range(7)}),
+                 attrs=dict(ext["attrs"], **{f"scale_{i}": 4 for i in range(7)}))
+    with pytest.raises(ort_roi.RoiOpError, match=r"7 feature maps: ort_roi runs 1 to 6"):
+        ort_roi.convert(O.extractor_node_model(seven))
