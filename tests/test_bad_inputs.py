@@ -168,6 +168,46 @@ for op in ATTRS:
         ]
 
 
+# the multi-level ops that convert writes (two levels here): their own entries
+ATTRS["MultiLevelRoiAlign_L2"] = dict(output_height=2, output_width=2, stride_0=4.0,
+                                      stride_1=8.0)
+ATTRS["ROIFeatureExtractor_L2"] = dict(output_size=2, scale_0=4, scale_1=8)
+
+
+def _two_levels(op, dtype=np.float32):
+    X = np.arange(2 * 8 * 8 * 10, dtype=dtype).reshape(2, 8, 8, 10) / 10
+    boxes = np.array([[0, 0, 12, 12], [4, 4, 40, 30]], dtype)
+    if op == "MultiLevelRoiAlign_L2":
+        return [np.concatenate([np.array([[0], [1]], dtype), boxes], 1), X, X[:, :, :4, :5]]
+    return [boxes, X[:1], X[:1, :, :4, :5]]
+
+
+_good_feed = good_feed
+
+
+def good_feed(op, dtype=np.float32):  # noqa: F811 - the catalogue's feeds, multi-level too
+    return _two_levels(op, dtype) if op.endswith("_L2") else _good_feed(op, dtype)
+
+
+for op in ("MultiLevelRoiAlign_L2", "ROIFeatureExtractor_L2"):
+    CATALOGUE += [
+        Bad("levels with different C", op, _set(2, lambda a: a[:, :5]),
+            ("'feat_1'", "N and C", "[1, 5, 4, 5]" if op.startswith("ROI") else "[2, 5, 4, 5]")),
+        Bad("feature map rank 3", op, _set(1, lambda a: a[0]), ("'feat_0'", "rank 4")),
+        Bad("NaN coordinate", op, _set(0, _rois_cell(1, 2, np.nan)), ("'rois'", "row 1", "nan")),
+    ]
+CATALOGUE += [
+    Bad("batch index out of range", "MultiLevelRoiAlign_L2", _set(0, _rois_cell(1, 0, 2)),
+        ("'rois'", "row 1", "2.0", "[0, 2)")),
+    Bad("stride 0", "MultiLevelRoiAlign_L2", None, ("stride_1", "> 0", "0"), {"stride_1": 0.0}),
+    Bad("stride negative", "MultiLevelRoiAlign_L2", None, ("stride_0", "> 0", "-4"),
+        {"stride_0": -4.0}),
+    Bad("scale 0", "ROIFeatureExtractor_L2", None, ("scale_0", ">= 1", "0"), {"scale_0": 0}),
+    Bad("two images", "ROIFeatureExtractor_L2",
+        _set(1, lambda a: np.concatenate([a, a])), ("'feat_0'", "one image")),
+]
+
+
 def _model(case):
     feed = good_feed(case.op)
     count_dtype = np.int32 if case.id == "counts int32 overflow" else np.int64
