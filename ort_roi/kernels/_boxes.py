@@ -95,15 +95,20 @@ def batch_from_column(op: str, name: str, col: np.ndarray, n: int) -> np.ndarray
     return b
 
 
+def _int_vector(op: str, name: str, a, n: int, shape: str) -> np.ndarray:
+    """An int32/int64 input of shape [n] (``shape``: how the message names it)."""
+    a = _as_array(op, name, host(a))
+    if a.dtype not in TYPES["I"]:
+        raise RoiOpError(op, f"input '{name}'", f"must be int32 or int64, got {a.dtype}")
+    if a.ndim != 1 or a.shape[0] != n:
+        raise RoiOpError(op, f"input '{name}'",
+                         f"must have shape {shape.format(n)}, got {list(a.shape)}")
+    return a
+
+
 def batch_from_indices(op: str, name: str, indices, n: int, r: int) -> np.ndarray:
     """Batch indices given as their own input: int32/int64 [R], each in [0, N)."""
-    idx = _as_array(op, name, host(indices))
-    if idx.dtype not in TYPES["I"]:
-        raise RoiOpError(op, f"input '{name}'", f"must be int32 or int64, got {idx.dtype}")
-    if idx.ndim != 1 or idx.shape[0] != r:
-        raise RoiOpError(op, f"input '{name}'",
-                         f"must have shape [R] = [{r}] (one index per box), "
-                         f"got {list(idx.shape)}")
+    idx = _int_vector(op, name, indices, r, "[R] = [{}] (one index per box)")
     bad = (idx < 0) | (idx >= n)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -114,13 +119,7 @@ def batch_from_indices(op: str, name: str, indices, n: int, r: int) -> np.ndarra
 
 def batch_from_counts(op: str, name: str, counts, n: int, r: int) -> np.ndarray:
     """Batch indices from per-image counts: int32/int64 [N], non-negative, summing to R."""
-    counts = _as_array(op, name, host(counts))
-    if counts.dtype not in TYPES["I"]:
-        raise RoiOpError(op, f"input '{name}'", f"must be int32 or int64, got {counts.dtype}")
-    if counts.ndim != 1 or counts.shape[0] != n:
-        raise RoiOpError(op, f"input '{name}'",
-                         f"must have shape [N] = [{n}] (one count per image of X), "
-                         f"got {list(counts.shape)}")
+    counts = _int_vector(op, name, counts, n, "[N] = [{}] (one count per image of X)")
     values = counts.tolist()  # N is small: Python ints, no overflow
     if min(values, default=0) < 0:
         i = next(i for i, v in enumerate(values) if v < 0)

@@ -117,37 +117,46 @@ def ps_pool(X, batch, rois, oc: int, ph: int, pw: int, spatial_scale: float):
     return out
 
 
-def _grids(boxes, spatial_scale, ph, pw, sampling_ratio, aligned):
+def _grids(boxes, spatial_scale, ph, pw, sampling_ratio, aligned, limit: int):
     """Samples per bin [R, 2] (y, x) as the kernels compute them, or None where a cheap bound
-    shows every grid is at most EXPLICIT_GRID_MAX."""
-    from .roi_align import EXPLICIT_GRID_MAX, _geometry
+    shows every grid is at most ``limit``."""
+    from .roi_align import _geometry
 
-    if sampling_ratio > 0 and sampling_ratio <= EXPLICIT_GRID_MAX:
+    if 0 < sampling_ratio <= limit:
         return None
     if sampling_ratio <= 0 and boxes.shape[0]:
         extent = float(np.abs(boxes[:, 2:] - boxes[:, :2]).max()) * spatial_scale
-        if extent / min(ph, pw) + 2 <= EXPLICIT_GRID_MAX:
+        if extent / min(ph, pw) + 2 <= limit:
             return None
     return _geometry(boxes, spatial_scale, ph, pw, sampling_ratio, aligned)[2]
 
 
+def _roi_align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
+               aligned: int, mode: int, limit: int, empty: float = 0.0):
+    """The roi_align kernel (mode 0: mean, 1: running max from ``empty``) over every box
+    whose grid is at most ``limit`` per side: (output, X on the device, the boxes left to the
+    caller)."""
+    N, C, H, W = X.shape
+    out = _empty(X, boxes.shape[0], C, ph, pw)
+    Xg, rows = _inputs(X, batch, boxes)
+    _launch("roi_align", out, Xg, rows,
+            (*_i(C, H, W, ph, pw), X.dtype.type(spatial_scale),
+             *_i(sampling_ratio, aligned, mode, limit), X.dtype.type(empty)))
+    grid = _grids(boxes, spatial_scale, ph, pw, sampling_ratio, aligned, limit)
+    left = np.zeros(0, np.intp) if grid is None else np.flatnonzero((grid > limit).any(axis=1))
+    return out, Xg, left
+
+
 def align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
-          aligned: bool):
+          aligned: int):
     """RoIAlign (mean of the samples); boxes with huge grids in closed form (two GEMMs)."""
     import cupy
 
     from .roi_align import EXPLICIT_GRID_MAX, align_geometry, axis_weights
 
     N, C, H, W = X.shape
-    out = _empty(X, boxes.shape[0], C, ph, pw)
-    Xg, rows = _inputs(X, batch, boxes)
-    _launch("roi_align", out, Xg, rows,
-            (*_i(C, H, W, ph, pw), X.dtype.type(spatial_scale),
-             *_i(sampling_ratio, aligned, 0, EXPLICIT_GRID_MAX), X.dtype.type(0)))
-    grid = _grids(boxes, spatial_scale, ph, pw, sampling_ratio, aligned)
-    if grid is None:
-        return out
-    big = np.flatnonzero((grid > EXPLICIT_GRID_MAX).any(axis=1))
+    out, Xg, big = _roi_align(X, batch, boxes, ph, pw, spatial_scale, sampling_ratio, aligned,
+                              0, EXPLICIT_GRID_MAX)
     if big.size:  # closed-form weights: O(pooled * size), not O(samples)
         (y1, bh, gh), (x1, bw, gw) = align_geometry(boxes[big], spatial_scale, ph, pw,
                                                     sampling_ratio, aligned)
@@ -161,23 +170,16 @@ def align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_rati
 def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
               aligned: int, empty: float = -10000.0):
     """MMCVRoiAlign mode "max" (a running maximum from ``empty``); boxes with more than
-    MAX_MODE_SAMPLES samples per bin are computed on the host."""
+    MAX_MODE_SAMPLES samples per bin side are computed on the host."""
     import cupy
 
     from .mmcv_roi_align import align_max as on_host
 
-    N, C, H, W = X.shape
-    out = _empty(X, boxes.shape[0], C, ph, pw)
-    Xg, rows = _inputs(X, batch, boxes)
-    _launch("roi_align", out, Xg, rows,
-            (*_i(C, H, W, ph, pw), X.dtype.type(spatial_scale),
-             *_i(sampling_ratio, aligned, 1, MAX_MODE_SAMPLES), X.dtype.type(empty)))
-    grid = _grids(boxes, spatial_scale, ph, pw, sampling_ratio, aligned)
-    if grid is not None:
-        big = np.flatnonzero((grid > MAX_MODE_SAMPLES).any(axis=1))
-        if big.size:
-            out[big] = cupy.asarray(on_host(cupy.asnumpy(X), batch[big], boxes[big], ph, pw,
-                                            spatial_scale, sampling_ratio, aligned, empty))
+    out, _, big = _roi_align(X, batch, boxes, ph, pw, spatial_scale, sampling_ratio, aligned,
+                             1, MAX_MODE_SAMPLES, empty)
+    if big.size:
+        out[big] = cupy.asarray(on_host(cupy.asnumpy(X), batch[big], boxes[big], ph, pw,
+                                        spatial_scale, sampling_ratio, aligned, empty))
     return out
 
 
