@@ -158,8 +158,10 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
             if cols in (5, 6):
                 b = np.concatenate([np.zeros((r, 1)), b], 1)
             feats[vi.name] = b.astype(dtype)
-        else:
-            shape = [d if d else 8 for d in dims] if dims else [1, FEAT_C, FEAT_H, FEAT_W]
+        else:  # a feature map: level l of a pyramid is 2^l times smaller
+            level = spec.features.index(list(spec.inputs).index(inp)) if inp else 0
+            default = [1, FEAT_C, max(1, FEAT_H >> level), max(1, FEAT_W >> level)]
+            shape = [d or default[i] for i, d in enumerate(dims)] if dims else default
             feats[vi.name] = rng.standard_normal(shape).astype(dtype)
     return feats
 

@@ -21,7 +21,8 @@ def _op_class(f: NodeForm) -> type[OpRun]:
 
     def _run(self, *inputs, **attrs):
         attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
-        return (spec.kernel(*inputs, **attrs),)
+        y = spec.kernel(*inputs, **attrs)
+        return y if isinstance(y, tuple) else (y,)
 
     return type(f.op_type, (OpRun,), {"op_domain": f.domain, "_run": _run,
                                       "__doc__": f"{f.domain}::{f.op_type}: {spec.doc}"})

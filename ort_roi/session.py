@@ -42,13 +42,12 @@ def _load(model) -> onnx.ModelProto:
     raise TypeError(f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
 
 
-def prepare_model(model: onnx.ModelProto, exact_floats: bool = True) -> onnx.ModelProto:
+def prepare_model(model: onnx.ModelProto, exact_floats: bool = True) -> int:
     """The front door's preparation: the graph-rewrite pass (``graph.rewrite``: native
-    RoiAlign / MaxRoiPool into ort_roi, every node form checked and its attributes explicit)
-    with float attributes as tokens that reach the kernels exactly. Raises RoiOpError naming
-    the node. Works in place and returns the model."""
-    rewrite(model, "ort_roi", exact_floats=exact_floats)
-    return model
+    RoiAlign / MaxRoiPool and the multi-level nodes into ort_roi, every node form checked and
+    its attributes explicit) with float attributes as tokens that reach the kernels exactly.
+    Raises RoiOpError naming the node. Works in place; returns the nodes moved."""
+    return rewrite(model, "ort_roi", exact_floats=exact_floats)
 
 
 class InferenceSession:
@@ -62,7 +61,8 @@ class InferenceSession:
 
     def __init__(self, model, sess_options: ort.SessionOptions | None = None,
                  providers: Sequence[Any] | None = None, **kw: Any):
-        m = prepare_model(_load(model))
+        m = _load(model)
+        prepare_model(m)
         so = session_options(sess_options)
         # Python ops report errors on the calling thread: keep nodes on that thread.
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL

@@ -82,18 +82,23 @@ def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0,
         m = onnx.load(model) if isinstance(model, str) else model
     except Exception as e:  # noqa: BLE001 - any load failure is the finding
         return [("load", f"cannot read the model: {e}")]
-    steps = [  # our rules first: they name the node; the first failing step is reported
-        ("attributes", lambda: prepare_model(_copy(m), exact_floats=False)),
-        ("checker", lambda: _check(m, notes)),
-        ("shapes", lambda: onnx.shape_inference.infer_shapes(m, check_type=True,
-                                                             strict_mode=True)),
-    ]
+    try:  # our rules first: they name the node
+        c = _copy(m)
+        moved = prepare_model(c, exact_floats=False)  # the rewrite pass: what will run
+    except Exception as e:  # noqa: BLE001 - the first failure is the finding
+        return [("attributes", _first_line(e))]
+    if moved:
+        notes.append(f"checked as ort-roi convert rewrites it ({moved} node(s) of "
+                     f"onnxruntime's or of exporters moved into ort_roi)")
+    steps = [("checker", lambda: _check(c, notes)),
+             ("shapes", lambda: onnx.shape_inference.infer_shapes(c, check_type=True,
+                                                                  strict_mode=True))]
     for step, fn in steps:
         try:
             fn()
         except Exception as e:  # noqa: BLE001 - the first failure is the finding
             return [(step, _first_line(e))]
-    rep = compare_with_reference(m, generate_inputs(m, r, seed))
+    rep = compare_with_reference(c, generate_inputs(c, r, seed))
     return [("run", p) for p in rep.problems]
 
 
