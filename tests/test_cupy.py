@@ -144,13 +144,15 @@ def test_cuda_source_compiles_with_nvcc(tmp_path, arch):
             f"long long, int, int, int, int, int, int, {t});",
             f"template __global__ void roi_align<{t}, 8>(const {t}*, const {t}*, {t}*, "
             f"long long, int, int, int, int, int, {t}, int, int, int, int, {t});",
+            f"template __global__ void roi_align_levels<{t}, 8>(" + f"const {t}*, " * 7
+            + f"{t}*, long long, int, int, int, int, int, int, int, {t});",
             f"template __global__ void roi_align_rotated<{t}, 8>(const {t}*, const {t}*, {t}*, "
             f"long long, int, int, int, int, int);"]
     src.write_text("\n".join(lines) + "\n")
     r = subprocess.run(["nvcc", "-cubin", f"-arch={arch}", "-fmad=false", "--resource-usage",
                         "-o", str(tmp_path / "k.cubin"), str(src)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert r.stderr.count("Compiling entry function") == 10
+    assert r.stderr.count("Compiling entry function") == 12
     assert "bytes spill" in r.stderr and " 0 bytes spill stores" in r.stderr
     assert all(" 0 bytes spill stores" in ln for ln in r.stderr.splitlines() if "spill stores" in ln)
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from ._boxes import is_cupy
 
-KERNELS = ("max_pool", "bilinear_pool", "psroi_pool", "roi_align", "roi_align_rotated")
+KERNELS = ("max_pool", "bilinear_pool", "psroi_pool", "roi_align", "roi_align_levels",
+           "roi_align_rotated")
 _CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 _THREADS = 256
 #: Channels per thread (CB in roi_ops.cu) that the kernels are built for.
@@ -180,6 +181,39 @@ def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_
     if big.size:
         out[big] = cupy.asarray(on_host(cupy.asnumpy(X), batch[big], boxes[big], ph, pw,
                                         spatial_scale, sampling_ratio, aligned, empty))
+    return out
+
+
+def align_levels(Xs: list, batch, boxes, level, ph: int, pw: int, scales, sampling_ratio: int,
+                 aligned: int, mode: int, empty: float = 0.0):
+    """Multi-level RoIAlign in one launch (roi_align_levels): box r pooled from
+    Xs[level[r]] at scales[level[r]], mean (mode 0) or max from ``empty`` (mode 1); a box on
+    no level (level outside [0, len(Xs))) gives 0. Boxes past the kernel's grid limits are
+    computed per level by ``align`` / ``align_max``."""
+    import cupy
+
+    from ..specs import MAX_LEVELS
+    from .roi_align import EXPLICIT_GRID_MAX
+
+    X0 = Xs[0]
+    R, C = boxes.shape[0], X0.shape[1]
+    out = cupy.zeros((R, C, ph, pw), X0.dtype)
+    limit = EXPLICIT_GRID_MAX if mode == 0 else MAX_MODE_SAMPLES
+    lv = np.where((level >= 0) & (level < len(Xs)), level, -1)
+    rows = np.empty((R, 9), X0.dtype)
+    rows[:, 0], rows[:, 1:5], rows[:, 5] = batch, boxes, lv
+    rows[:, 6:8] = np.array([x.shape[2:] for x in Xs])[lv]
+    rows[:, 8] = np.asarray(scales, X0.dtype)[lv]
+    Xg = [cupy.ascontiguousarray(x) for x in Xs]
+    _launch("roi_align_levels", out, *Xg, *Xg[:1] * (MAX_LEVELS - len(Xg)), cupy.asarray(rows),
+            (*_i(C, ph, pw, sampling_ratio, aligned, mode, limit), X0.dtype.type(empty)))
+    for i, X in enumerate(Xs):
+        which = np.flatnonzero(lv == i)
+        grid = _grids(boxes[which], scales[i], ph, pw, sampling_ratio, aligned, limit)
+        big = which[(grid > limit).any(axis=1)] if grid is not None else which[:0]
+        if big.size:
+            args = (X, batch[big], boxes[big], ph, pw, scales[i], sampling_ratio, aligned)
+            out[big] = align(*args) if mode == 0 else align_max(*args, empty)
     return out
 
 

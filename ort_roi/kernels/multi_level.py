@@ -49,13 +49,8 @@ def roi_feature_extractor(rois, *feats, output_size: int = 7, sampling_ratio: in
     scale = [float(np.float32(1) / np.float32(a[f"scale_{i}"])) for i in range(L)]  # 1.0f / s
     check_box_sizes(op, "rois", boxes, max(scale))
     p = a["output_size"]
-    out = _empty(X[0], boxes.shape[0], p, p)
-    for i in range(L):
-        which = np.flatnonzero(level == i)
-        if which.size:
-            out[which] = align(X[i], np.zeros(which.size, np.intp), boxes[which], p, p,
-                               scale[i], a["sampling_ratio"],
-                               OPENVINO_ALIGNED if a["aligned"] else 0)
+    out = align_levels(X, np.zeros(boxes.shape[0], np.intp), boxes, level, p, p, scale,
+                       a["sampling_ratio"], OPENVINO_ALIGNED if a["aligned"] else 0, 0)
     return out, boxes.copy()
 
 
@@ -84,14 +79,27 @@ def multi_level_roi_align(rois, *feats, output_height: int = 7, output_width: in
     scale = [float(np.float32(1.0 / np.float32(a[f"stride_{i}"]))) for i in range(L)]
     check_box_sizes(op, "rois", boxes, max(scale))
     ph, pw = a["output_height"], a["output_width"]
+    return align_levels(X, batch, boxes, level, ph, pw, scale, a["sampling_ratio"],
+                        MMDEPLOY_ALIGNED if a["aligned"] else 0, 1 - a["pool_mode"], -FLT_MAX)
+
+
+def align_levels(X: list, batch, boxes, level, ph: int, pw: int, scales, sampling_ratio: int,
+                 aligned: int, mode: int, empty: float = 0.0):
+    """Each box pooled from its level X[level[r]] at scales[level[r]] with RoIAlign's
+    arithmetic (``aligned``: a roi_align.GEOMETRY variant), the mean (mode 0) or the max from
+    ``empty`` (mode 1); a box on no level gives 0. On the GPU in one launch."""
+    if is_cupy(X[0]):
+        from . import _cupy
+
+        return _cupy.align_levels(X, batch, boxes, level, ph, pw, scales, sampling_ratio,
+                                  aligned, mode, empty)
     out = _empty(X[0], boxes.shape[0], ph, pw)
-    for i in range(L):
+    for i in range(len(X)):
         which = np.flatnonzero(level == i)
-        if not which.size:
-            continue
-        args = (X[i], batch[which], boxes[which], ph, pw, scale[i], a["sampling_ratio"],
-                MMDEPLOY_ALIGNED if a["aligned"] else 0)
-        out[which] = align(*args) if a["pool_mode"] == 1 else align_max(*args, empty=-FLT_MAX)
+        if which.size:
+            args = (X[i], batch[which], boxes[which], ph, pw, scales[i], sampling_ratio,
+                    aligned)
+            out[which] = align(*args) if mode == 0 else align_max(*args, empty=empty)
     return out
 
 

@@ -239,41 +239,65 @@ ORT_ROI_DEVICE void align_axis(T lo, T hi, T scale, T off, int aligned, int pool
 // y = (start + ph*bin) + (iy + 0.5)*bin/gh. Boxes whose grid exceeds grid_max are left
 // alone (the host computes them in closed form).
 template <typename T, int CB>
+ORT_ROI_DEVICE void align_bin(const T* X, const T* b, long long bi, const Bin& q, T* out,
+                              int C, int H, int W, int PH, int PW, T scale, int sampling_ratio,
+                              int aligned, int mode, int grid_max, T empty) {
+  const T off = aligned ? (T)0.5 : (T)0;
+  T y0, bh, x0, bw;
+  int gh, gw;
+  align_axis(b[1], b[3], scale, off, aligned, PH, sampling_ratio, grid_max, y0, bh, gh);
+  align_axis(b[0], b[2], scale, off, aligned, PW, sampling_ratio, grid_max, x0, bw, gw);
+  if (gh < 0 || gw < 0) return;
+  T acc[CB];
+  for (int k = 0; k < CB; ++k) acc[k] = mode ? empty : (T)0;
+  const T* x = X + (bi * C + q.c0) * (long long)H * W;
+  const long long plane = (long long)H * W;
+  const int nc = q.c1 - q.c0;
+  for (int iy = 0; iy < gh; ++iy) {
+    T y = (y0 + (T)q.ph * bh) + ((T)iy + (T)0.5) * bh / (T)gh;
+    for (int ix = 0; ix < gw; ++ix) {
+      T xx = (x0 + (T)q.pw * bw) + ((T)ix + (T)0.5) * bw / (T)gw;
+      Taps<T> t = taps(H, W, y, xx);
+      for (int k = 0; k < CB; ++k) {
+        if (k >= nc) break;
+        T v = tap_value(t, x + k * plane);
+        if (mode == 0) acc[k] += v;
+        else if (v > acc[k]) acc[k] = v;
+      }
+    }
+  }
+  const int count = gh * gw;
+  T* o = out + ((q.r * C + q.c0) * PH + q.ph) * PW + q.pw;
+  for (int k = 0; k < nc; ++k, o += (long long)PH * PW)
+    *o = mode ? acc[k] : (count > 0 ? acc[k] / (T)count : (T)0);
+}
+
+template <typename T, int CB>
 __global__ void roi_align(const T* X, const T* rois, T* out,
                           long long n, int C, int H, int W, int PH, int PW, T scale,
                           int sampling_ratio, int aligned, int mode, int grid_max, T empty) {
   ORT_ROI_LOOP(i, n) {
     Bin q = unravel<CB>(i, C, PH, PW);
-    const T* b = rois + q.r * 5 + 1;
-    const long long bi = (long long)rois[q.r * 5];
-    const T off = aligned ? (T)0.5 : (T)0;
-    T y0, bh, x0, bw;
-    int gh, gw;
-    align_axis(b[1], b[3], scale, off, aligned, PH, sampling_ratio, grid_max, y0, bh, gh);
-    align_axis(b[0], b[2], scale, off, aligned, PW, sampling_ratio, grid_max, x0, bw, gw);
-    if (gh < 0 || gw < 0) continue;
-    T acc[CB];
-    for (int k = 0; k < CB; ++k) acc[k] = mode ? empty : (T)0;
-    const T* x = X + (bi * C + q.c0) * (long long)H * W;
-    const long long plane = (long long)H * W;
-    const int nc = q.c1 - q.c0;
-    for (int iy = 0; iy < gh; ++iy) {
-      T y = (y0 + (T)q.ph * bh) + ((T)iy + (T)0.5) * bh / (T)gh;
-      for (int ix = 0; ix < gw; ++ix) {
-        T xx = (x0 + (T)q.pw * bw) + ((T)ix + (T)0.5) * bw / (T)gw;
-        Taps<T> t = taps(H, W, y, xx);
-        for (int k = 0; k < CB; ++k) {
-          if (k >= nc) break;
-          T v = tap_value(t, x + k * plane);
-          if (mode == 0) acc[k] += v;
-          else if (v > acc[k]) acc[k] = v;
-        }
-      }
-    }
-    const int count = gh * gw;
-    T* o = out + ((q.r * C + q.c0) * PH + q.ph) * PW + q.pw;
-    for (int k = 0; k < nc; ++k, o += (long long)PH * PW)
-      *o = mode ? acc[k] : (count > 0 ? acc[k] / (T)count : (T)0);
+    align_bin<T, CB>(X, rois + q.r * 5 + 1, (long long)rois[q.r * 5], q, out, C, H, W, PH, PW,
+                     scale, sampling_ratio, aligned, mode, grid_max, empty);
+  }
+}
+
+// Multi-level RoIAlign in one launch: rois [R, 9] = [batch, x1, y1, x2, y2, level, H, W,
+// scale] (level -1: on no level, the output is left as it is); level l's map is X0 .. X5.
+template <typename T, int CB>
+__global__ void roi_align_levels(const T* X0, const T* X1, const T* X2, const T* X3,
+                                 const T* X4, const T* X5, const T* rois, T* out, long long n,
+                                 int C, int PH, int PW, int sampling_ratio, int aligned,
+                                 int mode, int grid_max, T empty) {
+  ORT_ROI_LOOP(i, n) {
+    Bin q = unravel<CB>(i, C, PH, PW);
+    const T* row = rois + q.r * 9;
+    const int l = (int)row[5];
+    if (l < 0) continue;
+    const T* X = l == 0 ? X0 : l == 1 ? X1 : l == 2 ? X2 : l == 3 ? X3 : l == 4 ? X4 : X5;
+    align_bin<T, CB>(X, row + 1, (long long)row[0], q, out, C, (int)row[6], (int)row[7], PH,
+                     PW, row[8], sampling_ratio, aligned, mode, grid_max, empty);
   }
 }
 
