@@ -55,8 +55,6 @@ def make_fpn_inputs(w: dict, seed: int = 0):
 def _fpn_cases(w: dict, op: str):
     """The exported multi-level node through ort_roi (converted, in a plain session), against
     OpenVINO reading the same node, and our RoIAlign on one level with the same boxes."""
-    import onnx
-
     from ort_roi import convert
 
     feats, boxes = make_fpn_inputs(w)

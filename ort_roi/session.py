@@ -11,7 +11,7 @@ import onnxruntime as ort
 
 from . import _bridge
 from .errors import RoiOpError
-from .graph import iter_nodes, node_attrs, rewrite, spec_of  # noqa: F401 (re-exported)
+from .graph import iter_nodes, rewrite, spec_of
 from .specs import TYPES
 
 

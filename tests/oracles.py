@@ -143,7 +143,7 @@ def openvino_rotated(case: dict) -> np.ndarray:
 def extractor_node_model(case: dict, domain: str = "org.openvinotoolkit"):
     """The node as exporters write it (pyramid_scales a list, extra attributes) from an
     ROIFeatureExtractor_L{L} case."""
-    from onnx import TensorProto, helper
+    from onnx import helper
 
     a = dict(case["attrs"])
     L = len(case["inputs"]) - 1

@@ -8,7 +8,6 @@ live when installed), a literal loop of mmcv's rotated kernel (tests/literal.py)
 roi_align (the committed RoIAlign goldens) and onnxruntime's own RoiAlign.
 """
 
-import os
 import subprocess
 import sys
 

@@ -17,4 +17,6 @@ from .roi_pooling import roi_pooling
 
 __all__ = ["roi_pooling", "roi_pool", "psroi_pool", "roi_align", "mmcv_roi_align",
            "mmcv_roi_align_rotated", "caffe2_roi_align", "onnx_roi_align",
-           "roi_feature_extractor", "multi_level_roi_align"]
+           "roi_feature_extractor", "multi_level_roi_align",
+           # the kernels of the fixed-arity multi-level ops (strides as attributes)
+           "roi_feature_extractor_levels", "multi_level_roi_align_levels"]
