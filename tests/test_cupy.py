@@ -117,6 +117,28 @@ def test_cuda_source_on_host_huge_grid_and_mmcv(host_cupy):
         _check("align", got, kernels.mmcv_roi_align(X, rois, mode=mode, **m))
 
 
+def test_cuda_source_on_host_rotated_huge_grids_go_to_the_host(host_cupy):
+    """A rotated box with a huge adaptive grid is not looped over in the kernel (one thread
+    per bin would visit ~1e12 samples): the NumPy kernel's clipped sampling computes it."""
+    from ort_roi.kernels import roi_align_rotated as rot
+
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((1, 3, 9, 11))
+    rois = np.array([[0, 5, 4, 3e6, 2e6, 0.3], [0, 5, 4, 300, 220, -0.7],
+                     [0, 4, 3, 6, 5, 0.2]], np.float64)
+    a = dict(output_height=2, output_width=3, sampling_ratio=0)
+    launched = []
+    launch = _cupy._launch
+    with mock.patch.object(_cupy, "_launch",
+                           lambda k, out, X, rows, *r: launched.append(rows.copy())
+                           or launch(k, out, X, rows, *r)):
+        got = kernels.mmcv_roi_align_rotated(host_cupy.asarray(X), rois, **a)
+    assert launched[0][:2, 9:].tolist() == [[-1, -1], [-1, -1]]  # both huge: on the host
+    assert launched[0][2, 9:].tolist() == [3, 2]
+    _check("align", np.asarray(got), kernels.mmcv_roi_align_rotated(X, rois, **a))
+    assert rot.SAMPLES_PER_BOX < 2 * 3 * 110 * 100  # the second box: 110 x 100 per bin
+
+
 def test_cuda_path_reports_bad_input_like_numpy(host_cupy):
     X = np.zeros((1, 2, 4, 4), np.float32)
     with pytest.raises(ort_roi.RoiOpError, match="RoIPool.*'boxes_num'"):

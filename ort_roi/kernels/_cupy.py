@@ -219,15 +219,22 @@ def align_levels(Xs: list, batch, boxes, level, ph: int, pw: int, scales, sampli
 
 def align_rotated(X, rows: np.ndarray, ph: int, pw: int, host):
     """Rotated RoIAlign from the host's per-box rows [batch, cy', cx', start_h, start_w, bin_h,
-    bin_w, cos, sin, gh, gw]; boxes with a grid of -1 (too many samples) are computed by
-    ``host(which)`` (the NumPy kernel's clipped sampling)."""
+    bin_w, cos, sin, gh, gw]. Boxes with more than SAMPLES_PER_BOX samples (huge adaptive
+    grids: one thread would visit a whole bin's grid) go to the kernel with a grid of -1,
+    which skips them, and are computed by ``host(which)`` (the NumPy kernel's clipped
+    sampling)."""
     import cupy
+
+    from .roi_align_rotated import SAMPLES_PER_BOX
 
     N, C, H, W = X.shape
     out = _empty(X, rows.shape[0], C, ph, pw)
-    _launch("roi_align_rotated", out, cupy.ascontiguousarray(X),
-            cupy.asarray(rows.astype(X.dtype)), _i(C, H, W, ph, pw))
-    big = np.flatnonzero((rows[:, 9:] < 0).any(axis=1))
+    samples = ph * pw * rows[:, 9].astype(np.float64) * rows[:, 10]
+    big = np.flatnonzero(samples > SAMPLES_PER_BOX)
+    dev = rows.astype(X.dtype)  # a copy
+    dev[big, 9:] = -1
+    _launch("roi_align_rotated", out, cupy.ascontiguousarray(X), cupy.asarray(dev),
+            _i(C, H, W, ph, pw))
     if big.size:
         out[big] = cupy.asarray(host(big))
     return out
