@@ -129,7 +129,6 @@ def _into_ours(node: onnx.NodeProto, f: NodeForm, onnx_opset: int) -> None:
                              f"{'feature map' if f.levels else 'output axis'}), got {v!r} "
                              f"{where}")
         given.update(zip(parts, v))
-    given = {f.rename.get(k, k): v for k, v in given.items()}
     given.update(f.fixed)
     if f.before_opset is not None and onnx_opset < f.before_opset[0]:
         for k, v in f.before_opset[1].items():
@@ -155,8 +154,6 @@ def _into_native(node: onnx.NodeProto, f: NodeForm, onnx_opset: int) -> None:
                                  f"{f.op_type}; the model imports opset {onnx_opset} (node "
                                  f"{node.name or '<unnamed>'!r})")
             values.pop(k)
-    back = {v: k for k, v in f.rename.items()}
-    values = {back.get(k, k): v for k, v in values.items()}
     for name, parts in f.split.items():
         values[name] = [values.pop(p) for p in parts]
     new = helper.make_node(f.op_type, list(node.input), list(node.output),

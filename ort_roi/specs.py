@@ -436,8 +436,8 @@ class NodeForm:
     session runs the node as it is. Otherwise onnxruntime has the node natively and
     ``convert`` (and the front door) rewrite it into ``spec`` (in domain ort_roi; with
     ``levels``, the spec of its number of feature maps): exporter attributes absent from the
-    node take the exporter's ``defaults``, ``drop`` ones are dropped, the rest are renamed by
-    ``rename``, list attributes ``split`` into scalars (a "name_{}" pattern: one per level),
+    node take the exporter's ``defaults``, ``drop`` ones are dropped, list attributes are
+    ``split`` into scalars (a "name_{}" pattern: one per level),
     ``fixed`` values set, and an attribute the node's opset lacks takes ``before_opset``'s
     value.
     ``--to onnx`` rewrites ``spec`` nodes back (only those whose ``fixed`` values match).
@@ -453,7 +453,6 @@ class NodeForm:
     drop: tuple[str, ...] = ()  # exporter attributes without effect (dropped by convert)
     guard_levels: int = 0  # >0: a plain session refuses the node as exported, naming the fix
     defaults: Mapping[str, Any] = field(default_factory=dict)
-    rename: Mapping[str, str] = field(default_factory=dict)
     split: Mapping[str, tuple[str, ...] | str] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     before_opset: tuple[int, Mapping[str, Any]] | None = None

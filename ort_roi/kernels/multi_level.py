@@ -93,7 +93,7 @@ def align_levels(X: list, batch, boxes, level, ph: int, pw: int, scales, samplin
 
         return _cupy.align_levels(X, batch, boxes, level, ph, pw, scales, sampling_ratio,
                                   aligned, mode, empty)
-    out = _empty(X[0], boxes.shape[0], ph, pw)
+    out = np.zeros((boxes.shape[0], X[0].shape[1], ph, pw), X[0].dtype)
     for i in range(len(X)):
         which = np.flatnonzero(level == i)
         if which.size:
@@ -167,14 +167,6 @@ def _levels(op: str, feats, batch: int | None = None) -> list:
                              f"must have feat_0's N and C {list(X[0].shape[:2])}, got "
                              f"{list(x.shape)}")
     return X
-
-
-def _empty(X, R: int, ph: int, pw: int):
-    if is_cupy(X):
-        import cupy
-
-        return cupy.zeros((R, X.shape[1], ph, pw), X.dtype)
-    return np.zeros((R, X.shape[1], ph, pw), X.dtype)
 
 
 def roi_feature_extractor_levels(rois, *feats, **attrs):

@@ -120,8 +120,8 @@ def align_rotated(X: np.ndarray, rows: np.ndarray, ph: int, pw: int, host=None) 
     i = 0
     while i < small.size:
         gy, gx = max(1, int(grid[small[i], 0])), max(1, int(grid[small[i], 1]))
-        n = max(1, STEP // (ph * pw * gy * gx * max(C, 1)))
-        # grow the step while the largest grid in it keeps it within STEP
+        n = max(1, STEP // (ph * pw * gy * gx * max(C, 1)))  # by the first (smallest) grid
+        # halved while the largest grid in the step makes it exceed 4 * STEP
         rs = small[i:i + n]
         Gy, Gx = max(1, int(grid[rs, 0].max())), max(1, int(grid[rs, 1].max()))
         while rs.size > 1 and rs.size * ph * pw * Gy * Gx * C > 4 * STEP:
