@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
+from contextlib import contextmanager
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from . import backend
+from . import backend, locate
 from .errors import RoiOpError
 from .kernels import _workspace
 from .specs import DOMAIN, FORMS, TYPES, Attr, OpSpec
@@ -31,36 +33,40 @@ _ATTR_DT = {int: "dt_int64", float: "dt_float", str: "dt_string"}
 
 #: kernel id -> (spec, output dtype, kernel) for every registered overload of ours.
 _KERNELS: dict[int, tuple[OpSpec, np.dtype, Callable[..., np.ndarray]]] = {}
-_lock = threading.Lock()
-_local = threading.local()
+_lock = threading.RLock()
 
 
 # --- errors on a side channel -------------------------------------------------------------
 
-def take_errors() -> list[RoiOpError]:
-    """Errors recorded on this thread since the last call (and forget them)."""
-    errs = getattr(_local, "errors", [])
-    _local.errors = []
-    return errs
+#: onnxruntime session (a front door's) -> {thread that called run: errors of that run}
+_sinks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _report(err: RoiOpError) -> None:
-    if not hasattr(_local, "errors"):
-        _local.errors = []
-    _local.errors.append(err)
-    if not getattr(_local, "raising", False):  # the front door raises it instead
+@contextmanager
+def raising(session):
+    """Context of a front-door run of ``session`` on this thread: errors of its ops are
+    collected in the list it yields (the caller raises them) instead of logged."""
+    errors: list[RoiOpError] = []
+    with _lock:
+        _sinks.setdefault(session, {})[threading.get_ident()] = errors
+    try:
+        yield errors
+    finally:
+        with _lock:
+            _sinks.get(session, {}).pop(threading.get_ident(), None)
+
+
+def _report(err: RoiOpError, spec: OpSpec, text: Mapping[str, str], feed) -> None:
+    """Place the error (its node and tensor, see ``locate``), then hand it to the front
+    door running it, or log it."""
+    run = locate.running()
+    err = locate.place(err, spec, text, feed, run)
+    with _lock:
+        sink = _sinks.get(run.session, {}).get(run.thread) if run is not None else None
+    if sink is not None:
+        sink.append(err)
+    else:
         log.error("%s (the output was filled with NaN)", err)
-
-
-class raising:
-    """Context: errors on this thread are raised by the caller, not logged."""
-
-    def __enter__(self):
-        take_errors()
-        _local.raising = True
-
-    def __exit__(self, *exc):
-        _local.raising = False
 
 
 # --- float attributes ----------------------------------------------------------------------
@@ -184,7 +190,7 @@ def _run(k_id: int, feed, text: Mapping[str, str]):
         if not isinstance(e, RoiOpError):
             e = RoiOpError(spec.name, "kernel", f"internal error {type(e).__name__}: {e}")
         try:
-            _report(e)
+            _report(e, spec, text, feed)
         except BaseException:  # noqa: BLE001
             pass
         ys = _fallback(spec, feed, text, dtype)

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import onnx
 from onnx import helper
 
-from .errors import RoiOpError
+from .errors import RoiOpError, node_label
 from .specs import DOMAIN, FORMS, OPSET_VERSION, NodeForm, OpSpec, form
 
 
@@ -48,8 +48,7 @@ def node_attrs(node: onnx.NodeProto, spec: OpSpec, given: dict | None = None) ->
     try:
         return spec.resolve(given_attrs(node) if given is None else given)
     except RoiOpError as e:
-        raise RoiOpError(e.op, e.name,
-                         f"{e.detail} (node {node.name or '<unnamed>'!r})") from None
+        raise e.at(node_label(node)) from None
 
 
 def opset(model: onnx.ModelProto, domain: str = "") -> int | None:
@@ -109,12 +108,12 @@ def _native_form(node: onnx.NodeProto, spec: OpSpec) -> NodeForm | None:
 
 
 def _into_ours(node: onnx.NodeProto, f: NodeForm, onnx_opset: int) -> None:
-    where = f"(node {node.name or '<unnamed>'!r})"
+    where = node_label(node)
     spec = f.target(len(node.input))
     if spec is None:
         raise RoiOpError(f.op_type, "inputs",
                          f"{len(node.input) - 1} feature maps: ort_roi runs 1 to "
-                         f"{max(f.levels)} {where}")
+                         f"{max(f.levels)}", node=where)
     levels = len(node.input) - 1
     given = {**f.defaults, **given_attrs(node)}
     for name in f.drop:
@@ -126,8 +125,8 @@ def _into_ours(node: onnx.NodeProto, f: NodeForm, onnx_opset: int) -> None:
         if v is None or len(v) != len(parts):
             raise RoiOpError(f.op_type, f"attribute '{name}'",
                              f"must hold {len(parts)} values (one per "
-                             f"{'feature map' if f.levels else 'output axis'}), got {v!r} "
-                             f"{where}")
+                             f"{'feature map' if f.levels else 'output axis'}), got {v!r}",
+                             node=where)
         given.update(zip(parts, v))
     given.update(f.fixed)
     if f.before_opset is not None and onnx_opset < f.before_opset[0]:
@@ -151,8 +150,8 @@ def _into_native(node: onnx.NodeProto, f: NodeForm, onnx_opset: int) -> None:
             if values[k] != v:
                 raise RoiOpError(f.spec.name, f"attribute '{k}'",
                                  f"{values[k]!r} needs ONNX opset >= {f.before_opset[0]} for "
-                                 f"{f.op_type}; the model imports opset {onnx_opset} (node "
-                                 f"{node.name or '<unnamed>'!r})")
+                                 f"{f.op_type}; the model imports opset {onnx_opset}",
+                                 node=node_label(node))
             values.pop(k)
     for name, parts in f.split.items():
         values[name] = [values.pop(p) for p in parts]
@@ -169,8 +168,9 @@ def _explicit(node: onnx.NodeProto, spec: OpSpec, exact_floats: bool) -> None:
     values = node_attrs(node, spec)
     if len(node.input) != len(spec.inputs):
         raise RoiOpError(spec.name, "inputs",
-                         f"node {node.name!r} has {len(node.input)} inputs, expected "
-                         f"{len(spec.inputs)} ({', '.join(i.name for i in spec.inputs)})")
+                         f"has {len(node.input)} inputs, expected "
+                         f"{len(spec.inputs)} ({', '.join(i.name for i in spec.inputs)})",
+                         node=node_label(node))
     del node.attribute[:]
     for a in sorted(spec.attrs, key=lambda a: a.name):  # helper.make_node's order
         v = values[a.name]

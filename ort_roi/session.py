@@ -9,10 +9,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from . import _bridge
-from .errors import RoiOpError
+from . import _bridge, locate
+from .errors import RoiOpError, node_label
 from .graph import iter_nodes, rewrite, spec_of
 from .specs import TYPES
+
+
+#: The session config entry that marks SessionOptions on which ort_roi's ops are registered.
+REGISTERED = "ort_roi.registered"
 
 
 def session_options(so: ort.SessionOptions | None = None) -> ort.SessionOptions:
@@ -20,26 +24,43 @@ def session_options(so: ort.SessionOptions | None = None) -> ort.SessionOptions:
 
     A plain ``onnxruntime.InferenceSession(model, ort_roi.session_options())`` then runs
     graphs that use the ops. Bad input never aborts the process: the op logs the error on
-    the ``ort_roi`` logger and returns a NaN-filled output.
+    the ``ort_roi`` logger and returns a NaN-filled output. Registering again on the same
+    SessionOptions does nothing (onnxruntime would refuse a second registration); nothing
+    else of ``so`` is changed.
     """
     from onnxruntime_extensions import get_library_path
 
     _bridge.register()
     so = so if so is not None else ort.SessionOptions()
-    so.register_custom_ops_library(get_library_path())
+    try:
+        so.get_session_config_entry(REGISTERED)
+    except RuntimeError:  # not yet registered on these options
+        so.register_custom_ops_library(get_library_path())
+        so.add_session_config_entry(REGISTERED, "1")
     return so
 
 
 def _load(model) -> onnx.ModelProto:
+    """A private copy of ``model`` (a path, bytes or ModelProto); RoiOpError naming the file
+    when it holds no ONNX model."""
     if isinstance(model, onnx.ModelProto):
         m = onnx.ModelProto()
         m.CopyFrom(model)
         return m
     if isinstance(model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(model))
-    if isinstance(model, (str, os.PathLike)):
-        return onnx.load(os.fspath(model))
-    raise TypeError(f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+        what, load = f"the {len(model)} bytes given", lambda: onnx.load_from_string(bytes(model))
+    elif isinstance(model, (str, os.PathLike)):
+        what, load = f"file {os.fspath(model)!r}", lambda: onnx.load(os.fspath(model))
+    else:
+        raise TypeError(f"model must be a path, bytes or onnx.ModelProto, got "
+                        f"{type(model).__name__}")
+    try:
+        return load()
+    except OSError:  # a missing or unreadable file: the OS error names it
+        raise
+    except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and kin
+        raise RoiOpError("ort_roi", "model", f"{what} cannot be read as an ONNX model "
+                         f"({type(e).__name__}: {e})") from e
 
 
 def prepare_model(model: onnx.ModelProto, exact_floats: bool = True) -> int:
@@ -63,9 +84,7 @@ class InferenceSession:
                  providers: Sequence[Any] | None = None, **kw: Any):
         m = _load(model)
         prepare_model(m)
-        so = session_options(sess_options)
-        # Python ops report errors on the calling thread: keep nodes on that thread.
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so = session_options(sess_options)  # registers the ops on sess_options, once
         try:
             self._sess = ort.InferenceSession(m.SerializeToString(), so,
                                               providers=providers or ["CPUExecutionProvider"],
@@ -73,30 +92,44 @@ class InferenceSession:
         except Exception as e:  # onnxruntime refused the graph: say why in our terms
             raise _type_error(m) or RoiOpError("ort_roi", "model",
                                                f"onnxruntime could not load it: {e}") from e
+        locate.remember(self._sess, m)  # errors name the node and tensor
         self._consumers = _consumers(m)
-        self._declared = {i.name: i.type for i in self._sess.get_inputs()}
+        self._declared = _declared_inputs(m)
 
     def run(self, output_names, input_feed, run_options=None) -> list[np.ndarray]:
         """Run like onnxruntime; raises RoiOpError if an ort_roi op rejected its input."""
-        with _bridge.raising():
+        with _bridge.raising(self._sess) as errors:
             try:
                 outs = self._sess.run(output_names, input_feed, run_options)
             except Exception as e:  # onnxruntime refused the feed: name the op and input
-                raise self._feed_error(input_feed) or e
-            errors = _bridge.take_errors()
+                raise self._feed_error(input_feed, e) from e
         if errors:
             raise errors[0]
         return outs
 
-    def _feed_error(self, feed: dict) -> RoiOpError | None:
+    def _feed_error(self, feed: dict, e: Exception) -> RoiOpError:
+        """onnxruntime refused the feed: say which graph input and, where one of our nodes
+        reads it, which op, node and input."""
         for name, value in feed.items():
-            want, op = self._declared.get(name), self._consumers.get(name)
-            dtype = np.asarray(value).dtype
-            got = f"tensor({_ONNX_TYPE_NAMES.get(dtype, dtype)})"
-            if op is not None and want is not None and got != want:
-                return RoiOpError(op[0], f"input '{op[1]}'",
-                                  f"graph input {name!r} is declared {want}, got {got}")
-        return None
+            if name not in self._declared:
+                continue
+            dtype, shape = self._declared[name]
+            a = np.asarray(value)
+            if dtype is not None and a.dtype != dtype:
+                problem = (f"graph input {name!r} is declared {_type_name(dtype)}, got "
+                           f"{_type_name(a.dtype)}")
+            elif shape is not None and not (len(shape) == a.ndim and all(
+                    not isinstance(d, int) or d == n for d, n in zip(shape, a.shape))):
+                problem = (f"graph input {name!r} is declared {_dims(shape)}, got shape "
+                           f"{list(a.shape)}")
+            else:
+                continue
+            where = self._consumers.get(name)
+            if where is None:
+                return RoiOpError("ort_roi", "feed", problem)
+            op, inp, node = where
+            return RoiOpError(op, f"input '{inp}'", problem, node=node, tensor=name)
+        return RoiOpError("ort_roi", "feed", f"onnxruntime refused the run: {_first_line(e)}")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sess, name)
@@ -115,12 +148,40 @@ def _our_inputs(model: onnx.ModelProto):
             yield node, spec, name, inp
 
 
-def _consumers(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
-    """Graph value name -> (op, input name) of the first ort_roi node reading it."""
-    found: dict[str, tuple[str, str]] = {}
-    for _, spec, name, inp in _our_inputs(model):
-        found.setdefault(name, (spec.name, inp.name))
+def _consumers(model: onnx.ModelProto) -> dict[str, tuple[str, str, str]]:
+    """Graph value name -> (op, input name, node) of the first ort_roi node reading it."""
+    found: dict[str, tuple[str, str, str]] = {}
+    for node, spec, name, inp in _our_inputs(model):
+        found.setdefault(name, (spec.name, inp.name, node_label(node)))
     return found
+
+
+def _declared_inputs(model: onnx.ModelProto) -> dict[str, tuple]:
+    """Graph input -> (NumPy dtype or None, dims or None: ints, names or "?")."""
+    out = {}
+    for vi in model.graph.input:
+        t = vi.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type) if t.elem_type else None
+        shape = None
+        if t.HasField("shape"):
+            shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                     for d in t.shape.dim]
+        out[vi.name] = (dtype, shape)
+    return out
+
+
+def _type_name(dtype) -> str:
+    """A dtype as onnxruntime names tensor types: tensor(float), tensor(double), ..."""
+    return f"tensor({_ONNX_TYPE_NAMES.get(np.dtype(dtype), np.dtype(dtype).name)})"
+
+
+def _dims(shape: list) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _first_line(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__
 
 
 def _type_error(model: onnx.ModelProto) -> RoiOpError | None:
@@ -140,7 +201,6 @@ def _type_error(model: onnx.ModelProto) -> RoiOpError | None:
         if dtype not in TYPES[inp.type]:
             allowed = " or ".join(t.name for t in TYPES[inp.type])
             return RoiOpError(spec.name, f"input '{inp.name}'",
-                              f"must be {allowed}, got {dtype.name} (tensor {name!r} of "
-                              f"node {node.name or '<unnamed>'!r}); onnxruntime has no "
-                              f"kernel for it")
+                              f"must be {allowed}, got {dtype.name}; onnxruntime has no "
+                              f"kernel for it", node=node_label(node), tensor=name)
     return None

@@ -61,10 +61,3 @@ def tolerance(op: str, attrs: dict, dtype) -> dict:
     if op == "RoIPool" or (op == "ROIPooling" and attrs.get("method", "max") == "max"):
         return dict(rtol=0, atol=0)
     return dict(rtol=1e-4, atol=1e-4) if np.dtype(dtype) == np.float32 else dict(rtol=1e-9, atol=1e-9)
-
-
-@pytest.fixture(autouse=True)
-def _no_stale_errors():
-    from ort_roi import _bridge
-    _bridge.take_errors()
-    yield

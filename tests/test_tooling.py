@@ -143,14 +143,13 @@ def test_convert_reports_unreadable_and_malformed_models(tmp_path, capsys):
     src = tmp_path / "bad.onnx"
     onnx.save(helper.make_model(g), src)
     assert cli.main(["convert", str(src), str(tmp_path / "out.onnx")]) == 1
-    assert ("MaxRoiPool: attribute 'pooled_shape': must hold 2 values (one per output axis), "
-            "got None (node 'pool')"
-            in capsys.readouterr().err)
+    assert ("MaxRoiPool (node 'pool'): attribute 'pooled_shape': must hold 2 values (one per "
+            "output axis), got None" in capsys.readouterr().err)
     node = helper.make_node("ROIPooling", ["X", "rois"], ["Y"], name="rp", domain="ort_roi",
                             pooled_w=2, spatial_scale=1.0, method="max")
     onnx.save(helper.make_model(helper.make_graph([node], "g", [], [])), src)
     assert cli.main(["convert", str(src), str(tmp_path / "out.onnx"), "--to", "onnx"]) == 1
-    assert ("ROIPooling: attribute 'pooled_h': is required but missing (node 'rp')"
+    assert ("ROIPooling (node 'rp'): attribute 'pooled_h': is required but missing"
             in capsys.readouterr().err)
     assert not (tmp_path / "out.onnx").exists()
 

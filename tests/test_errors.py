@@ -1,0 +1,144 @@
+"""Errors name the op, the node, the graph's tensor (and the spec's input) and the value: through
+the front door (RoiOpError) and in the log line of a plain onnxruntime session."""
+
+import logging
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import ort_roi
+
+
+def two_level_graph(same_attrs=False):
+    """Two RoiAlign nodes, 'level_p2' and 'level_p3', each with its own boxes and indices."""
+    nodes = [helper.make_node("RoiAlign", ["p2", "r1", "b1"], ["y1"], name="level_p2",
+                              output_height=2, output_width=2, sampling_ratio=2,
+                              spatial_scale=0.25),
+             helper.make_node("RoiAlign", ["p3", "r2", "b2"], ["y2"], name="level_p3",
+                              output_height=2, output_width=2, sampling_ratio=2,
+                              spatial_scale=0.25 if same_attrs else 0.125)]
+    f = TensorProto.FLOAT
+    g = helper.make_graph(nodes, "two_levels", [
+        helper.make_tensor_value_info("p2", f, [2, 3, 16, 16]),
+        helper.make_tensor_value_info("p3", f, [2, 3, 8, 8]),
+        helper.make_tensor_value_info("r1", f, ["R1", 4]),
+        helper.make_tensor_value_info("b1", TensorProto.INT64, ["R1"]),
+        helper.make_tensor_value_info("r2", f, ["R2", 4]),
+        helper.make_tensor_value_info("b2", TensorProto.INT64, ["R2"])],
+        [helper.make_tensor_value_info("y1", f, None), helper.make_tensor_value_info("y2", f, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)], ir_version=9)
+
+
+def feed(bad_b2=3):
+    rng = np.random.default_rng(0)
+    boxes = np.array([[2, 2, 30, 30], [8, 4, 40, 20]], np.float32)
+    return {"p2": rng.standard_normal((2, 3, 16, 16)).astype(np.float32),
+            "p3": rng.standard_normal((2, 3, 8, 8)).astype(np.float32),
+            "r1": boxes, "b1": np.array([0, 1], np.int64),
+            "r2": boxes, "b2": np.array([bad_b2, 0], np.int64)}
+
+
+EXPECT = ("RoiAlign", "node 'level_p3'", "input 'batch_indices'", "tensor 'b2'",
+          "box 0 has batch index 3", "[0, 2)")
+
+
+@pytest.mark.parametrize("same_attrs", [False, True], ids=["attributes differ", "same attributes"])
+def test_front_door_names_node_and_tensor(same_attrs):
+    sess = ort_roi.InferenceSession(two_level_graph(same_attrs))
+    with pytest.raises(ort_roi.RoiOpError) as e:
+        sess.run(None, feed())
+    for fragment in EXPECT:
+        assert fragment in str(e.value), (fragment, str(e.value))
+    assert (e.value.node, e.value.tensor, e.value.op) == ("level_p3", "b2", "RoiAlign")
+    assert "level_p2" not in str(e.value)
+    sess.run(None, feed(bad_b2=1))  # the session stays usable
+
+
+@pytest.mark.parametrize("same_attrs", [False, True], ids=["attributes differ", "same attributes"])
+@pytest.mark.parametrize("source", ["bytes", "path"])
+def test_plain_session_log_names_node_and_tensor(same_attrs, source, tmp_path, caplog):
+    m = ort_roi.convert(two_level_graph(same_attrs))
+    if source == "path":
+        onnx.save(m, tmp_path / "m.onnx")
+        model = str(tmp_path / "m.onnx")
+    else:
+        model = m.SerializeToString()
+    sess = ort.InferenceSession(model, ort_roi.session_options(),
+                                providers=["CPUExecutionProvider"])
+    with caplog.at_level(logging.ERROR, logger="ort_roi"):
+        y1, y2 = sess.run(None, feed())
+    assert np.isnan(y2).all() and np.isfinite(y1).all()
+    for fragment in EXPECT:
+        assert fragment in caplog.text, (fragment, caplog.text)
+    assert "level_p2" not in caplog.text
+
+
+def test_attribute_errors_name_the_node():
+    m = two_level_graph()
+    m.graph.node[1].attribute.append(helper.make_attribute("mode", "sum"))
+    with pytest.raises(ort_roi.RoiOpError) as e:
+        ort_roi.InferenceSession(m)
+    assert e.value.node == "level_p3"
+    assert str(e.value).startswith("RoiAlign (node 'level_p3'): attribute 'mode'")
+
+
+# --- the front door raises RoiOpError for what onnxruntime refuses, naming file, node, tensor ---
+
+def test_front_door_names_a_feed_of_the_wrong_shape():
+    """boxes [R, 3] against a declared [R, 4]: onnxruntime refuses the feed itself
+    (InvalidArgument); the front door says which op, node, input and tensor."""
+    from ort_roi import builders
+
+    node = builders.roi_align("X", "rois", "n", "Y", name="align", pooled_height=2,
+                              pooled_width=2)
+    m = builders.make_model([node], [builders.tensor("X", "float32", [1, 3, 8, 8]),
+                                     builders.tensor("rois", "float32", ["R", 4]),
+                                     builders.tensor("n", "int32", [1])],
+                            [builders.tensor("Y", "float32", None)])
+    sess = ort_roi.InferenceSession(m)
+    X = np.zeros((1, 3, 8, 8), np.float32)
+    with pytest.raises(ort_roi.RoiOpError) as e:
+        sess.run(None, {"X": X, "rois": np.zeros((2, 3), np.float32), "n": np.array([2], np.int32)})
+    msg = str(e.value)
+    for fragment in ("RoIAlign", "node 'align'", "input 'boxes'", "tensor 'rois'", "[R, 4]",
+                     "[2, 3]"):
+        assert fragment in msg, (fragment, msg)
+    with pytest.raises(ort_roi.RoiOpError, match=r"Required inputs \(\['n'\]\) are missing"):
+        sess.run(None, {"X": X, "rois": np.zeros((2, 4), np.float32)})
+
+
+def test_front_door_names_a_file_that_is_not_onnx(tmp_path):
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"this is not a model")
+    with pytest.raises(ort_roi.RoiOpError) as e:
+        ort_roi.InferenceSession(str(junk))
+    assert str(junk) in str(e.value) and "ONNX" in str(e.value)
+    with pytest.raises(ort_roi.RoiOpError, match="bytes"):
+        ort_roi.InferenceSession(b"\x00\x01 not a model either")
+
+
+# --- SessionOptions: registration once per object, nothing else changed ------------------------
+
+def test_session_options_register_once_and_change_nothing_else():
+    from ort_roi import builders
+
+    m = builders.single_op_model("RoIAlign", pooled_height=2, pooled_width=2)
+    X = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
+    good = {"X": X, "boxes": np.array([[0, 0, 3, 3]], np.float32),
+            "boxes_num": np.array([1], np.int32)}
+    so = ort_roi.session_options()
+    assert ort_roi.session_options(ort_roi.session_options(so)) is so
+    so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    so.intra_op_num_threads = 1
+    front = ort_roi.InferenceSession(m, so)  # registered already: no second registration
+    assert so.execution_mode == ort.ExecutionMode.ORT_PARALLEL and so.intra_op_num_threads == 1
+    plain = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(front.run(None, good)[0], plain.run(None, good)[0])
+    # the caller's parallel executor runs the op on another thread: still raised, placed
+    with pytest.raises(ort_roi.RoiOpError, match=r"RoIAlign \(node '<unnamed RoIAlign>'\): "
+                                                 r"input 'boxes_num' \(tensor 'boxes_num'\)"):
+        front.run(None, dict(good, boxes_num=np.array([3], np.int32)))
+    assert np.isfinite(front.run(None, good)[0]).all()
