@@ -8,6 +8,8 @@ back (``to="onnx"``); registered forms keep their node and get every attribute e
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import onnx
@@ -58,48 +60,88 @@ def opset(model: onnx.ModelProto, domain: str = "") -> int | None:
     return None
 
 
-def rewrite(model: onnx.ModelProto, to: str = "ort_roi", exact_floats: bool = False) -> int:
-    """Rewrite ``model`` in place (see the module doc); returns the nodes moved between
-    onnxruntime's native ops and ort_roi. With ``exact_floats`` float attributes of the
-    nodes the bridge runs become tokens that reach the kernels exactly (front door only).
-    Raises RoiOpError naming a node whose attributes are bad."""
+#: How ort_roi::RoiAlign reads ONNX RoiAlign's mode "max" for each ``roialign_max`` choice:
+#: "sample", the largest bilinear sample of the bin (mmcv, OpenVINO: what exporters mean), or
+#: "onnx", onnxruntime's (and onnx's conformance data's) largest weighted corner.
+ROIALIGN_MAX = {"sample": "max", "onnx": "onnx_max"}
+
+
+@dataclass
+class Rewrite:
+    """What one rewrite pass did: the nodes it moved (label, from, to: "domain::op") and
+    notes worth telling the user (semantics that differ, nodes left as they were)."""
+
+    moved: list[tuple[str, str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line per kind of move: "4 x onnx::RoiAlign -> ort_roi::RoiAlign"."""
+        kinds: dict[tuple[str, str], int] = {}
+        for _, a, b in self.moved:
+            kinds[(a, b)] = kinds.get((a, b), 0) + 1
+        return "; ".join(f"{n} x {a} -> {b}" for (a, b), n in kinds.items()) or "no node moved"
+
+
+def _name(domain: str, op_type: str) -> str:
+    return f"{domain or 'onnx'}::{op_type}"
+
+
+def rewrite(model: onnx.ModelProto, to: str = "ort_roi", exact_floats: bool = False,
+            roialign_max: str = "sample") -> Rewrite:
+    """Rewrite ``model`` in place (see the module doc); returns what was done. With
+    ``exact_floats`` float attributes of the nodes the bridge runs become tokens that reach
+    the kernels exactly (front door only). ``roialign_max``: how ONNX RoiAlign's mode "max"
+    is computed (ROIALIGN_MAX). Raises RoiOpError naming a node whose attributes are bad."""
     if to not in ("ort_roi", "onnx"):
         raise ValueError(f"convert: 'to' must be 'ort_roi' or 'onnx', got {to!r}")
+    if roialign_max not in ROIALIGN_MAX:
+        raise ValueError(f"convert: 'roialign_max' must be one of {', '.join(ROIALIGN_MAX)}, "
+                         f"got {roialign_max!r}")
     onnx_opset = opset(model) or 1
-    moved = 0
+    done = Rewrite()
     for node in iter_nodes(model.graph):
         f = form(node.domain, node.op_type)
+        before = _name(node.domain, node.op_type)
         if to == "ort_roi" and f is not None and not f.registered:
-            _into_ours(node, f, onnx_opset)
-            moved += 1
+            _into_ours(node, f, onnx_opset, roialign_max, done)
+            done.moved.append((node_label(node), before, _name(node.domain, node.op_type)))
         elif to == "onnx" and f is not None and f.domain == DOMAIN:
             back = _native_form(node, f.spec)
             if back is not None:
-                _into_native(node, back, onnx_opset)
-                moved += 1
+                _into_native(node, back, onnx_opset, done)
+                done.moved.append((node_label(node), before, _name(node.domain, node.op_type)))
                 continue
+            if any(not g.registered and g.computed_by(f.spec) for g in FORMS):
+                done.notes.append(f"node {node_label(node)!r}: {before} stays: "
+                                  f"{_why_not_native(node, f.spec)}")
         f = form(node.domain, node.op_type)
         if f is not None and f.registered:
             _explicit(node, f.spec, exact_floats)
     _fix_imports(model)
-    return moved
+    return done
 
 
-def convert(model: onnx.ModelProto, to: str = "ort_roi") -> onnx.ModelProto:
+def convert(model: onnx.ModelProto, to: str = "ort_roi", *,
+            roialign_max: str = "sample") -> onnx.ModelProto:
     """A copy of ``model`` that a plain onnxruntime session with ``ort_roi.session_options()``
-    runs (``to="ort_roi"``): ONNX RoiAlign and MaxRoiPool become ort_roi nodes, every node of
-    ours or of another exporter gets its attributes explicit. ``to="onnx"`` moves ort_roi
-    RoiAlign and ROIPooling (max) nodes back to onnxruntime's native ops."""
+    runs (``to="ort_roi"``): ONNX RoiAlign and MaxRoiPool become ort_roi nodes, the
+    exporters' multi-level nodes fixed-arity ort_roi ops, every node of ours or of another
+    exporter gets its attributes explicit. ``to="onnx"`` moves the nodes convert writes back
+    to the nodes they came from. ``roialign_max``: ONNX RoiAlign's mode "max" as the largest
+    bilinear sample ("sample", the default) or as onnxruntime computes it ("onnx").
+    What is worth knowing (a max that differs from onnxruntime's, a node that cannot go
+    back) is issued as a warning naming the node."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    rewrite(m, to)
+    for note in rewrite(m, to, roialign_max=roialign_max).notes:
+        warnings.warn(note, stacklevel=2)
     return m
 
 
 def _native_form(node: onnx.NodeProto, spec: OpSpec) -> NodeForm | None:
     """The native form a node of ours goes back to with --to onnx, if its values allow."""
     for f in FORMS:
-        if f.registered or f.spec is not spec:
+        if f.registered or not f.computed_by(spec):
             continue
         values = node_attrs(node, spec)
         if all(values[k] == v for k, v in f.fixed.items()):
@@ -107,7 +149,20 @@ def _native_form(node: onnx.NodeProto, spec: OpSpec) -> NodeForm | None:
     return None
 
 
-def _into_ours(node: onnx.NodeProto, f: NodeForm, onnx_opset: int) -> None:
+def _why_not_native(node: onnx.NodeProto, spec: OpSpec) -> str:
+    """Why a node convert writes has no native form to go back to."""
+    for f in FORMS:
+        if not f.registered and f.computed_by(spec):
+            values = node_attrs(node, spec)
+            bad = {k: values[k] for k, v in f.fixed.items() if values[k] != v}
+            return (f"{_name(f.domain, f.op_type)} computes only "
+                    + ", ".join(f"{k}={f.fixed[k]!r}" for k in bad)
+                    + f" (this node has {', '.join(f'{k}={v!r}' for k, v in bad.items())})")
+    return "no exported node computes it"
+
+
+def _into_ours(node: onnx.NodeProto, f: NodeForm, onnx_opset: int, roialign_max: str,
+               done: Rewrite) -> None:
     where = node_label(node)
     spec = f.target(len(node.input))
     if spec is None:
@@ -119,8 +174,7 @@ def _into_ours(node: onnx.NodeProto, f: NodeForm, onnx_opset: int) -> None:
     for name in f.drop:
         given.pop(name, None)
     for name, parts in f.split.items():
-        if isinstance(parts, str):  # one per level
-            parts = tuple(parts.format(i) for i in range(levels))
+        parts = f.parts(name, levels)
         v = given.pop(name, None)
         if v is None or len(v) != len(parts):
             raise RoiOpError(f.op_type, f"attribute '{name}'",
@@ -132,6 +186,14 @@ def _into_ours(node: onnx.NodeProto, f: NodeForm, onnx_opset: int) -> None:
     if f.before_opset is not None and onnx_opset < f.before_opset[0]:
         for k, v in f.before_opset[1].items():
             given.setdefault(k, v)
+    if f.two_maxes and given.get("mode") == "max":
+        given["mode"] = ROIALIGN_MAX[roialign_max]
+        if roialign_max == "sample":
+            done.notes.append(
+                f"node {where!r}: RoiAlign mode=max is computed as the largest bilinear sample "
+                f"of each bin (mmcv, OpenVINO), not as onnxruntime computes it (the largest "
+                f"weighted corner of any sample): its numbers differ from onnxruntime's; "
+                f"roialign_max='onnx' (--roialign-max onnx) keeps onnxruntime's")
     values = node_attrs(node, spec, given)
     outputs = list(node.output)
     if spec.extra_output and len(outputs) == 1:  # the rois output was not used
@@ -141,21 +203,33 @@ def _into_ours(node: onnx.NodeProto, f: NodeForm, onnx_opset: int) -> None:
     node.CopyFrom(new)
 
 
-def _into_native(node: onnx.NodeProto, f: NodeForm, onnx_opset: int) -> None:
-    values = node_attrs(node, f.spec)
+def _into_native(node: onnx.NodeProto, f: NodeForm, onnx_opset: int, done: Rewrite) -> None:
+    spec = form(node.domain, node.op_type).spec
+    values = node_attrs(node, spec)
     for k in f.fixed:
         values.pop(k)
     if f.before_opset is not None and onnx_opset < f.before_opset[0]:
         for k, v in f.before_opset[1].items():
             if values[k] != v:
-                raise RoiOpError(f.spec.name, f"attribute '{k}'",
+                raise RoiOpError(spec.name, f"attribute '{k}'",
                                  f"{values[k]!r} needs ONNX opset >= {f.before_opset[0]} for "
                                  f"{f.op_type}; the model imports opset {onnx_opset}",
                                  node=node_label(node))
             values.pop(k)
-    for name, parts in f.split.items():
+    if f.two_maxes and values.get("mode") in ROIALIGN_MAX.values():
+        if values["mode"] == ROIALIGN_MAX["sample"]:
+            done.notes.append(
+                f"node {node_label(node)!r}: back to ONNX RoiAlign mode=max, which onnxruntime "
+                f"computes as the largest weighted corner of any sample, not the largest "
+                f"sample ort_roi computed: its numbers change")
+        values["mode"] = "max"
+    for name in f.split:
+        parts = f.parts(name, len(node.input) - 1)
         values[name] = [values.pop(p) for p in parts]
-    new = helper.make_node(f.op_type, list(node.input), list(node.output),
+    outputs = list(node.output)
+    while outputs and not outputs[-1]:  # an unused second output convert added
+        outputs.pop()
+    new = helper.make_node(f.op_type, list(node.input), outputs,
                            name=node.name or None, domain=f.domain, **values)
     node.CopyFrom(new)
 

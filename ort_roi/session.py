@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -11,7 +12,7 @@ import onnxruntime as ort
 
 from . import _bridge, locate
 from .errors import RoiOpError, node_label
-from .graph import iter_nodes, rewrite, spec_of
+from .graph import Rewrite, iter_nodes, rewrite, spec_of
 from .specs import TYPES
 
 
@@ -63,27 +64,34 @@ def _load(model) -> onnx.ModelProto:
                          f"({type(e).__name__}: {e})") from e
 
 
-def prepare_model(model: onnx.ModelProto, exact_floats: bool = True) -> int:
+def prepare_model(model: onnx.ModelProto, exact_floats: bool = True,
+                  roialign_max: str = "sample") -> Rewrite:
     """The front door's preparation: the graph-rewrite pass (``graph.rewrite``: native
     RoiAlign / MaxRoiPool and the multi-level nodes into ort_roi, every node form checked and
     its attributes explicit) with float attributes as tokens that reach the kernels exactly.
-    Raises RoiOpError naming the node. Works in place; returns the nodes moved."""
-    return rewrite(model, "ort_roi", exact_floats=exact_floats)
+    Raises RoiOpError naming the node. Works in place; returns what it did."""
+    return rewrite(model, "ort_roi", exact_floats=exact_floats, roialign_max=roialign_max)
 
 
 class InferenceSession:
     """An onnxruntime.InferenceSession with the ort_roi ops registered, that raises.
 
-    Accepts a path, bytes or ``onnx.ModelProto``. Omitted optional attributes take their
-    defaults, float attributes reach the kernels exactly, and a bad input raises
-    :class:`ort_roi.RoiOpError` (a ValueError) from ``run`` instead of returning NaN.
-    Everything else is delegated to the wrapped ``onnxruntime.InferenceSession``.
+    Accepts a path, bytes or ``onnx.ModelProto``. The graph is rewritten as ``ort_roi.convert``
+    does (``roialign_max`` as there; what is worth knowing is issued as a warning naming the
+    node), omitted optional attributes take their defaults, float attributes reach the
+    kernels exactly, and a bad input raises :class:`ort_roi.RoiOpError` (a ValueError)
+    naming op, node, input and tensor, from ``run`` instead of returning NaN. ort_roi's ops
+    are registered on ``sess_options`` (once, as ``session_options`` does); nothing else of
+    it is changed. Everything else is delegated to the wrapped
+    ``onnxruntime.InferenceSession``.
     """
 
     def __init__(self, model, sess_options: ort.SessionOptions | None = None,
-                 providers: Sequence[Any] | None = None, **kw: Any):
+                 providers: Sequence[Any] | None = None, *, roialign_max: str = "sample",
+                 **kw: Any):
         m = _load(model)
-        prepare_model(m)
+        for note in prepare_model(m, roialign_max=roialign_max).notes:
+            warnings.warn(note, stacklevel=2)
         so = session_options(sess_options)  # registers the ops on sess_options, once
         try:
             self._sess = ort.InferenceSession(m.SerializeToString(), so,

@@ -178,9 +178,10 @@ def _spatial_scale(default: float | None = 1.0, doc: str = _SCALE_DOC) -> Attr:
     return Attr("spatial_scale", float, default, min=0.0, min_exclusive=True, doc=doc)
 
 
-def _sampling_ratio(default: int) -> Attr:
-    return Attr("sampling_ratio", int, default,
-                doc="samples per bin side; <= 0: adaptive ceil(roi size / pooled size)")
+def _sampling_ratio(default: int, least: int | None = None) -> Attr:
+    return Attr("sampling_ratio", int, default, min=least,
+                doc="samples per bin side; " + ("0" if least == 0 else "<= 0")
+                + ": adaptive ceil(roi size / pooled size)")
 
 ROI_POOLING = OpSpec(
     name="ROIPooling",
@@ -335,18 +336,20 @@ ONNX_ROI_ALIGN = OpSpec(
     source="ONNX RoiAlign (opsets 10, 16, 22: torchvision, mmdeploy, paddle2onnx)",
     doc="ONNX RoiAlign with its inputs and attributes: avg is RoIAlign (half_pixel = "
         "aligned, output_half_pixel = not aligned, sampling_ratio 0 adaptive); max is the "
-        "largest bilinear sample of each bin (mmcv), not onnxruntime's max of weighted "
-        "corners.",
+        "largest bilinear sample of each bin (mmcv, OpenVINO), onnx_max onnxruntime's max "
+        "of weighted corners (convert --roialign-max onnx).",
     inputs=(Input("X", "T", "[N, C, H, W]", "feature map"),
             Input("rois", "T", "[R, 4]", "rows [x1, y1, x2, y2]"),
             Input("batch_indices", "I", "[R]", "image of each box")),
     attrs=(Attr("coordinate_transformation_mode", str, "half_pixel",
                 choices=("half_pixel", "output_half_pixel"),
                 doc="half_pixel: shift by -0.5 (aligned); output_half_pixel: opset 10's rule"),
-           Attr("mode", str, "avg", choices=("avg", "max"), doc="mean or max of the samples"),
+           Attr("mode", str, "avg", choices=("avg", "max", "onnx_max"),
+                doc="avg: mean of the samples; max: the largest sample; onnx_max: the "
+                    "largest weighted corner of any sample (onnxruntime's RoiAlign max)"),
            _pooled("output_height", 1, "output height"),
            _pooled("output_width", 1, "output width"),
-           _sampling_ratio(0),
+           _sampling_ratio(0, least=0),
            _spatial_scale()),
     kernel_name="onnx_roi_align",
     pooled=("output_height", "output_width"),
@@ -456,6 +459,7 @@ class NodeForm:
     split: Mapping[str, tuple[str, ...] | str] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     before_opset: tuple[int, Mapping[str, Any]] | None = None
+    two_maxes: bool = False  # its mode "max" has two readings (graph.ROIALIGN_MAX)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -466,6 +470,17 @@ class NodeForm:
         if self.levels is None:
             return self.spec
         return self.levels.get(n_inputs - 1)
+
+    def computed_by(self, spec: OpSpec) -> bool:
+        """True when nodes of this form become nodes of ``spec`` (at some arity)."""
+        return spec is self.spec or (self.levels is not None and spec in self.levels.values())
+
+    def parts(self, name: str, levels: int) -> tuple[str, ...]:
+        """The scalar attributes that list attribute ``name`` is split into."""
+        parts = self.split[name]
+        if isinstance(parts, str):  # a "name_{}" pattern: one per level
+            return tuple(parts.format(i) for i in range(levels))
+        return parts
 
 
 _OURS = "ort_roi graphs (ort_roi.builders)"
@@ -499,7 +514,7 @@ FORMS: tuple[NodeForm, ...] = (
              "detectron2's Caffe2 export", "Paddle roi_align"),
     NodeForm("", "RoiAlign", ONNX_ROI_ALIGN, "torchvision, mmdeploy (onnxruntime >= 0.4), "
              "paddle2onnx", "avg: onnxruntime's RoiAlign; max: " + _TRANSCRIBED,
-             registered=False,
+             registered=False, two_maxes=True,
              before_opset=(16, {"coordinate_transformation_mode": "output_half_pixel"})),
     NodeForm("org.openvinotoolkit", "ExperimentalDetectronROIFeatureExtractor",
              EXTRACTOR_SPECS[4], "mmdeploy's OpenVINO backend, OpenVINO Training Extensions",

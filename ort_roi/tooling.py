@@ -84,11 +84,11 @@ def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0,
         return [("load", f"cannot read the model: {e}")]
     try:  # our rules first: they name the node
         c = _copy(m)
-        moved = prepare_model(c, exact_floats=False)  # the rewrite pass: what will run
+        done = prepare_model(c, exact_floats=False)  # the rewrite pass: what will run
     except Exception as e:  # noqa: BLE001 - the first failure is the finding
         return [("attributes", _first_line(e))]
-    if moved:
-        notes.append(f"checked as ort-roi convert rewrites it ({moved} node(s) of "
+    if done.moved:
+        notes.append(f"checked as ort-roi convert rewrites it ({len(done.moved)} node(s) of "
                      f"onnxruntime's or of exporters moved into ort_roi)")
     steps = [("checker", lambda: _check(c, notes)),
              ("shapes", lambda: onnx.shape_inference.infer_shapes(c, check_type=True,
@@ -133,15 +133,6 @@ def _first_line(e: Exception) -> str:
     return "; ".join(lines[:1] + context[:1]) or type(e).__name__
 
 
-def convert(model: onnx.ModelProto, to: str = "ort_roi") -> tuple[onnx.ModelProto, int]:
-    """``graph.rewrite`` on a copy of ``model``: (the new model, the nodes moved between
-    onnxruntime's native ops and ort_roi)."""
-    from .graph import rewrite
-
-    m = _copy(model)
-    return m, rewrite(m, to)
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
     """Check MODEL: ONNX checker, attributes, shape inference, a run vs the NumPy kernels."""
     bad = 0
@@ -167,16 +158,19 @@ def cmd_convert(args: argparse.Namespace) -> int:
         print(f"ort-roi convert: cannot read the model {args.input}: {_first_line(e)}",
               file=sys.stderr)
         return 1
+    from .graph import rewrite
+
     try:
-        m, n = convert(m, to=args.to)
+        done = rewrite(m, to=args.to, roialign_max=args.roialign_max)
         onnx.save(m, args.output)
     except (ValueError, OSError) as e:
         print(f"ort-roi convert: {e}", file=sys.stderr)
         return 1
-    what = ("RoiAlign / MaxRoiPool -> ort_roi" if args.to == "ort_roi"
-            else "ort_roi RoiAlign / ROIPooling max -> ONNX")
-    print(f"{args.input} -> {args.output}: {n} node(s) rewritten ({what}); every node of "
-          f"ort_roi or another exporter has its attributes explicit")
+    print(f"{args.input} -> {args.output}: {len(done.moved)} node(s) rewritten "
+          f"({done.summary()}); every node of ort_roi or another exporter has its attributes "
+          f"explicit")
+    for note in done.notes:
+        print(f"  note: {note}")
     return 0
 
 
@@ -193,5 +187,8 @@ def add_commands(sub) -> None:
     p.add_argument("output", metavar="OUT")
     p.add_argument("--to", choices=("ort_roi", "onnx"), default="ort_roi",
                    help="ort_roi: RoiAlign / MaxRoiPool -> ort_roi (default); onnx: the reverse")
+    p.add_argument("--roialign-max", choices=("sample", "onnx"), default="sample",
+                   help="ONNX RoiAlign mode=max as the largest bilinear sample (sample, the "
+                        "default: mmcv, OpenVINO) or as onnxruntime computes it (onnx)")
     p.set_defaults(fn=cmd_convert)
     bench.add_command(sub)

@@ -30,7 +30,8 @@ from ort_roi.kernels import _cupy
 SUITES = {"max": C.max_pool_cases("ROIPooling", 11) + C.max_pool_cases("RoIPool", 12),
           "bilinear": C.bilinear_cases(13), "psroi": C.psroi_cases(14),
           "align": C.roi_align_cases(15) + C.mmcv_cases(17, "max")[::3]
-          + C.onnx_roi_align_cases(18, "max")[::5] + C.caffe2_cases(19)[::5]
+          + C.onnx_roi_align_cases(18, "max")[::5] + C.onnx_roi_align_cases(20, "onnx_max")[::4]
+          + C.caffe2_cases(19)[::5]
           + C.rotated_cases(16)}
 ALL = [(k, c) for k, cs in SUITES.items() for c in cs]
 IDS = [f"{k}-{c['name']}" for k, c in ALL]

@@ -235,8 +235,10 @@ def test_converted_roi_align_max_is_mmcv_max(case):
     """max: the largest bilinear sample (mmcv's loop), not onnxruntime's max of corners."""
     X, rois, idx = case["inputs"].values()
     a = case["attrs"]
-    sess = _plain(ort_roi.convert(onnx_roi_align_model(16, helper.np_dtype_to_tensor_dtype(
-        X.dtype), **a)))
+    with pytest.warns(UserWarning, match="node 'ra': RoiAlign mode=max"):
+        conv = ort_roi.convert(onnx_roi_align_model(16, helper.np_dtype_to_tensor_dtype(
+            X.dtype), **a))
+    sess = _plain(conv)
     got = sess.run(None, {"X": X, "rois": rois, "batch_indices": idx})[0]
     rows = np.concatenate([idx[:, None].astype(X.dtype), rois], 1)
     want = literal.mmcv_roi_align(X, rows, output_height=a["output_height"],
@@ -339,3 +341,87 @@ def test_validate_accepts_a_graph_whose_outputs_carry_no_shape(tmp_path, capsys)
     onnx.save(m, path)  # as torchvision writes it: validated as convert rewrites it
     assert cli.main(["validate", str(path)]) == 0
     assert "checked as ort-roi convert rewrites it" in capsys.readouterr().out
+
+
+# --- RoiAlign mode=max: sample max by default, onnxruntime's on request, never silent -----------
+
+ONNX_ORT_MAX = [c for c in C.onnx_roi_align_cases(12, mode="max") + C.onnx_roi_align_cases(
+    13, mode="max") if len(c["inputs"]["rois"])]
+
+
+def _native_max(case):
+    """onnxruntime's own RoiAlign (opset 16) on the case, or None where it refuses the boxes
+    (inverted boxes with an adaptive grid: 'Integer overflow')."""
+    X, rois, idx = case["inputs"].values()
+    m = onnx_roi_align_model(16, helper.np_dtype_to_tensor_dtype(X.dtype), **case["attrs"])
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    try:
+        return m, sess.run(None, {"X": X, "rois": rois, "batch_indices": idx})[0]
+    except Exception:  # noqa: BLE001
+        return m, None
+
+
+@pytest.mark.parametrize("case", ONNX_ORT_MAX, ids=[c["name"] for c in ONNX_ORT_MAX])
+def test_roialign_max_onnx_reproduces_onnxruntime_exactly(case):
+    """roialign_max="onnx": the largest weighted corner of any sample, bit for bit with
+    onnxruntime's RoiAlign (float32 and float64, fixed and adaptive grids, boxes off the map)."""
+    m, want = _native_max(case)
+    if want is None:
+        pytest.skip("onnxruntime refuses these boxes")
+    X, rois, idx = case["inputs"].values()
+    feed = {"X": X, "rois": rois, "batch_indices": idx}
+    conv = ort_roi.convert(m, roialign_max="onnx")
+    assert {a.name: helper.get_attribute_value(a) for a in conv.graph.node[0].attribute}[
+        "mode"] == b"onnx_max"
+    np.testing.assert_array_equal(_plain(conv).run(None, feed)[0], want)
+    front = ort_roi.InferenceSession(m, roialign_max="onnx")
+    np.testing.assert_array_equal(front.run(None, feed)[0], want)
+    # and back: onnxruntime's max again
+    back = ort_roi.convert(conv, "onnx")
+    assert [(n.domain, n.op_type) for n in back.graph.node] == [("", "RoiAlign")]
+    assert ort.InferenceSession(back.SerializeToString(), providers=[
+        "CPUExecutionProvider"]).run(None, feed)[0].tobytes() == want.tobytes()
+
+
+def test_roialign_max_differs_by_default_and_says_so_naming_each_node(tmp_path, capsys):
+    case = next(c for c in ONNX_ORT_MAX if c["inputs"]["X"].dtype == np.float32
+                and c["attrs"]["sampling_ratio"] == 2)
+    m, native = _native_max(case)
+    m.graph.node[0].name = "mask_pool"
+    X, rois, idx = case["inputs"].values()
+    feed = {"X": X, "rois": rois, "batch_indices": idx}
+    with pytest.warns(UserWarning, match=r"node 'mask_pool': RoiAlign mode=max is computed as "
+                                         r"the largest bilinear sample"):
+        conv = ort_roi.convert(m)
+    got = _plain(conv).run(None, feed)[0]
+    assert not np.array_equal(got, native)  # the two readings differ on these boxes
+    rows = np.concatenate([idx[:, None].astype(X.dtype), rois], 1)
+    a = case["attrs"]
+    np.testing.assert_allclose(got, literal.mmcv_roi_align(
+        X, rows, output_height=a["output_height"], output_width=a["output_width"],
+        spatial_scale=a["spatial_scale"], sampling_ratio=a["sampling_ratio"], mode="max",
+        aligned=int(a["coordinate_transformation_mode"] == "half_pixel")), rtol=1e-5, atol=1e-5)
+    with pytest.warns(UserWarning, match="node 'mask_pool'"):
+        ort_roi.InferenceSession(m)
+    src, dst = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(m, src)
+    assert cli.main(["convert", str(src), str(dst)]) == 0
+    out = capsys.readouterr().out
+    assert "note: node 'mask_pool': RoiAlign mode=max is computed as the largest" in out
+    assert cli.main(["convert", str(src), str(dst), "--roialign-max", "onnx"]) == 0
+    assert "note" not in capsys.readouterr().out
+    np.testing.assert_array_equal(_plain(onnx.load(dst)).run(None, feed)[0], native)
+    with pytest.warns(UserWarning, match="node 'mask_pool': back to ONNX RoiAlign mode=max.*"
+                                         "numbers change"):
+        ort_roi.convert(conv, "onnx")
+
+
+def test_roialign_negative_sampling_ratio_is_refused_as_onnxruntime_does():
+    m = onnx_roi_align_model(16, output_height=2, output_width=2, sampling_ratio=-1)
+    with pytest.raises(Exception, match="(?i)sampling"):
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(ort_roi.RoiOpError, match=r"RoiAlign \(node 'ra'\): attribute "
+                                                 r"'sampling_ratio': must be >= 0, got -1"):
+        ort_roi.convert(m)
+    with pytest.raises(ort_roi.RoiOpError, match="sampling_ratio"):
+        ort_roi.InferenceSession(m)

@@ -159,10 +159,17 @@ def test_bench_rejects_unknown_workloads(capsys):
     assert "unknown workload 'W9' (known: W1, W2, W3, W4, W5, W6, W7)" in capsys.readouterr().err
 
 
-def test_convert_leaves_bilinear_pooling_alone():
+def test_convert_leaves_bilinear_pooling_alone_and_says_why():
+    from ort_roi.graph import rewrite
+
     m = onnx.load(os.path.join(os.path.dirname(MODELS[0]), "bilinear_roi_head.onnx"))
-    out, n = tooling.convert(m, to="onnx")
-    assert n == 0 and out == m
+    out = onnx.ModelProto()
+    out.CopyFrom(m)
+    done = rewrite(out, to="onnx")
+    assert done.moved == [] and out == m
+    assert done.notes == ["node 'roi_pooling_bilinear': ort_roi::ROIPooling stays: "
+                          "onnx::MaxRoiPool computes only method='max' (this node has "
+                          "method='bilinear')"]
 
 
 def test_bench_runs_w6_and_writes_json(tmp_path):

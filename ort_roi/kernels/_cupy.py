@@ -134,7 +134,8 @@ def _grids(boxes, spatial_scale, ph, pw, sampling_ratio, aligned, limit: int):
 
 def _roi_align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
                aligned: int, mode: int, limit: int, empty: float = 0.0):
-    """The roi_align kernel (mode 0: mean, 1: running max from ``empty``) over every box
+    """The roi_align kernel (mode 0: mean, 1: running max from ``empty``, 2: onnxruntime's
+    max of weighted corners) over every box
     whose grid is at most ``limit`` per side: (output, X on the device, the boxes left to the
     caller)."""
     N, C, H, W = X.shape
@@ -169,15 +170,17 @@ def align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_rati
 
 
 def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
-              aligned: int, empty: float = -10000.0):
-    """MMCVRoiAlign mode "max" (a running maximum from ``empty``); boxes with more than
+              aligned: int, empty: float | None = -10000.0):
+    """Max of bilinear samples (mmcv_roi_align.align_max: a running maximum from ``empty``,
+    or onnxruntime's max of weighted corners when ``empty`` is None); boxes with more than
     MAX_MODE_SAMPLES samples per bin side are computed on the host."""
     import cupy
 
     from .mmcv_roi_align import align_max as on_host
 
+    mode = 2 if empty is None else 1
     out, _, big = _roi_align(X, batch, boxes, ph, pw, spatial_scale, sampling_ratio, aligned,
-                             1, MAX_MODE_SAMPLES, empty)
+                             mode, MAX_MODE_SAMPLES, 0.0 if empty is None else empty)
     if big.size:
         out[big] = cupy.asarray(on_host(cupy.asnumpy(X), batch[big], boxes[big], ph, pw,
                                         spatial_scale, sampling_ratio, aligned, empty))

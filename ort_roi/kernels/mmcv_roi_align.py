@@ -57,9 +57,16 @@ def _samples(start, bin_size, grid, pooled: int, size: int):
 
 @on_gpu
 def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
-              aligned: int, empty: float = EMPTY_MAX) -> np.ndarray:
-    """Mode "max" of checked inputs: per box, the samples of each bin from an NHWC copy; a
-    running maximum from ``empty`` (mmcv's -10000), replaced only by a larger value."""
+              aligned: int, empty: float | None = EMPTY_MAX) -> np.ndarray:
+    """Max pooling of bilinear samples, of checked inputs: per box, the samples of each bin
+    from an NHWC copy.
+
+    ``empty`` a number (mmcv, mmdeploy): a sample's value is w1*v1 + w2*v2 + w3*v3 + w4*v4
+    and the bin's is a running maximum from ``empty``, replaced only by a larger value.
+    ``empty`` None (onnxruntime's RoiAlign max): a sample's value is the largest of its
+    weighted corners max(w1*v1, w2*v2, w3*v3, w4*v4), the bin's the largest of its samples
+    (0 for a bin without samples)."""
+    corners = empty is None
     N, C, H, W = X.shape
     R = boxes.shape[0]
     t = X.dtype.type
@@ -74,7 +81,7 @@ def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_
         for r in range(start, stop):
             gy, gx = int(gh[r]), int(gw[r])
             if gy <= 0 or gx <= 0:
-                out[r] = t(empty)
+                out[r] = t(0 if corners else empty)
                 continue
             oy, ylo, yhi, ly = _samples(y1[r], bin_h[r], gy, ph, H)
             ox, xlo, xhi, lx = _samples(x1[r], bin_w[r], gx, pw, W)
@@ -92,13 +99,19 @@ def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_
                        for a, b in ((ylo[s], xlo), (ylo[s], xhi), (yhi[s], xlo), (yhi[s], xhi))]
                 val = w[0][..., None] * Xn.take(pos[0], axis=0)
                 for wk, pk in zip(w[1:], pos[1:]):
-                    val += wk[..., None] * Xn.take(pk, axis=0)
+                    v = wk[..., None] * Xn.take(pk, axis=0)
+                    if corners:
+                        np.maximum(val, v, out=val)
+                    else:
+                        val += v
                 # max over each bin's x samples: [n_y, pw, gx, C] -> [n_y, pw, C]
                 res[s] = np.fmax.reduce(val.reshape(-1, pw, gx, C), axis=2)
             # mmcv: a running maximum from -10000 that only a larger value replaces (a NaN
             # sample never does)
             best = np.fmax.reduce(res.reshape(ph, gy, pw, C), axis=1)
-            out[r] = np.fmax(best, t(empty)).transpose(2, 0, 1)
+            if not corners:
+                best = np.fmax(best, t(empty))
+            out[r] = best.transpose(2, 0, 1)
 
     for_ranges(R, work)
     return out

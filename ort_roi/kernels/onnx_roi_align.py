@@ -2,8 +2,10 @@
 
 Same inputs and attributes as ONNX RoiAlign. mode "avg" is RoIAlign: half_pixel is
 aligned=1, output_half_pixel (opset 10's rule) aligned=0, sampling_ratio 0 adaptive. mode
-"max" is the largest bilinear sample of each bin as mmcv computes it (MMCVRoiAlign max), not
-onnxruntime's maximum of weighted corners (onnxruntime issue 6146).
+"max" is the largest bilinear sample of each bin as mmcv computes it (MMCVRoiAlign max; what
+exporters mean), not onnxruntime's maximum of weighted corners (onnxruntime issue 6146);
+mode "onnx_max" is onnxruntime's (and onnx's conformance data's): per bin, the largest over
+its samples of max(w1*v1, w2*v2, w3*v3, w4*v4).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import numpy as np
 
 from ..specs import ONNX_ROI_ALIGN
 from ._boxes import batch_from_indices, check_boxes, check_features, quiet
-from .mmcv_roi_align import align_max
+from .mmcv_roi_align import EMPTY_MAX, align_max
 from .roi_align import align, check_box_sizes
 
 
@@ -33,4 +35,6 @@ def onnx_roi_align(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *
     check_box_sizes(op, "rois", rois, a["spatial_scale"])
     args = (X, batch, rois, a["output_height"], a["output_width"], a["spatial_scale"],
             a["sampling_ratio"], a["coordinate_transformation_mode"] == "half_pixel")
-    return align(*args) if a["mode"] == "avg" else align_max(*args)
+    if a["mode"] == "avg":
+        return align(*args)
+    return align_max(*args, empty=None if a["mode"] == "onnx_max" else EMPTY_MAX)

@@ -216,6 +216,18 @@ ORT_ROI_DEVICE T tap_value(const Taps<T>& t, const T* x) {
   return t.w[0] * x[t.p[0]] + t.w[1] * x[t.p[1]] + t.w[2] * x[t.p[2]] + t.w[3] * x[t.p[3]];
 }
 
+// std::max(a, b) as onnxruntime uses it: a < b ? b : a.
+template <typename T>
+ORT_ROI_DEVICE T std_max(T a, T b) { return a < b ? b : a; }
+
+// onnxruntime's RoiAlign max: the largest weighted corner of the sample,
+// max(max(max(w1*v1, w2*v2), w3*v3), w4*v4).
+template <typename T>
+ORT_ROI_DEVICE T tap_corner_max(const Taps<T>& t, const T* x) {
+  return std_max(std_max(std_max(t.w[0] * x[t.p[0]], t.w[1] * x[t.p[1]]), t.w[2] * x[t.p[2]]),
+                 t.w[3] * x[t.p[3]]);
+}
+
 // RoIAlign along one axis, as roi_align._geometry computes it in T: start, bin size and
 // samples per bin (sampling_ratio, or ceil(bin size) when <= 0); -1 when above grid_max
 // (the host computes such boxes). aligned: the geometry variant of roi_align.GEOMETRY
@@ -235,7 +247,8 @@ ORT_ROI_DEVICE void align_axis(T lo, T hi, T scale, T off, int aligned, int pool
 // RoIAlign (Paddle / detectron2) and MMCVRoiAlign: over bin (ph, pw) of box r, the mean
 // (mode 0) or the max (mode 1: a running maximum from ``empty``, mmcv's -10000 or
 // mmdeploy's -FLT_MAX, replaced only by a larger value, NaN never) of gh x gw bilinear
-// samples at
+// samples, or (mode 2, onnxruntime's RoiAlign max) the largest over the samples of their
+// largest weighted corner, 0 without samples; the samples at
 // y = (start + ph*bin) + (iy + 0.5)*bin/gh. Boxes whose grid exceeds grid_max are left
 // alone (the host computes them in closed form).
 template <typename T, int CB>
@@ -249,7 +262,7 @@ ORT_ROI_DEVICE void align_bin(const T* X, const T* b, long long bi, const Bin& q
   align_axis(b[0], b[2], scale, off, aligned, PW, sampling_ratio, grid_max, x0, bw, gw);
   if (gh < 0 || gw < 0) return;
   T acc[CB];
-  for (int k = 0; k < CB; ++k) acc[k] = mode ? empty : (T)0;
+  for (int k = 0; k < CB; ++k) acc[k] = mode == 1 ? empty : (T)0;
   const T* x = X + (bi * C + q.c0) * (long long)H * W;
   const long long plane = (long long)H * W;
   const int nc = q.c1 - q.c0;
@@ -258,8 +271,14 @@ ORT_ROI_DEVICE void align_bin(const T* X, const T* b, long long bi, const Bin& q
     for (int ix = 0; ix < gw; ++ix) {
       T xx = (x0 + (T)q.pw * bw) + ((T)ix + (T)0.5) * bw / (T)gw;
       Taps<T> t = taps(H, W, y, xx);
+      const bool first = iy == 0 && ix == 0;
       for (int k = 0; k < CB; ++k) {
         if (k >= nc) break;
+        if (mode == 2) {
+          T v = tap_corner_max(t, x + k * plane);
+          acc[k] = first ? v : std_max(acc[k], v);
+          continue;
+        }
         T v = tap_value(t, x + k * plane);
         if (mode == 0) acc[k] += v;
         else if (v > acc[k]) acc[k] = v;
@@ -269,7 +288,7 @@ ORT_ROI_DEVICE void align_bin(const T* X, const T* b, long long bi, const Bin& q
   const int count = gh * gw;
   T* o = out + ((q.r * C + q.c0) * PH + q.ph) * PW + q.pw;
   for (int k = 0; k < nc; ++k, o += (long long)PH * PW)
-    *o = mode ? acc[k] : (count > 0 ? acc[k] / (T)count : (T)0);
+    *o = mode ? acc[k] : (count > 0 ? acc[k] / (T)count : (T)0);  // mode 2: 0 if no samples
 }
 
 template <typename T, int CB>
