@@ -166,6 +166,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:
         print(f"ort-roi convert: {e}", file=sys.stderr)
         return 1
+    except Exception as e:  # noqa: BLE001 - a defect of ours: still a message, not a traceback
+        print(f"ort-roi convert: internal error {type(e).__name__}: {e} (please report it)",
+              file=sys.stderr)
+        return 1
     print(f"{args.input} -> {args.output}: {len(done.moved)} node(s) rewritten "
           f"({done.summary()}); every node of ort_roi or another exporter has its attributes "
           f"explicit")

@@ -220,3 +220,83 @@ def test_validate_checks_the_exported_graph_as_it_will_run(tmp_path, capsys):
         assert cli.main(["validate", str(path)]) == 0
         out = capsys.readouterr().out
         assert "OK" in out and "checked as ort-roi convert rewrites it (1 node(s)" in out
+
+
+# --- --to onnx: every form convert writes goes back to the node it came from -------------------
+
+def _node_attrs(node):
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+@pytest.mark.parametrize("case", GOLDEN, ids=[c["name"] for c in GOLDEN])
+def test_extractor_goes_back_to_openvinos_node_at_every_arity(case, tmp_path, capsys):
+    """ROIFeatureExtractor_L{n} back to ExperimentalDetectronROIFeatureExtractor with its
+    pyramid_scales list (once a KeyError 's': the pattern "scale_{}" walked letter by letter;
+    other arities were left as they were), through the API and the CLI."""
+    m = O.extractor_node_model(case)
+    L = len(case["inputs"]) - 1
+    back = ort_roi.convert(ort_roi.convert(m), "onnx")
+    node = back.graph.node[0]
+    assert (node.domain, node.op_type) == ("org.openvinotoolkit",
+                                           "ExperimentalDetectronROIFeatureExtractor")
+    a = _node_attrs(node)
+    assert a["pyramid_scales"] == [case["attrs"][f"scale_{i}"] for i in range(L)]
+    assert {k: a[k] for k in ("output_size", "sampling_ratio", "aligned")} == {
+        k: case["attrs"].get(k, d) for k, d in (("output_size", 7), ("sampling_ratio", 2),
+                                                 ("aligned", 0))}
+    assert list(node.output) == ["output", "rois_out"]
+    assert {o.domain for o in back.opset_import} == {"", "org.openvinotoolkit"}
+    # what comes back runs as the original: through convert again, and in OpenVINO
+    np.testing.assert_allclose(ort_roi.InferenceSession(back).run(None, case["inputs"])[0],
+                               case["expected"], rtol=1e-4, atol=1e-4)
+    src, conv, dst = (tmp_path / f"{n}.onnx" for n in "abc")
+    onnx.save(ort_roi.convert(m), conv)
+    assert cli.main(["convert", str(conv), str(dst), "--to", "onnx"]) == 0
+    out = capsys.readouterr().out
+    assert (f"1 node(s) rewritten (1 x ort_roi::ROIFeatureExtractor_L{L} -> "
+            f"org.openvinotoolkit::ExperimentalDetectronROIFeatureExtractor)") in out
+    assert onnx.load(dst).graph.node[0] == node
+
+
+@pytest.mark.parity
+@needs_openvino
+def test_extractor_sent_back_is_read_by_openvino():
+    case = next(c for c in GOLDEN if len(c["inputs"]) == 5 and len(c["inputs"]["rois"]))
+    back = ort_roi.convert(ort_roi.convert(O.extractor_node_model(case)), "onnx")
+    got = O.openvino_onnx(back, case["inputs"])[0]
+    np.testing.assert_allclose(got, case["expected"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("L", [1, 2, 4, 6])
+def test_mmdeploy_multi_level_goes_back_to_its_node(L):
+    case = next(c for c in C.multilevel_cases(41) if len(c["inputs"]) == L + 1)
+    m = mmdeploy_node_model(case)
+    conv = ort_roi.convert(m)
+    assert conv.graph.node[0].op_type == f"MultiLevelRoiAlign_L{L}"
+    back = ort_roi.convert(conv, "onnx")
+    node = back.graph.node[0]
+    assert (node.domain, node.op_type) == ("mmdeploy", "MMCVMultiLevelRoiAlign")
+    want = {**_node_attrs(m.graph.node[0])}
+    got = _node_attrs(node)
+    assert got["featmap_strides"] == pytest.approx(want.pop("featmap_strides"))
+    for k, v in want.items():
+        assert got[k] == pytest.approx(v), k
+    feed = case["inputs"]
+    np.testing.assert_array_equal(ort_roi.InferenceSession(back).run(None, feed)[0],
+                                  ort_roi.InferenceSession(m).run(None, feed)[0])
+
+
+def test_convert_cli_never_prints_a_traceback(tmp_path, capsys):
+    """A node convert cannot read (a 7-level extractor; strides that do not match the maps)
+    gives exit 1 and a message naming the node, both ways."""
+    case = next(c for c in GOLDEN if len(c["inputs"]) == 3)
+    m = O.extractor_node_model(case)
+    bad = [a for a in m.graph.node[0].attribute if a.name == "pyramid_scales"][0]
+    bad.ints.append(64)  # 3 strides for 2 maps
+    src, dst = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(m, src)
+    assert cli.main(["convert", str(src), str(dst)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert ("ExperimentalDetectronROIFeatureExtractor (node 'extractor'): attribute "
+            "'pyramid_scales': must hold 2 values (one per feature map)") in err
