@@ -64,17 +64,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     """Print every node form ort_roi runs: how, and each op's types, attributes and defaults
     (from the spec table)."""
+    import onnxruntime as ort
+
+    from .probe import how_it_runs
     from .specs import DOMAIN, FORMS, TYPES
 
+    print(f"'runs' below is what a plain onnxruntime {ort.__version__} session with "
+          f"ort_roi.session_options() did with a one-node graph of each form, as its exporter "
+          f"writes it, just now.\n")
     shown: dict = {}
     for f in FORMS:
         s = f.spec
         name = f"{f.domain or 'onnx'}::{f.op_type}"
-        if f.registered:
-            how = "a plain session with ort_roi.session_options() runs it as it is"
-        else:
-            how = (f"onnxruntime runs it natively; ort-roi convert, ort_roi.convert() and the "
-                   f"front door rewrite it as {DOMAIN}::{s.name}")
+        how = how_it_runs(f)
         print(f"{name}  ({s.source})\n  written by: {f.writers}\n  runs: {how}\n"
               f"  checked against: {f.oracle}")
         if s in shown or not f.registered:

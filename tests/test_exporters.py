@@ -425,3 +425,48 @@ def test_roialign_negative_sampling_ratio_is_refused_as_onnxruntime_does():
         ort_roi.convert(m)
     with pytest.raises(ort_roi.RoiOpError, match="sampling_ratio"):
         ort_roi.InferenceSession(m)
+
+
+def _info_lines():
+    out = subprocess.run([sys.executable, "-m", "ort_roi.cli", "info"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    lines, name = {}, None
+    for line in out.stdout.splitlines():
+        if "::" in line and not line.startswith(" "):
+            name = line.split()[0]
+        elif line.startswith("  runs: ") and name:
+            lines[name] = line[len("  runs: "):]
+    return lines, out.stderr
+
+
+def test_info_says_what_a_plain_session_does_with_each_form():
+    """Once it said 'onnxruntime runs it natively' for OpenVINO's extractor and mmdeploy's
+    multi-level node, which a plain session refuses. Checked here against sessions of the
+    exporters' own nodes, built by hand."""
+    import oracles as O
+    from test_multilevel import mmdeploy_node_model
+
+    runs, err = _info_lines()
+    assert err == ""  # no onnxruntime log lines from the probing
+    assert set(runs) == {f"{f.domain or 'onnx'}::{f.op_type}" for f in FORMS}
+    ext = next(c for c in C.extractor_cases(10) if len(c["inputs"]) == 5)
+    mm = next(c for c in C.multilevel_cases(11) if len(c["inputs"]) == 5)
+    for name, model in (("org.openvinotoolkit::ExperimentalDetectronROIFeatureExtractor",
+                         O.extractor_node_model(ext)),
+                        ("mmdeploy::MMCVMultiLevelRoiAlign", mmdeploy_node_model(mm))):
+        with pytest.raises(Exception, match="not_runnable_as_exported"):
+            _plain(model)
+        assert runs[name].startswith("a plain session refuses it as exported")
+        assert "natively" not in runs[name] and "own kernel" not in runs[name]
+    with pytest.raises(Exception, match="NOT_IMPLEMENTED"):
+        ort.InferenceSession(onnx_roi_align_model(22).SerializeToString(),
+                             providers=["CPUExecutionProvider"])
+    assert runs["onnx::RoiAlign"].startswith(
+        "a plain session runs it as it is (onnxruntime's own kernel; float32, float64 at opset "
+        "10, 16); not float32, float64 at opset 22")
+    assert "not float64" in runs["onnx::MaxRoiPool"]
+    for f in FORMS:
+        if f.registered:
+            assert runs[f"{f.domain or 'onnx'}::{f.op_type}"] == (
+                "a plain session runs it as it is (ort_roi's kernel; float32, float64)")
