@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 
 from . import builders as B
 
-FEAT_C, FEAT_H, FEAT_W, STRIDE = 16, 24, 32, 16  # features of a 384 x 512 image
+from .inputs import FEAT_C, FEAT_H, FEAT_W, STRIDE, generate_inputs  # a 384 x 512 image
 
 
 def _init(rng, name, shape, scale=0.1) -> onnx.TensorProto:
@@ -110,60 +110,6 @@ def bilinear() -> onnx.ModelProto:
     return B.make_model(nodes, [_features(), B.tensor("rois", "float32", ["R", 5])],
                         [B.tensor("cls_prob", "float32", ["R", classes])],
                         initializers=inits, name="bilinear_roi_head", doc=bilinear.__doc__)
-
-
-def _image_boxes(rng, r: int) -> np.ndarray:
-    h, w = FEAT_H * STRIDE, FEAT_W * STRIDE
-    xy = rng.uniform(0, 1, (r, 2)) * [w * 0.8, h * 0.8]
-    wh = rng.uniform(32, 200, (r, 2))
-    return np.concatenate([xy, np.minimum(xy + wh, [w - 1, h - 1])], 1).astype(np.float32)
-
-
-def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs for a detection head, one image: features, boxes (image pixels, normalized for
-    bilinear ROIPooling, rows with a batch column or rotated rows as the reading op wants
-    them), counts or batch indices, as the graph's inputs name and type them."""
-    from .graph import iter_nodes, spec_of
-
-    rng = np.random.default_rng(seed)
-    roles = {}  # graph input -> (spec, spec input) of the first node of ours reading it
-    for node in iter_nodes(model.graph):
-        spec = spec_of(node)
-        for name, inp in zip(node.input, spec.inputs if spec else ()):
-            roles.setdefault(name, (spec, inp))
-    normalized = any(a.name == "method" and a.s == b"bilinear"
-                     for n in iter_nodes(model.graph) if n.domain for a in n.attribute)
-    boxes = _image_boxes(rng, r)
-    feats = {}
-    weights = {i.name for i in model.graph.initializer}
-    for vi in model.graph.input:
-        if vi.name in weights:
-            continue
-        t = vi.type.tensor_type
-        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-        spec, inp = roles.get(vi.name, (None, None))
-        is_boxes = inp is not None and inp is spec.boxes
-        if np.issubdtype(dtype, np.integer):
-            per_box = inp is not None and inp.shape == "[R]"  # batch indices
-            feats[vi.name] = np.zeros(r, dtype) if per_box else np.array([r], dtype)
-        elif len(dims) == 2 or is_boxes:
-            cols = dims[1] if len(dims) == 2 and dims[1] else (
-                spec.box_cols[0] if isinstance(spec.box_cols, tuple) else spec.box_cols)
-            wi, hi = FEAT_W * STRIDE, FEAT_H * STRIDE
-            b = boxes / [wi, hi, wi, hi] if normalized else boxes
-            if cols == 6:  # rotated: [batch, cx, cy, w, h, theta]
-                b = np.concatenate([(b[:, :2] + b[:, 2:]) / 2, b[:, 2:] - b[:, :2],
-                                    rng.uniform(-1.5, 1.5, (r, 1))], 1)
-            if cols in (5, 6):
-                b = np.concatenate([np.zeros((r, 1)), b], 1)
-            feats[vi.name] = b.astype(dtype)
-        else:  # a feature map: level l of a pyramid is 2^l times smaller
-            level = spec.features.index(list(spec.inputs).index(inp)) if inp else 0
-            default = [1, FEAT_C, max(1, FEAT_H >> level), max(1, FEAT_W >> level)]
-            shape = [d or default[i] for i, d in enumerate(dims)] if dims else default
-            feats[vi.name] = rng.standard_normal(shape).astype(dtype)
-    return feats
 
 
 @dataclass(frozen=True)

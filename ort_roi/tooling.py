@@ -4,13 +4,16 @@ compare a model's onnxruntime run with onnx.reference."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 
-from .errors import RoiOpError
+from .errors import RoiOpError, node_label
+from .graph import rewrite
+from .inputs import generate_inputs
 
 
 @dataclass
@@ -21,6 +24,7 @@ class Report:
     problems: list[str] = field(default_factory=list)
     max_diff: float = 0.0
     outputs: dict = field(default_factory=dict)
+    inputs: dict = field(default_factory=dict)
 
     def fail(self, msg: str) -> None:
         self.ok = False
@@ -34,18 +38,26 @@ class Report:
 
 
 def compare_with_reference(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
-                           rtol: float = 1e-4, atol: float = 1e-4) -> Report:
-    """Run ``model`` in onnxruntime (ort_roi front door) and in onnx.reference with
-    ort_roi's kernels, and compare every output."""
+                           rtol: float = 1e-4, atol: float = 1e-4, plain: bool = False) -> Report:
+    """Run ``model`` in onnxruntime (the ort_roi front door, or with ``plain`` a plain
+    session with ort_roi.session_options(), whose ops' errors are caught from the log) and
+    in onnx.reference with ort_roi's kernels, and compare every output."""
     from onnx.reference import ReferenceEvaluator
 
     from . import reference
     from .session import InferenceSession
 
-    rep = Report()
+    rep = Report(inputs={k: np.asarray(v) for k, v in inputs.items()})
     try:
-        sess = InferenceSession(model)
-        got = sess.run(None, inputs)
+        if plain:
+            sess, got, errors = _run_plain(model, inputs)
+            for msg in errors:
+                rep.fail(msg)
+            if errors:
+                return rep
+        else:
+            sess = InferenceSession(model)
+            got = sess.run(None, inputs)
     except RoiOpError as e:
         rep.fail(str(e))
         return rep
@@ -63,43 +75,163 @@ def compare_with_reference(model: onnx.ModelProto, inputs: dict[str, np.ndarray]
     return rep
 
 
-def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0,
-             notes: list[str] | None = None) -> list[tuple[str, str]]:
-    """Check a model that uses ort_roi ops or nodes of other exporters; returns (step,
-    problem) pairs, and appends to ``notes`` what is worth knowing but no failure.
+PLAIN = "a plain onnxruntime session with ort_roi.session_options()"
 
-    Steps: our attribute rules (node and attribute named), the ONNX checker (full), strict
-    shape inference, and a run in onnxruntime with generated inputs compared with the NumPy
-    kernels through onnx.reference. Graph outputs that carry no shape (onnxruntime runs
-    such graphs; onnx's full check refuses them) are checked with their inferred shapes, and
-    said so in a note. An empty list means the model is clean.
+
+@dataclass
+class Validation:
+    """The answer of ``ort-roi validate``: does a plain onnxruntime session with
+    ``ort_roi.session_options()`` run the file as it is, and does it compute what it should.
+
+    ``problems``: (step, message) pairs, empty when the answer is yes; ``notes``: what is
+    worth knowing but no failure; ``runnable``: whether a plain session runs it as it is;
+    ``roi_nodes``: the RoI nodes (of any form) in it; ``after_convert``: when a plain session
+    cannot run it, the same check of what ``ort-roi convert`` makes of it.
     """
-    from .examples import generate_inputs
-    from .session import prepare_model
 
-    notes = [] if notes is None else notes
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    runnable: bool = True
+    roi_nodes: int = 0
+    after_convert: "Validation | None" = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0) -> Validation:
+    """Check a model: can a plain onnxruntime session with ``ort_roi.session_options()`` run
+    it as it is (every RoI node named with what to do when not), do our attribute rules,
+    onnx's checker (full) and strict shape inference accept it, and does a run with generated
+    inputs (following the declared shapes) match onnx.reference with ort_roi's ops. Graph
+    outputs that carry no shape (onnxruntime runs such graphs; onnx's full check refuses
+    them) are checked with their inferred shapes, said in a note. A graph a plain session
+    cannot run is also checked as ``ort-roi convert`` rewrites it (``after_convert``)."""
+    v = Validation()
     try:
         m = onnx.load(model) if isinstance(model, str) else model
     except Exception as e:  # noqa: BLE001 - any load failure is the finding
-        return [("load", f"cannot read the model: {e}")]
-    try:  # our rules first: they name the node
+        v.problems.append(("load", f"cannot read the model: {_first_line(e)}"))
+        v.runnable = False
+        return v
+    v.roi_nodes = _plain_session_check(m, v)
+    if v.roi_nodes == 0:
+        v.notes.append("no RoI node (no node of a form ort_roi runs): nothing here for ort_roi")
+    if not v.runnable:
         c = _copy(m)
-        done = prepare_model(c, exact_floats=False)  # the rewrite pass: what will run
-    except Exception as e:  # noqa: BLE001 - the first failure is the finding
-        return [("attributes", _first_line(e))]
-    if done.moved:
-        notes.append(f"checked as ort-roi convert rewrites it ({len(done.moved)} node(s) of "
-                     f"onnxruntime's or of exporters moved into ort_roi)")
-    steps = [("checker", lambda: _check(c, notes)),
-             ("shapes", lambda: onnx.shape_inference.infer_shapes(c, check_type=True,
+        try:
+            done = rewrite(c, "ort_roi")
+        except Exception as e:  # noqa: BLE001 - the rewrite's refusal names the node
+            v.after_convert = Validation(problems=[("convert", _first_line(e))], runnable=False)
+            return v
+        v.after_convert = Validation(roi_nodes=v.roi_nodes, notes=list(done.notes))
+        _check_and_run(c, v.after_convert, r, seed)
+        return v
+    _check_and_run(m, v, r, seed)
+    return v
+
+
+def _plain_session_check(m: onnx.ModelProto, v: Validation) -> int:
+    """Name every RoI node a plain session cannot run as it is and what to do; then ask
+    onnxruntime itself. Returns the number of RoI nodes."""
+    from .graph import given_attrs, iter_nodes, node_attrs
+    from .specs import form
+
+    fix = "run `ort-roi convert IN OUT` (or use ort_roi.InferenceSession)"
+    n = 0
+    for node in iter_nodes(m.graph):
+        f = form(node.domain, node.op_type)
+        if f is None:
+            continue
+        n += 1
+        what = f"node {node_label(node)!r} ({f.domain or 'onnx'}::{f.op_type})"
+        if f.registered:
+            try:
+                node_attrs(node, f.spec)
+            except RoiOpError as e:
+                v.problems.append(("attributes", str(e)))
+                continue
+            missing = [a.name for a in f.spec.attrs if a.name not in given_attrs(node)]
+            if missing:
+                v.problems.append(("plain session", f"{what} omits the attribute(s) "
+                                   f"{', '.join(missing)}; onnxruntime requires every "
+                                   f"attribute of a Python op: {fix}, which writes their "
+                                   f"defaults"))
+        elif f.guard_levels:
+            v.problems.append(("plain session", f"{what}: the exported node has a variable "
+                               f"number of inputs and list attributes, which a Python op "
+                               f"cannot declare; {fix}, which rewrites it as ort_roi's "
+                               f"fixed-arity op"))
+        else:
+            v.notes.append(f"{what} runs on onnxruntime's own kernel; `ort-roi convert` moves "
+                           f"it into ort_roi")
+            if f.two_maxes and given_attrs(node).get("mode") == "max":
+                v.notes.append(f"{what}: onnxruntime computes mode=max as the largest weighted "
+                               f"corner of any sample (onnxruntime issue 6146), not the largest "
+                               f"sample that mmcv and OpenVINO compute")
+    if not v.problems:
+        why = _plain_session_error(m)
+        if why is not None:
+            v.problems.append(("plain session", f"onnxruntime refuses it: {why}" +
+                               (f"; {fix}" if n else "")))
+    v.runnable = not v.problems
+    return n
+
+
+def _plain_session_error(m: onnx.ModelProto) -> str | None:
+    from .probe import plain_session_error
+
+    return plain_session_error(m)
+
+
+def _check_and_run(m: onnx.ModelProto, v: Validation, r: int, seed: int) -> None:
+    steps = [("checker", lambda: _check(m, v.notes)),
+             ("shapes", lambda: onnx.shape_inference.infer_shapes(m, check_type=True,
                                                                   strict_mode=True))]
     for step, fn in steps:
         try:
             fn()
         except Exception as e:  # noqa: BLE001 - the first failure is the finding
-            return [(step, _first_line(e))]
-    rep = compare_with_reference(c, generate_inputs(c, r, seed))
-    return [("run", p) for p in rep.problems]
+            v.problems.append((step, _first_line(e)))
+            return
+    try:
+        rep = compare_with_reference(m, generate_inputs(m, r, seed), plain=True)
+    except Exception as e:  # noqa: BLE001 - any failure of the run step is a message
+        v.problems.append(("run", f"{type(e).__name__}: {_first_line(e)}"))
+        return
+    v.problems += [("run", p) for p in rep.problems]
+    if rep.ok:
+        v.notes.append(f"generated inputs ({', '.join(f'{k} {list(a.shape)}' for k, a in rep.inputs.items())}): "
+                       f"every output matches onnx.reference, max |diff| {rep.max_diff:.2g}")
+
+
+class _Errors(logging.Handler):
+    """Collects the errors ort_roi's ops log in a plain session."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _run_plain(model: onnx.ModelProto, inputs: dict):
+    """A plain session, its outputs and the errors its ops logged (their outputs are NaN)."""
+    import onnxruntime as ort
+
+    from .session import session_options
+
+    sess = ort.InferenceSession(model.SerializeToString(), session_options(),
+                                providers=["CPUExecutionProvider"])
+    handler, logger = _Errors(), logging.getLogger("ort_roi")
+    logger.addHandler(handler)
+    try:
+        got = sess.run(None, inputs)
+    finally:
+        logger.removeHandler(handler)
+    return sess, got, handler.messages
 
 
 def _check(m: onnx.ModelProto, notes: list[str]) -> None:
@@ -134,18 +266,36 @@ def _first_line(e: Exception) -> str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Check MODEL: ONNX checker, attributes, shape inference, a run vs the NumPy kernels."""
+    """Does a plain onnxruntime session with ort_roi.session_options() run MODEL as it is?
+    Every RoI node it cannot run is named with what to do; then onnx's checker, shape
+    inference and a run with generated inputs against onnx.reference."""
     bad = 0
     for path in args.models:
-        notes: list[str] = []
-        problems = validate(path, r=args.rois, notes=notes)
-        print(f"{path}: {'OK' if not problems else 'FAILED'}")
-        for step, msg in problems:
-            print(f"  {step}: {msg}")
-        for msg in notes:
-            print(f"  note: {msg}")
-        bad += bool(problems)
+        v = validate(path, r=args.rois)
+        _print_validation(path, v)
+        bad += not v.ok
     return 1 if bad else 0
+
+
+def _print_validation(path: str, v: Validation) -> None:
+    if v.ok:
+        print(f"{path}: OK: {PLAIN} runs it as it is")
+    elif not v.runnable:
+        print(f"{path}: FAILED: {PLAIN} cannot run it as it is")
+    else:
+        print(f"{path}: FAILED")
+    for step, msg in v.problems:
+        print(f"  {step}: {msg}")
+    for msg in v.notes:
+        print(f"  note: {msg}")
+    a = v.after_convert
+    if a is not None:
+        verdict = "OK, a plain session runs it" if a.ok else "FAILED"
+        print(f"  after `ort-roi convert`: {verdict}")
+        for step, msg in a.problems:
+            print(f"    {step}: {msg}")
+        for msg in a.notes:
+            print(f"    note: {msg}")
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -158,8 +308,6 @@ def cmd_convert(args: argparse.Namespace) -> int:
         print(f"ort-roi convert: cannot read the model {args.input}: {_first_line(e)}",
               file=sys.stderr)
         return 1
-    from .graph import rewrite
-
     try:
         done = rewrite(m, to=args.to, roialign_max=args.roialign_max)
         onnx.save(m, args.output)

@@ -8,7 +8,7 @@ import pytest
 from onnx import helper
 
 import ort_roi
-from ort_roi import builders, examples
+from ort_roi import builders, examples, inputs
 from ort_roi.tooling import compare_with_reference
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "models")
@@ -24,7 +24,7 @@ def test_committed_model_is_what_the_builder_writes(ex):
 def test_model_checks_and_runs_like_the_reference(ex):
     model = onnx.load(os.path.join(MODELS, ex.file))
     onnx.checker.check_model(model, full_check=True)
-    report = compare_with_reference(model, examples.generate_inputs(model, r=5, seed=3))
+    report = compare_with_reference(model, inputs.generate_inputs(model, r=5, seed=3))
     assert report.ok, report.summary()
     assert all(np.isfinite(v).all() and v.shape[0] == 5 for v in report.outputs.values())
 

@@ -209,17 +209,20 @@ def test_bad_inputs_are_named():
         ort_roi.convert(O.extractor_node_model(seven))
 
 
-def test_validate_checks_the_exported_graph_as_it_will_run(tmp_path, capsys):
-    """validate rewrites the graph as convert does (the node as exported has no schema and
-    no reference op) and says so; the generated pyramid runs in onnxruntime and matches the
-    reference evaluator."""
+def test_validate_says_a_plain_session_cannot_run_the_exported_node_and_checks_convert(
+        tmp_path, capsys):
+    """A plain session refuses the node as exported: validate fails naming it and the fix,
+    then checks what convert makes of it: the generated pyramid runs in a plain session and
+    matches the reference evaluator."""
     for i, m in enumerate((O.extractor_node_model(C.extractor_cases(27)[6]),
                            mmdeploy_node_model(C.multilevel_cases(28)[6]))):
         path = tmp_path / f"m{i}.onnx"
         onnx.save(m, path)
-        assert cli.main(["validate", str(path)]) == 0
+        assert cli.main(["validate", str(path)]) == 1
         out = capsys.readouterr().out
-        assert "OK" in out and "checked as ort-roi convert rewrites it (1 node(s)" in out
+        assert "cannot run it as it is" in out and "`ort-roi convert IN OUT`" in out
+        assert "after `ort-roi convert`: OK, a plain session runs it" in out
+        assert "every output matches onnx.reference" in out
 
 
 # --- --to onnx: every form convert writes goes back to the node it came from -------------------

@@ -79,9 +79,9 @@ def test_validate_reports_a_run_that_fails(tmp_path):
                                           builders.tensor("rois_in", np.float32, ["R", 5])],
                             [builders.tensor("Y", np.float32, ["R", 4, 2, 2])],
                             initializers=[bias])
-    problems = tooling.validate(m)
+    problems = tooling.validate(m).problems
     assert problems and problems[0][0] == "run"
-    assert "ROIPooling" in problems[0][1] and "batch index 3.0" in problems[0][1]
+    assert "ROIPooling (node 'pool')" in problems[0][1] and "batch index 3.0" in problems[0][1]
 
 
 def max_roi_pool_model(pooled=(3, 2), scale=0.5):
@@ -280,3 +280,85 @@ def test_bench_round_ratios_pair_each_round():
 
     # peer / ours per round: 2, 0.5, 3
     assert bench.round_ratios([2.0, 1.0, 3.0], [1.0, 2.0, 1.0]) == [0.5, 2.0, 3.0]
+
+
+# --- validate answers: does a plain session with ort_roi.session_options() run the file? -------
+
+def _save(tmp_path, m, name="m.onnx"):
+    path = tmp_path / name
+    onnx.save(m, path)
+    return str(path)
+
+
+def test_validate_refuses_exported_multi_level_nodes_naming_each_and_the_fix(tmp_path, capsys):
+    """It printed OK for graphs a plain session refuses (it checked the converted graph)."""
+    import cases as C
+    import oracles as O
+
+    case = next(c for c in C.extractor_cases(10) if len(c["inputs"]) == 5)
+    path = _save(tmp_path, O.extractor_node_model(case))
+    with pytest.raises(Exception):  # what the user would meet
+        ort.InferenceSession(path, ort_roi.session_options(), providers=["CPUExecutionProvider"])
+    assert cli.main(["validate", path]) == 1
+    out = capsys.readouterr().out
+    for fragment in (f"{path}: FAILED: a plain onnxruntime session with "
+                     f"ort_roi.session_options() cannot run it as it is",
+                     "plain session: node 'extractor' (org.openvinotoolkit::Experimental"
+                     "DetectronROIFeatureExtractor)", "ort-roi convert IN OUT",
+                     "after `ort-roi convert`: OK, a plain session runs it"):
+        assert fragment in out, (fragment, out)
+
+
+def test_validate_names_omitted_attributes_a_plain_session_needs(tmp_path, capsys):
+    node = helper.make_node("MMCVRoiAlign", ["X", "rois"], ["Y"], domain="mmcv", name="align",
+                            output_height=2, output_width=2, spatial_scale=0.5, mode="avg")
+    m = builders.make_model([node], [builders.tensor("X", "float32", [1, 3, 8, 8]),
+                                     builders.tensor("rois", "float32", ["R", 5])],
+                            [builders.tensor("Y", "float32", ["R", 3, 2, 2])])
+    path = _save(tmp_path, m)
+    with pytest.raises(Exception, match="aligned|sampling_ratio"):
+        ort.InferenceSession(path, ort_roi.session_options(), providers=["CPUExecutionProvider"])
+    assert cli.main(["validate", path]) == 1
+    out = capsys.readouterr().out
+    assert ("plain session: node 'align' (mmcv::MMCVRoiAlign) omits the attribute(s) "
+            "sampling_ratio, aligned; onnxruntime requires every attribute of a Python op: "
+            "run `ort-roi convert IN OUT`") in out, out
+    assert "after `ort-roi convert`: OK" in out
+
+
+def test_validate_a_graph_without_roi_nodes_says_so(tmp_path, capsys):
+    relu = helper.make_node("Relu", ["x"], ["y"])
+    m = builders.make_model([relu], [builders.tensor("x", "float32", [2, 3])],
+                            [builders.tensor("y", "float32", [2, 3])])
+    assert cli.main(["validate", _save(tmp_path, m)]) == 0
+    assert "note: no RoI node" in capsys.readouterr().out
+
+
+def test_validate_follows_declared_shapes(tmp_path, capsys):
+    """A valid two-image graph (boxes_num declared [2]) once died with onnxruntime's 'Got
+    invalid dimensions for input: boxes_num' traceback: the generated counts had length 1."""
+    node = builders.roi_align("X", "boxes", "boxes_num", "Y", name="align", pooled_height=3,
+                              pooled_width=3, spatial_scale=0.25, sampling_ratio=2)
+    m = builders.make_model([node], [builders.tensor("X", "float32", [2, 4, 20, 24]),
+                                     builders.tensor("boxes", "float32", ["R", 4]),
+                                     builders.tensor("boxes_num", "int64", [2])],
+                            [builders.tensor("Y", "float32", ["R", 4, 3, 3])])
+    assert cli.main(["validate", _save(tmp_path, m)]) == 0
+    out = capsys.readouterr().out
+    assert "OK" in out and "boxes_num [2]" in out and "X [2, 4, 20, 24]" in out, out
+
+
+def test_validate_reports_any_run_failure_as_a_message(tmp_path, capsys):
+    """A node that is not ours fails at run time (a Reshape to an impossible shape): a
+    message, exit 1, no traceback."""
+    node = builders.roi_align("X", "boxes", "n", "Y", name="align", pooled_height=2,
+                              pooled_width=2)
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [7, 5])
+    reshape = helper.make_node("Reshape", ["Y", "shape"], ["Z"], name="reshape")
+    m = builders.make_model([node, reshape], [builders.tensor("X", "float32", [1, 3, 8, 8]),
+                                              builders.tensor("boxes", "float32", ["R", 4]),
+                                              builders.tensor("n", "int32", [1])],
+                            [builders.tensor("Z", "float32", None)], initializers=[shape])
+    assert cli.main(["validate", _save(tmp_path, m)]) == 1
+    out = capsys.readouterr().out
+    assert "run: " in out and "reshape" in out.lower() and "Traceback" not in out, out

@@ -14,7 +14,7 @@ import os
 
 import onnx
 
-from ort_roi import examples
+from ort_roi import examples, inputs
 from ort_roi.tooling import compare_with_reference
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,7 +28,7 @@ def main() -> None:
     for ex in examples.EXAMPLES:
         model = ex.build()
         onnx.checker.check_model(model, full_check=True)
-        report = compare_with_reference(model, examples.generate_inputs(model))
+        report = compare_with_reference(model, inputs.generate_inputs(model))
         path = os.path.join(args.out, ex.file)
         onnx.save(model, path)
         print(f"{path}: {os.path.getsize(path)} bytes, {report.summary()}")

@@ -1,0 +1,141 @@
+"""Inputs for a graph that pools boxes: feature maps, boxes, per-image counts or batch indices,
+generated to fit what the graph declares (``ort-roi validate``, the demo, the tests).
+
+Each graph input is generated for the role of the first RoI node that reads it (any node form:
+ours, the exporters', ONNX RoiAlign / MaxRoiPool): a feature map, boxes (in image pixels;
+normalized for bilinear ROIPooling; rows with a batch column or rotated rows as the node wants
+them), counts per image or a batch index per box. Declared dimensions are kept: the number of
+images comes from a declared batch dimension of a feature map or the length of a counts
+input, the number of boxes from a declared box dimension, else ``r``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from .graph import given_attrs, iter_nodes
+from .specs import Input, OpSpec, form
+
+#: Feature maps whose size the graph leaves open: C, H, W of the finest level, its stride.
+FEAT_C, FEAT_H, FEAT_W, STRIDE = 16, 24, 32, 16
+
+
+@dataclass
+class Role:
+    """What a graph input is to the first RoI node that reads it."""
+
+    spec: OpSpec
+    input: Input
+    attrs: dict
+
+    @property
+    def kind(self) -> str:
+        i = list(self.spec.inputs).index(self.input)
+        if i in self.spec.features:
+            return "features"
+        if i == self.spec.boxes_input:
+            return "boxes"
+        return "batch" if self.input.shape == "[R]" else "counts"
+
+    @property
+    def level(self) -> int:
+        return self.spec.features.index(list(self.spec.inputs).index(self.input))
+
+
+def roles(model: onnx.ModelProto) -> dict[str, Role]:
+    """Graph tensor -> its role for the first RoI node (of any form) reading it."""
+    found: dict[str, Role] = {}
+    for node in iter_nodes(model.graph):
+        f = form(node.domain, node.op_type)
+        spec = f.target(len(node.input)) if f is not None else None
+        if spec is None:
+            continue
+        attrs = given_attrs(node)
+        for name, inp in zip(node.input, spec.inputs):
+            found.setdefault(name, Role(spec, inp, attrs))
+    return found
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list | None:
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+
+
+def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs for every graph input (initializers excepted) that fit their declarations."""
+    rng = np.random.default_rng(seed)
+    weights = {i.name for i in model.graph.initializer}
+    graph_inputs = [vi for vi in model.graph.input if vi.name not in weights]
+    role = roles(model)
+    dims = {vi.name: _dims(vi) for vi in graph_inputs}
+
+    # images and boxes: what the declarations fix, else 1 image and r boxes
+    n = r_ = None
+    for name, d in dims.items():
+        rl = role.get(name)
+        if rl is None or not d:
+            continue
+        if rl.kind in ("features", "counts") and d[0]:
+            n = n or d[0]
+        if rl.kind in ("boxes", "batch") and d[0]:
+            r_ = r_ or d[0]
+    n, r = n or 1, r_ if r_ is not None else r
+    counts = np.full(n, r // n, np.int64)
+    counts[: r % n] += 1
+    batch = np.repeat(np.arange(n), counts)
+    normalized = any(rl.attrs.get("method") in ("bilinear", b"bilinear") for rl in role.values())
+
+    out = {}
+    for vi in graph_inputs:
+        dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        d, rl = dims[vi.name], role.get(vi.name)
+        kind = rl.kind if rl is not None else None
+        if kind is None and d is not None and len(d) == 2 and d[1] in (4, 5, 6):
+            kind = "boxes"  # rows of boxes on their way to a RoI node, most likely
+        if kind is None:  # read by no RoI node: its declared shape (open sizes 1)
+            shape = [v or 1 for v in d] if d is not None else [1]
+            out[vi.name] = rng.standard_normal(shape).astype(dtype)
+        elif kind == "counts":
+            out[vi.name] = counts.astype(dtype)
+        elif kind == "batch":
+            out[vi.name] = batch.astype(dtype)
+        elif kind == "boxes":
+            cols = (d[1] if d and len(d) == 2 and d[1] else
+                    rl.spec.box_cols[0] if rl and isinstance(rl.spec.box_cols, tuple) else
+                    rl.spec.box_cols if rl else 4)
+            out[vi.name] = _boxes(rng, r, cols, batch, normalized).astype(dtype)
+        else:
+            level = rl.level if rl is not None else 0
+            c = FEAT_C
+            if rl is not None and rl.spec.channels_attr:  # position-sensitive: oc * PH * PW
+                a = rl.attrs
+                c = a[rl.spec.channels_attr] * a.get(rl.spec.pooled[0], 1) * a.get(
+                    rl.spec.pooled[1], 1)
+            default = [n, c, max(1, FEAT_H >> level), max(1, FEAT_W >> level)]
+            shape = ([v or default[i] for i, v in enumerate(d)] if d and len(d) == 4
+                     else [v or 1 for v in d] if d else default)
+            out[vi.name] = rng.standard_normal(shape).astype(dtype)
+    return out
+
+
+def _boxes(rng, r: int, cols: int, batch: np.ndarray, normalized: bool) -> np.ndarray:
+    """r boxes [x1, y1, x2, y2] inside an image of the finest map's size, as ``cols``
+    columns: 4, 5 (batch first) or 6 (rotated: batch, cx, cy, w, h, theta)."""
+    h, w = FEAT_H * STRIDE, FEAT_W * STRIDE
+    xy = rng.uniform(0, 1, (r, 2)) * [w * 0.8, h * 0.8]
+    wh = rng.uniform(32, 200, (r, 2))
+    b = np.concatenate([xy, np.minimum(xy + wh, [w - 1, h - 1])], 1)
+    if normalized:
+        b = b / [w, h, w, h]
+    if cols == 6:
+        b = np.concatenate([(b[:, :2] + b[:, 2:]) / 2, b[:, 2:] - b[:, :2],
+                            rng.uniform(-1.5, 1.5, (r, 1))], 1)
+    if cols in (5, 6):
+        b = np.concatenate([batch[:, None].astype(np.float64), b], 1)
+    return b
