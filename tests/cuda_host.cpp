@@ -28,18 +28,15 @@ using std::round;
                                  T s) {                                                       \
     psroi_pool<T, CB>(X, rois, out, n, Ci, OC, H, W, PH, PW, s);                              \
   }                                                                                           \
-  extern "C" void roi_align_##S##_##CB(const T* X, const T* rois, T* out,                     \
-                                long long n, int C, int H, int W, int PH, int PW, T s,        \
-                                int sr, int aligned, int mode, int grid_max, T e) {           \
-    roi_align<T, CB>(X, rois, out, n, C, H, W, PH, PW, s, sr, aligned, mode, grid_max, e);    \
+  extern "C" void roi_align_##S##_##CB(const T* X, const T* rows, T* out, long long n,        \
+                                       int C, int H, int W, int PH, int PW, int mode, T e) {  \
+    roi_align<T, CB>(X, rows, out, n, C, H, W, PH, PW, mode, e);                              \
   }                                                                                           \
   extern "C" void roi_align_levels_##S##_##CB(const T* X0, const T* X1, const T* X2,          \
                                               const T* X3, const T* X4, const T* X5,          \
-                                              const T* rois, T* out, long long n, int C,      \
-                                              int PH, int PW, int sr, int aligned, int mode,  \
-                                              int grid_max, T e) {                            \
-    roi_align_levels<T, CB>(X0, X1, X2, X3, X4, X5, rois, out, n, C, PH, PW, sr, aligned,     \
-                            mode, grid_max, e);                                               \
+                                              const T* rows, T* out, long long n, int C,      \
+                                              int PH, int PW, int mode, T e) {                \
+    roi_align_levels<T, CB>(X0, X1, X2, X3, X4, X5, rows, out, n, C, PH, PW, mode, e);        \
   }                                                                                           \
   extern "C" void roi_align_rotated_##S##_##CB(const T* X, const T* rois, T* out, long long n,\
                                         int C, int H, int W, int PH, int PW) {                \

@@ -118,6 +118,32 @@ def test_cuda_source_on_host_huge_grid_and_mmcv(host_cupy):
         _check("align", got, kernels.mmcv_roi_align(X, rois, mode=mode, **m))
 
 
+def test_cuda_path_never_returns_unwritten_memory(host_cupy):
+    """A box whose grid the float64 bound called small while in T it exceeds the kernel's
+    limit: the kernel skipped it and nobody computed it, so the output kept what the device
+    allocation held. The grid is now computed once, on the host, for both sides."""
+    X = np.arange(2 * 3 * 4, dtype=np.float32).reshape(1, 2, 3, 4)
+    boxes = np.array([[4.3423657e9, 0, 4.342366e9, 1]], np.float32)
+    a = dict(pooled_height=3, pooled_width=3, spatial_scale=float(np.float32(1 / 3)),
+             sampling_ratio=-1)
+    def prefilled(shape, dtype=np.float32):  # what a device allocation may hold
+        return host_cupy.asarray(np.full(shape, 123.0, dtype))
+
+    with mock.patch.object(host_cupy, "empty", prefilled):
+        got = np.asarray(kernels.roi_align(host_cupy.asarray(X), boxes, np.array([1]), **a))
+    want = kernels.roi_align(X, boxes, np.array([1]), **a)
+    assert not (got == 123.0).any()
+    _check("align", got, want)
+    rows = np.concatenate([np.zeros((1, 1), np.float32), boxes], 1)
+    m = dict(output_height=3, output_width=3, spatial_scale=a["spatial_scale"],
+             sampling_ratio=0, aligned=1)
+    for mode in ("avg", "max"):
+        with mock.patch.object(host_cupy, "empty", prefilled):
+            got = np.asarray(kernels.mmcv_roi_align(host_cupy.asarray(X), rows, mode=mode, **m))
+        assert not (got == 123.0).any(), mode
+        _check("align", got, kernels.mmcv_roi_align(X, rows, mode=mode, **m))
+
+
 def test_cuda_source_on_host_rotated_huge_grids_go_to_the_host(host_cupy):
     """A rotated box with a huge adaptive grid is not looped over in the kernel (one thread
     per bin would visit ~1e12 samples): the NumPy kernel's clipped sampling computes it."""
@@ -166,9 +192,9 @@ def test_cuda_source_compiles_with_nvcc(tmp_path, arch):
             f"template __global__ void psroi_pool<{t}, 8>(const {t}*, const {t}*, {t}*, "
             f"long long, int, int, int, int, int, int, {t});",
             f"template __global__ void roi_align<{t}, 8>(const {t}*, const {t}*, {t}*, "
-            f"long long, int, int, int, int, int, {t}, int, int, int, int, {t});",
+            f"long long, int, int, int, int, int, int, {t});",
             f"template __global__ void roi_align_levels<{t}, 8>(" + f"const {t}*, " * 7
-            + f"{t}*, long long, int, int, int, int, int, int, int, {t});",
+            + f"{t}*, long long, int, int, int, int, {t});",
             f"template __global__ void roi_align_rotated<{t}, 8>(const {t}*, const {t}*, {t}*, "
             f"long long, int, int, int, int, int);"]
     src.write_text("\n".join(lines) + "\n")

@@ -118,34 +118,46 @@ def ps_pool(X, batch, rois, oc: int, ph: int, pw: int, spatial_scale: float):
     return out
 
 
-def _grids(boxes, spatial_scale, ph, pw, sampling_ratio, aligned, limit: int):
-    """Samples per bin [R, 2] (y, x) as the kernels compute them, or None where a cheap bound
-    shows every grid is at most ``limit``."""
+#: The RoIAlign kernels' rows (roi_ops.cu): each box's geometry, computed once on the host in
+#: T by roi_align's own geometry (the NumPy kernels use the same), a grid of -1 marking a box
+#: the host computes; roi_align_levels adds the level (-1: none) and its map's H and W.
+ALIGN_ROW = ("batch", "y0", "x0", "bin_h", "bin_w", "grid_h", "grid_w")
+LEVELS_ROW = ALIGN_ROW + ("level", "H", "W")
+
+
+def align_rows(batch, boxes, spatial_scale, ph: int, pw: int, sampling_ratio: int,
+               aligned: int, limit: int, level=None, sizes=None):
+    """Rows of ALIGN_ROW (LEVELS_ROW with ``level`` and the maps' ``sizes``) for the
+    boxes, in their dtype, and the boxes whose grid exceeds ``limit`` (marked -1: the caller
+    computes them). ``spatial_scale``: one scale, or one per box."""
     from .roi_align import _geometry
 
-    if 0 < sampling_ratio <= limit:
-        return None
-    if sampling_ratio <= 0 and boxes.shape[0]:
-        extent = float(np.abs(boxes[:, 2:] - boxes[:, :2]).max()) * spatial_scale
-        if extent / min(ph, pw) + 2 <= limit:
-            return None
-    return _geometry(boxes, spatial_scale, ph, pw, sampling_ratio, aligned)[2]
+    start, bin_size, grid = _geometry(boxes, spatial_scale, ph, pw, sampling_ratio, aligned)
+    big = (grid > limit).any(axis=1)
+    rows = np.empty((boxes.shape[0], len(ALIGN_ROW if level is None else LEVELS_ROW)),
+                    boxes.dtype)
+    rows[:, 0] = batch
+    rows[:, 1:3], rows[:, 3:5] = start, bin_size
+    rows[:, 5:7] = np.where(big[:, None], -1, grid)
+    if level is not None:
+        rows[:, 7] = level
+        rows[:, 8:10] = np.asarray(sizes)[np.maximum(level, 0)]
+    return rows, np.flatnonzero(big)
 
 
 def _roi_align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
                aligned: int, mode: int, limit: int, empty: float = 0.0):
     """The roi_align kernel (mode 0: mean, 1: running max from ``empty``, 2: onnxruntime's
-    max of weighted corners) over every box
-    whose grid is at most ``limit`` per side: (output, X on the device, the boxes left to the
-    caller)."""
+    max of weighted corners) over every box whose grid is at most ``limit`` per side:
+    (output, X on the device, the boxes left to the caller)."""
+    import cupy
+
     N, C, H, W = X.shape
     out = _empty(X, boxes.shape[0], C, ph, pw)
-    Xg, rows = _inputs(X, batch, boxes)
-    _launch("roi_align", out, Xg, rows,
-            (*_i(C, H, W, ph, pw), X.dtype.type(spatial_scale),
-             *_i(sampling_ratio, aligned, mode, limit), X.dtype.type(empty)))
-    grid = _grids(boxes, spatial_scale, ph, pw, sampling_ratio, aligned, limit)
-    left = np.zeros(0, np.intp) if grid is None else np.flatnonzero((grid > limit).any(axis=1))
+    rows, left = align_rows(batch, boxes, spatial_scale, ph, pw, sampling_ratio, aligned, limit)
+    Xg = cupy.ascontiguousarray(X)
+    _launch("roi_align", out, Xg, cupy.asarray(rows),
+            (*_i(C, H, W, ph, pw, mode), X.dtype.type(empty)))
     return out, Xg, left
 
 
@@ -203,20 +215,18 @@ def align_levels(Xs: list, batch, boxes, level, ph: int, pw: int, scales, sampli
     out = cupy.zeros((R, C, ph, pw), X0.dtype)
     limit = EXPLICIT_GRID_MAX if mode == 0 else MAX_MODE_SAMPLES
     lv = np.where((level >= 0) & (level < len(Xs)), level, -1)
-    rows = np.empty((R, 9), X0.dtype)
-    rows[:, 0], rows[:, 1:5], rows[:, 5] = batch, boxes, lv
-    rows[:, 6:8] = np.array([x.shape[2:] for x in Xs])[lv]
-    rows[:, 8] = np.asarray(scales, X0.dtype)[lv]
+    scale = np.asarray(scales, X0.dtype)[np.maximum(lv, 0)][:, None]
+    rows, big = align_rows(batch, boxes, scale, ph, pw, sampling_ratio, aligned, limit,
+                           level=lv, sizes=[x.shape[2:] for x in Xs])
     Xg = [cupy.ascontiguousarray(x) for x in Xs]
     _launch("roi_align_levels", out, *Xg, *Xg[:1] * (MAX_LEVELS - len(Xg)), cupy.asarray(rows),
-            (*_i(C, ph, pw, sampling_ratio, aligned, mode, limit), X0.dtype.type(empty)))
+            (*_i(C, ph, pw, mode), X0.dtype.type(empty)))
+    big = big[lv[big] >= 0]
     for i, X in enumerate(Xs):
-        which = np.flatnonzero(lv == i)
-        grid = _grids(boxes[which], scales[i], ph, pw, sampling_ratio, aligned, limit)
-        big = which[(grid > limit).any(axis=1)] if grid is not None else which[:0]
-        if big.size:
-            args = (X, batch[big], boxes[big], ph, pw, scales[i], sampling_ratio, aligned)
-            out[big] = align(*args) if mode == 0 else align_max(*args, empty)
+        which = big[lv[big] == i]
+        if which.size:
+            args = (X, batch[which], boxes[which], ph, pw, scales[i], sampling_ratio, aligned)
+            out[which] = align(*args) if mode == 0 else align_max(*args, empty)
     return out
 
 

@@ -80,7 +80,8 @@ def _geometry(boxes: np.ndarray, spatial_scale: float, pooled_h: int, pooled_w: 
     computes them (``aligned``: a key of GEOMETRY)."""
     t = boxes.dtype.type
     offset, least = GEOMETRY[int(aligned)]
-    c = boxes[:, [1, 0, 3, 2]] * t(spatial_scale) - t(offset)  # y1 x1 y2 x2
+    scale = np.asarray(spatial_scale, boxes.dtype)  # one, or one per box ([R, 1])
+    c = boxes[:, [1, 0, 3, 2]] * scale - t(offset)  # y1 x1 y2 x2
     size = c[:, 2:] - c[:, :2]
     if least is not None:
         size = np.maximum(size, t(least))

@@ -228,39 +228,18 @@ ORT_ROI_DEVICE T tap_corner_max(const Taps<T>& t, const T* x) {
                  t.w[3] * x[t.p[3]]);
 }
 
-// RoIAlign along one axis, as roi_align._geometry computes it in T: start, bin size and
-// samples per bin (sampling_ratio, or ceil(bin size) when <= 0); -1 when above grid_max
-// (the host computes such boxes). aligned: the geometry variant of roi_align.GEOMETRY
-// (0: no offset, size >= 1; 1: offset 0.5; 2: offset, size >= 1; 3: offset, size >= 0).
-template <typename T>
-ORT_ROI_DEVICE void align_axis(T lo, T hi, T scale, T off, int aligned, int pooled,
-                               int sampling_ratio, int grid_max, T& start, T& bin, int& grid) {
-  start = lo * scale - off;
-  T size = (hi * scale - off) - start;
-  const T least = aligned == 3 ? (T)0 : (T)1;  // np.maximum(size, least); sizes are finite
-  if (aligned != 1 && !(size > least)) size = least;
-  bin = size / (T)pooled;
-  T g = sampling_ratio > 0 ? (T)sampling_ratio : ceil(size / (T)pooled);
-  grid = g > 0 ? (g > (T)grid_max ? -1 : (int)g) : 0;
-}
-
-// RoIAlign (Paddle / detectron2) and MMCVRoiAlign: over bin (ph, pw) of box r, the mean
+// RoIAlign (Paddle / detectron2) and MMCVRoiAlign: over bin (ph, pw) of a box, the mean
 // (mode 0) or the max (mode 1: a running maximum from ``empty``, mmcv's -10000 or
 // mmdeploy's -FLT_MAX, replaced only by a larger value, NaN never) of gh x gw bilinear
 // samples, or (mode 2, onnxruntime's RoiAlign max) the largest over the samples of their
 // largest weighted corner, 0 without samples; the samples at
-// y = (start + ph*bin) + (iy + 0.5)*bin/gh. Boxes whose grid exceeds grid_max are left
-// alone (the host computes them in closed form).
+// y = (y0 + ph*bin_h) + (iy + 0.5)*bin_h/gh, x likewise. The box's geometry comes from the
+// host, computed once in T (``ALIGN_ROW`` in _cupy.py): g = [y0, x0, bin_h, bin_w, gh, gw].
 template <typename T, int CB>
-ORT_ROI_DEVICE void align_bin(const T* X, const T* b, long long bi, const Bin& q, T* out,
-                              int C, int H, int W, int PH, int PW, T scale, int sampling_ratio,
-                              int aligned, int mode, int grid_max, T empty) {
-  const T off = aligned ? (T)0.5 : (T)0;
-  T y0, bh, x0, bw;
-  int gh, gw;
-  align_axis(b[1], b[3], scale, off, aligned, PH, sampling_ratio, grid_max, y0, bh, gh);
-  align_axis(b[0], b[2], scale, off, aligned, PW, sampling_ratio, grid_max, x0, bw, gw);
-  if (gh < 0 || gw < 0) return;
+ORT_ROI_DEVICE void align_bin(const T* X, const T* g, long long bi, const Bin& q, T* out,
+                              int C, int H, int W, int PH, int PW, int mode, T empty) {
+  const T y0 = g[0], x0 = g[1], bh = g[2], bw = g[3];
+  const int gh = (int)g[4], gw = (int)g[5];
   T acc[CB];
   for (int k = 0; k < CB; ++k) acc[k] = mode == 1 ? empty : (T)0;
   const T* x = X + (bi * C + q.c0) * (long long)H * W;
@@ -291,32 +270,34 @@ ORT_ROI_DEVICE void align_bin(const T* X, const T* b, long long bi, const Bin& q
     *o = mode ? acc[k] : (count > 0 ? acc[k] / (T)count : (T)0);  // mode 2: 0 if no samples
 }
 
+// rows [R, 7] = [batch, y0, x0, bin_h, bin_w, gh, gw]; a grid of -1: the host computes the
+// box (its samples exceed what one thread should loop over), the kernel leaves it alone.
 template <typename T, int CB>
-__global__ void roi_align(const T* X, const T* rois, T* out,
-                          long long n, int C, int H, int W, int PH, int PW, T scale,
-                          int sampling_ratio, int aligned, int mode, int grid_max, T empty) {
+__global__ void roi_align(const T* X, const T* rows, T* out, long long n, int C, int H, int W,
+                          int PH, int PW, int mode, T empty) {
   ORT_ROI_LOOP(i, n) {
     Bin q = unravel<CB>(i, C, PH, PW);
-    align_bin<T, CB>(X, rois + q.r * 5 + 1, (long long)rois[q.r * 5], q, out, C, H, W, PH, PW,
-                     scale, sampling_ratio, aligned, mode, grid_max, empty);
+    const T* row = rows + q.r * 7;
+    if (row[5] < 0) continue;
+    align_bin<T, CB>(X, row + 1, (long long)row[0], q, out, C, H, W, PH, PW, mode, empty);
   }
 }
 
-// Multi-level RoIAlign in one launch: rois [R, 9] = [batch, x1, y1, x2, y2, level, H, W,
-// scale] (level -1: on no level, the output is left as it is); level l's map is X0 .. X5.
+// Multi-level RoIAlign in one launch: rows [R, 10] = [batch, y0, x0, bin_h, bin_w, gh, gw,
+// level, H, W] (level -1: on no level, the output is left as it is; grid -1: the host computes
+// the box); level l's map is X0 .. X5.
 template <typename T, int CB>
 __global__ void roi_align_levels(const T* X0, const T* X1, const T* X2, const T* X3,
-                                 const T* X4, const T* X5, const T* rois, T* out, long long n,
-                                 int C, int PH, int PW, int sampling_ratio, int aligned,
-                                 int mode, int grid_max, T empty) {
+                                 const T* X4, const T* X5, const T* rows, T* out, long long n,
+                                 int C, int PH, int PW, int mode, T empty) {
   ORT_ROI_LOOP(i, n) {
     Bin q = unravel<CB>(i, C, PH, PW);
-    const T* row = rois + q.r * 9;
-    const int l = (int)row[5];
-    if (l < 0) continue;
+    const T* row = rows + q.r * 10;
+    const int l = (int)row[7];
+    if (l < 0 || row[5] < 0) continue;
     const T* X = l == 0 ? X0 : l == 1 ? X1 : l == 2 ? X2 : l == 3 ? X3 : l == 4 ? X4 : X5;
-    align_bin<T, CB>(X, row + 1, (long long)row[0], q, out, C, (int)row[6], (int)row[7], PH,
-                     PW, row[8], sampling_ratio, aligned, mode, grid_max, empty);
+    align_bin<T, CB>(X, row + 1, (long long)row[0], q, out, C, (int)row[8], (int)row[9], PH,
+                     PW, mode, empty);
   }
 }
 
