@@ -15,9 +15,20 @@ from .graph import convert
 from .session import InferenceSession, session_options
 from .specs import DOMAIN, OPSET_VERSION, SPECS
 
+
+def release_memory() -> int:
+    """Let go of the buffers ort_roi keeps for reuse (every thread's); returns the bytes.
+
+    What stays cached is bounded anyway: ``ORT_ROI_CACHE_MB`` MiB (default 256) for the
+    whole process, least recently used first out."""
+    from .kernels import _workspace
+
+    return _workspace.release()
+
 __version__ = "0.1.0"
 
 schemas.register()
 
 __all__ = ["DOMAIN", "OPSET_VERSION", "SPECS", "InferenceSession", "RoiOpError", "convert",
-           "get_backend", "kernels", "session_options", "set_backend", "__version__"]
+           "get_backend", "kernels", "release_memory", "session_options", "set_backend",
+           "__version__"]

@@ -155,3 +155,46 @@ def test_huge_coordinates_do_not_overflow_index_arithmetic(v, align_path):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         else:
             assert np.isfinite(got).all()
+
+
+def test_cached_buffers_stay_within_a_process_wide_budget_and_can_be_released():
+    """Per-thread scratch buffers never shrank: one call on a 64 MiB input left 96 MiB cached
+    per thread, for good. Now every thread's buffers together stay within the budget, least
+    recently used out first, and ort_roi.release_memory() lets go of them."""
+    import threading
+
+    import onnxruntime as ort
+
+    from ort_roi import builders
+
+    m = builders.single_op_model("RoIAlign", pooled_height=7, pooled_width=7, sampling_ratio=2)
+    sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                providers=["CPUExecutionProvider"])
+    X = np.ones((1, 64, 512, 512), np.float32)  # 64 MiB
+    feed = {"X": X, "boxes": np.array([[0, 0, 500, 500]] * 8, np.float32),
+            "boxes_num": np.array([8], np.int32)}
+
+    def run():
+        assert np.isfinite(sess.run(None, feed)[0]).all()
+
+    def on_threads(n):
+        ts = [threading.Thread(target=run) for _ in range(n)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    old = _workspace.set_limit(80 << 20)
+    try:
+        on_threads(3)
+        assert 64 << 20 <= _workspace.cached_bytes() <= 80 << 20  # one thread's NHWC copy
+        _workspace.set_limit(16 << 20)  # a 64 MiB copy is no longer kept at all
+        assert _workspace.cached_bytes() <= 16 << 20
+        on_threads(2)
+        assert _workspace.cached_bytes() <= 16 << 20
+    finally:
+        _workspace.set_limit(old)
+    on_threads(2)
+    assert _workspace.cached_bytes() <= old
+    assert ort_roi.release_memory() > 0 and _workspace.cached_bytes() == 0
+    run()  # and everything still works

@@ -1,9 +1,15 @@
-"""Reusable per-thread buffers.
+"""Reusable per-thread buffers, within a process-wide budget.
 
 Fresh large allocations are expensive (every page is faulted in again), so scratch arrays
 (the NHWC copy of X) are kept per thread and reused. Outputs are reused only inside the
 onnxruntime bridge, which copies the output into onnxruntime's buffer before the next call
 on that thread; a kernel called directly always returns a fresh array.
+
+What stays cached is bounded for the whole process: at most ``ORT_ROI_CACHE_MB`` MiB (256 by
+default; read at import, or set with ``set_limit``) over every thread; past it the least
+recently used buffers (of any thread) are let go, and a buffer larger than the budget is not
+kept at all. ``release()`` (``ort_roi.release_memory()``) lets go of everything now. A buffer
+let go while a kernel still uses it lives on until that kernel drops it.
 
 The bridge's copy is one ``memcpy``. onnxruntime's output buffer starts on a page boundary,
 and so does a large NumPy array give or take 16 bytes; glibc copies a buffer above ~200 MB
@@ -15,7 +21,9 @@ start half a page off a page boundary.
 from __future__ import annotations
 
 import math
+import os
 import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 
 import numpy as np
@@ -23,14 +31,61 @@ import numpy as np
 from ._parallel import for_ranges
 
 _local = threading.local()
-_generation = 0
+_lock = threading.Lock()
+#: (thread cache id, name, dtype) -> (that thread's cache dict, bytes), least recent first
+_lru: "OrderedDict[tuple, tuple[dict, int]]" = OrderedDict()
+_cached = 0  # bytes held by every thread's cache
+
+
+def _env_limit() -> int:
+    try:
+        return max(0, int(float(os.environ.get("ORT_ROI_CACHE_MB", "256")) * (1 << 20)))
+    except ValueError:
+        return 256 << 20
+
+
+_limit = _env_limit()
+
+
+def set_limit(nbytes: int) -> int:
+    """Set the budget of cached buffers (bytes, every thread together); returns the old one.
+    Buffers past the new budget are let go at once."""
+    global _limit
+    with _lock:
+        old, _limit = _limit, max(0, int(nbytes))
+        _evict(0)
+    return old
+
+
+def cached_bytes() -> int:
+    """Bytes of reusable buffers kept now, every thread together."""
+    return _cached
+
+
+def release() -> int:
+    """Let go of every thread's cached buffers; returns the bytes released."""
+    global _cached
+    with _lock:
+        freed = _cached
+        for cache, _ in _lru.values():
+            cache.clear()
+        _lru.clear()
+        _cached = 0
+    return freed
 
 
 def clear() -> None:
-    """Drop every thread's buffers (each thread lets go at its next request)."""
-    global _generation
-    _generation += 1
-    _local.__dict__.pop("cache", None)
+    """Drop every thread's buffers (``release``)."""
+    release()
+
+
+def _evict(incoming: int) -> None:
+    """Let go of least recently used buffers until ``incoming`` more bytes fit (lock held)."""
+    global _cached
+    while _lru and _cached + incoming > _limit:
+        (_, name, dtype), (cache, nbytes) = _lru.popitem(last=False)
+        cache.pop((name, dtype), None)
+        _cached -= nbytes
 
 
 #: Byte offset within a page at which reused outputs start (see the module's doc).
@@ -45,19 +100,33 @@ def _offset_empty(n: int, dtype: np.dtype, offset: int) -> np.ndarray:
     return raw[skip: skip + n * dtype.itemsize].view(dtype)
 
 
+def _new(n: int, dtype: np.dtype, page_offset: int | None) -> np.ndarray:
+    return np.empty(n, dtype) if page_offset is None else _offset_empty(n, dtype, page_offset)
+
+
 def _get(name: str, shape, dtype, page_offset: int | None = None) -> np.ndarray:
-    if getattr(_local, "generation", None) != _generation:
-        _local.cache, _local.generation = {}, _generation
-    cache = _local.cache
+    global _cached
+    cache = getattr(_local, "cache", None)
+    if cache is None:
+        cache = _local.cache = {}
     dtype = np.dtype(dtype)
     n = math.prod(shape)
-    buf = cache.get((name, dtype))
-    if buf is None or buf.size < n:
-        if page_offset is None:
-            buf = np.empty(max(n, 1), dtype)
-        else:
-            buf = _offset_empty(max(n, 1), dtype, page_offset)
-        cache[(name, dtype)] = buf
+    key = (id(cache), name, dtype)
+    with _lock:
+        buf = cache.get((name, dtype))
+        if buf is not None and buf.size >= n:
+            _lru.move_to_end(key)
+            return buf[:n].reshape(shape)
+        if buf is not None:  # too small: let it go
+            cache.pop((name, dtype))
+            _cached -= _lru.pop(key)[1]
+    buf = _new(max(n, 1), dtype, page_offset)
+    if buf.nbytes <= _limit:
+        with _lock:
+            _evict(buf.nbytes)
+            cache[(name, dtype)] = buf
+            _lru[key] = (cache, buf.nbytes)
+            _cached += buf.nbytes
     return buf[:n].reshape(shape)
 
 
