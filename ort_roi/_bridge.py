@@ -200,22 +200,72 @@ def _run(k_id: int, feed, text: Mapping[str, str]):
     return out
 
 
-_stock = None
+#: onnxruntime-extensions versions whose private Python-op API ort_roi was tested with
+#: (0.14.0 cannot be imported without transformers); pyproject.toml pins the same range.
+TESTED = ">=0.12, <0.16, != 0.14.0"
+
+
+def extensions():
+    """onnxruntime-extensions' Python-op bridge, with the private pieces ort_roi uses
+    checked: the stock invocation handler, the hook installer, Opdef.create and the dtype
+    codes. Raises ImportError saying what moved and which versions work."""
+    try:
+        import onnxruntime_extensions as ext
+        from onnxruntime_extensions import _ocos
+
+        for obj, names in ((_ocos, ("_on_pyop_invocation", "PyCustomOpDef", "Opdef")),
+                           (_ocos.PyCustomOpDef, ("install_hooker", *_DT.values(),
+                                                  *_ATTR_DT.values())),
+                           (_ocos.Opdef, ("create",)), (ext, ("get_library_path",))):
+            for name in names:
+                getattr(obj, name)
+    except (ImportError, AttributeError) as e:
+        from importlib import metadata
+
+        try:
+            found = metadata.version("onnxruntime-extensions")
+        except metadata.PackageNotFoundError:
+            found = "(not installed)"
+        raise ImportError(
+            f"ort_roi registers its ops through onnxruntime-extensions' Python-op bridge, whose "
+            f"private API it uses ({e}); onnxruntime-extensions {found} does not have it. "
+            f"Install a tested version: pip install 'onnxruntime-extensions{TESTED.replace(' ', '')}'"
+        ) from e
+    return _ocos
+
+
+_next = None  # where invocations of ops that are not ours go: the stock handler, or the
+#             hook someone installed after ours
+_install = None  # onnxruntime-extensions' own PyCustomOpDef.install_hooker
 
 
 def _hook(k_id, feed, attributes):
     if k_id in _KERNELS:
         return _run(k_id, feed, attributes)
-    return _stock(k_id, feed, attributes)
+    return _next(k_id, feed, attributes)
+
+
+def _install_hooker(fn) -> None:
+    """Stands in for PyCustomOpDef.install_hooker once ours is installed: another hook goes
+    behind ours (it gets every op that is not ours) instead of replacing it."""
+    global _next
+    if fn is not _hook:
+        _next = fn
+    _install(_hook)
 
 
 def install_hook() -> None:
-    """Install (again) our invocation hook in front of the stock one. Idempotent."""
-    global _stock
-    from onnxruntime_extensions import _ocos
-
-    _stock = _ocos._on_pyop_invocation
-    _ocos.PyCustomOpDef.install_hooker(_hook)
+    """Install our invocation hook in front of the stock one (idempotent). Hooks that others
+    install later are chained behind ours; one installed before ort_roi's first registration
+    cannot be seen (onnxruntime-extensions keeps it in C++, with no getter): its ops fall back
+    to the stock handler."""
+    global _next, _install
+    _ocos = extensions()
+    if _install is None:
+        _next = _ocos._on_pyop_invocation
+        _install = _ocos.PyCustomOpDef.install_hooker
+        _ocos.PyCustomOpDef.install_hooker = staticmethod(_install_hooker)
+    _install(_hook)
 
 
 # --- registration --------------------------------------------------------------------------
@@ -238,8 +288,8 @@ def _overloads(spec: OpSpec):
 
 
 def _add(spec: OpSpec, kernel: Callable[..., np.ndarray], domain: str, op_type: str) -> None:
-    from onnxruntime_extensions import PyCustomOpDef
-    from onnxruntime_extensions._ocos import Opdef
+    _ocos = extensions()
+    PyCustomOpDef, Opdef = _ocos.PyCustomOpDef, _ocos.Opdef
 
     attrs = {a.name: getattr(PyCustomOpDef, _ATTR_DT[a.type]) for a in spec.attrs}
     for types, out_dtype in _overloads(spec):

@@ -29,14 +29,12 @@ def session_options(so: ort.SessionOptions | None = None) -> ort.SessionOptions:
     SessionOptions does nothing (onnxruntime would refuse a second registration); nothing
     else of ``so`` is changed.
     """
-    from onnxruntime_extensions import get_library_path
-
     _bridge.register()
     so = so if so is not None else ort.SessionOptions()
     try:
         so.get_session_config_entry(REGISTERED)
     except RuntimeError:  # not yet registered on these options
-        so.register_custom_ops_library(get_library_path())
+        so.register_custom_ops_library(_bridge.extensions().get_library_path())
         so.add_session_config_entry(REGISTERED, "1")
     return so
 

@@ -44,7 +44,7 @@ def test_outputs_come_back_as_arrays_not_lists(monkeypatch):
     """Our hook hands arrays over: the stock handler's .tolist() is never called for us."""
     from onnxruntime_extensions import _ocos
     called = []
-    monkeypatch.setattr(_bridge, "_stock", lambda *a: called.append(a) or _ocos._on_pyop_invocation(*a))
+    monkeypatch.setattr(_bridge, "_next", lambda *a: called.append(a) or _ocos._on_pyop_invocation(*a))
     sess = plain(builders.single_op_model("RoIAlign", pooled_height=7, pooled_width=7))
     X = np.random.default_rng(0).standard_normal((1, 8, 20, 20)).astype(np.float32)
     b = np.array([[1, 2, 15, 18], [0, 0, 19, 19]], np.float32)
@@ -217,3 +217,73 @@ def test_threads_share_one_session():
     for i in range(8):
         for y in results[i]:
             np.testing.assert_array_equal(y, serial[i])
+
+
+# --- the bridge stays safe to upgrade ------------------------------------------------------
+
+_CHAINED = """
+import numpy as np, onnxruntime as ort
+from onnx import helper, TensorProto
+import ort_roi
+from ort_roi import builders, kernels
+from onnxruntime_extensions import PyCustomOpDef, onnx_op, _ocos
+
+ort_roi.session_options()  # ort_roi registered first
+seen = []
+
+def mine(k_id, feed, attributes):  # another library's invocation hook
+    seen.append(k_id)
+    return _ocos._on_pyop_invocation(k_id, feed, attributes)
+
+@onnx_op(op_type="chain_test::Twice", inputs=[PyCustomOpDef.dt_float],
+         outputs=[PyCustomOpDef.dt_float])
+def twice(x):
+    return x * 2
+
+PyCustomOpDef.install_hooker(mine)
+so = ort_roi.session_options()  # registering again must not drop it
+node = helper.make_node("Twice", ["x"], ["y"], domain="chain_test")
+g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                        helper.make_opsetid("chain_test", 1)], ir_version=9)
+theirs = ort.InferenceSession(m.SerializeToString(), so).run(None, {"x": np.array([1.5], np.float32)})[0]
+ours_m = builders.single_op_model("RoIAlign", pooled_height=2, pooled_width=2)
+X = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+feed = {"X": X, "boxes": np.array([[0, 0, 3, 3]], np.float32), "boxes_num": np.array([1], np.int32)}
+ours = ort.InferenceSession(ours_m.SerializeToString(), so).run(None, feed)[0]
+want = kernels.roi_align(X, feed["boxes"], feed["boxes_num"], pooled_height=2, pooled_width=2)
+print(theirs.tolist(), len(seen), bool(np.array_equal(ours, want)))
+"""
+
+
+def test_another_invocation_hook_is_chained_not_overwritten():
+    """install_hook replaced any other hook, and every session_options() installed it again:
+    a hook installed after ort_roi's lost its ops. Now it stands behind ours."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _CHAINED], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["[3.0]", "1", "True"]
+
+
+def test_the_private_bridge_api_is_checked_with_a_clear_message(monkeypatch):
+    """If onnxruntime-extensions moves the private pieces ort_roi uses, the first use of the
+    bridge says so and names the tested versions, instead of an AttributeError mid-run."""
+    from onnxruntime_extensions import _ocos
+
+    monkeypatch.delattr(_ocos, "_on_pyop_invocation")
+    with pytest.raises(ImportError, match=r"private API.*_on_pyop_invocation.*onnxruntime-"
+                                          r"extensions>=0\.12,<0\.16,!=0\.14\.0"):
+        _bridge.extensions()
+
+
+def test_the_tested_range_is_what_pyproject_pins():
+    import pathlib
+    import re
+
+    pyproject = (pathlib.Path(__file__).parents[1] / "pyproject.toml").read_text()
+    pin = re.search(r'"onnxruntime-extensions([^"]*)"', pyproject).group(1)
+    assert pin == _bridge.TESTED.replace(" ", "")
