@@ -8,13 +8,11 @@ NumPy with one warning. ``auto`` picks the GPU when there is one, silently.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import warnings
 
 CHOICES = ("numpy", "cupy", "auto")
-log = logging.getLogger("ort_roi")
 _lock = threading.Lock()
 _choice = "numpy"
 _resolved: str | None = None
@@ -56,10 +54,9 @@ def _resolve(choice: str) -> str:
     ok, why = gpu_available()
     if ok:
         return "cupy"
-    if choice == "cupy":
-        msg = f"ort_roi: backend 'cupy' requested but unavailable ({why}); using NumPy"
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
-        log.warning(msg)
+    if choice == "cupy":  # one warning (a log record too would print it twice)
+        warnings.warn(f"ort_roi: backend 'cupy' requested but unavailable ({why}); using NumPy",
+                      RuntimeWarning, stacklevel=3)
     return "numpy"
 
 

@@ -308,21 +308,48 @@ def round_ratios(peer: list[float], ours: list[float]) -> list[float]:
     return [min(r), statistics.median(r), max(r)]
 
 
+RATIO = ("ratio = peer time / ort_roi time (> 1: ort_roi is faster); each time the median of "
+         "{repeat} rounds after a warm-up, ort_roi and its peers timed back to back in every "
+         "round, in this one process; 'a-b' the least and largest ratio of one round")
+
+
+def machine() -> dict:
+    """What the numbers were measured on: CPU, cores, Python and library versions."""
+    import os
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "machine": platform.machine(),
+            "python": platform.python_version(), "numpy": np.__version__,
+            "onnxruntime": ort.__version__, "ort_roi": ort_roi.__version__}
+
+
+def describe(info: dict) -> str:
+    return (f"{info['cpu']}, {info['cores']} cores; Python {info['python']}, numpy "
+            f"{info['numpy']}, onnxruntime {info['onnxruntime']}, ort_roi {info['ort_roi']}")
+
+
 def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
         log=print) -> dict:
     """Run the benchmark; returns the JSON-able results."""
-    results = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-               "python": platform.python_version(), "onnxruntime": ort.__version__,
-               "repeat": repeat, "rows": []}
+    info = machine()
+    results = {**info, "repeat": repeat, "rows": []}
     ws = workloads()
-    def named(k: str, name: str) -> bool:  # W1 or W1_faster_rcnn_c4
-        return name in (k, k.split("_")[0])
+
+    def named(k: str, name: str) -> bool:  # W1 or W1_faster_rcnn_c4, any case
+        return name.lower() in (k.lower(), k.split("_")[0].lower())
     unknown = [n for n in names or [] if not any(named(k, n) for k in ws)]
     if unknown:
         raise ValueError(f"unknown workload {unknown[0]!r} (known: "
                          f"{', '.join(k.split('_')[0] for k in ws)})")
     todo = [(k, dict(v), op) for k, v in ws.items()
             if not names or any(named(k, n) for n in names) for op in v["ops"]]
+    log(f"ort-roi bench on {describe(info)}")
+    log(RATIO.format(repeat=repeat) + "\n")
     if scaling:
         for r in (100, 1000, 4000):
             todo.append((f"W2_R{r}", dict(ws["W2_mask_rcnn_p2"], R=r), "RoIAlign"))
@@ -383,30 +410,50 @@ def _short(workload: str) -> str:
     return workload if rest[:1] == "R" and rest[1:].isdigit() else head
 
 
+#: How the plot and tables name the ops: labels that differ by more than case.
+OP_LABELS = {"RoIAlign": "RoIAlign (Paddle's)", "RoiAlign": "ONNX RoiAlign, converted",
+             "ROIPooling.max": "ROIPooling max", "ROIPooling.bilinear": "ROIPooling bilinear"}
+
+
+def speedups(results: dict) -> list[tuple[str, str, float]]:
+    """(row label, peer, peer time / ort_roi time) for every peer of every row."""
+    out = []
+    for r in results["rows"]:
+        label = f"{_short(r['workload'])} {OP_LABELS.get(r['op'], r['op'])}"
+        for p, v in sorted(r["peers"].items()):
+            out.append((label, p, v["ratio"]))
+    return out
+
+
 def plot(results: dict, path: str) -> None:
-    """A PNG bar chart (log scale) of each row's time for ort_roi and its peers."""
+    """A PNG bar chart of the speed-ups: peer time / ort_roi time per row and peer (log
+    scale, 1 = level; above the line ort_roi is faster)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = results["rows"]
-    names = ["ort_roi"] + sorted({p for r in rows for p in r["peers"]})
-    colors = dict(zip(names, plt.get_cmap("tab10").colors))
-    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 1.1), 5))
-    width = 0.8 / max(len(r["peers"]) + 1 for r in rows)
-    for i, r in enumerate(rows):  # the bars of a row side by side: ours, then its peers
-        bars = [("ort_roi", r["ort_roi_s"])] + [(p, v["s"]) for p, v in sorted(r["peers"].items())]
+    data = speedups(results)
+    rows = list(dict.fromkeys(label for label, _, _ in data))
+    peers = sorted({p for _, p, _ in data})
+    colors = dict(zip(peers, plt.get_cmap("tab10").colors))
+    per_row = {row: [(p, x) for label, p, x in data if label == row] for row in rows}
+    width = 0.8 / max(len(v) for v in per_row.values())
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.9), 5))
+    for i, row in enumerate(rows):
+        bars = per_row[row]
         x0 = i - width * (len(bars) - 1) / 2
-        for j, (name, sec) in enumerate(bars):
-            ax.bar(x0 + j * width, sec * 1e3, width, color=colors[name])
-    ax.set_xticks(np.arange(len(rows)), [f"{_short(r['workload'])}\n{r['op']}" for r in rows],
-                  fontsize=7)
-    ax.set_ylabel("ms per run (median)")
-    ax.set_yscale("log")
-    ax.legend([plt.Rectangle((0, 0), 1, 1, color=colors[n]) for n in names], names,
+        for j, (p, x) in enumerate(bars):
+            ax.bar(x0 + j * width, x, width, color=colors[p])
+            ax.text(x0 + j * width, x, f"{x:.1f}", ha="center", va="bottom", fontsize=6)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log", base=2)
+    ax.set_xticks(np.arange(len(rows)), [r.replace(" ", "\n", 1) for r in rows], fontsize=7)
+    ax.set_ylabel("speed-up: peer time / ort_roi time")
+    ax.legend([plt.Rectangle((0, 0), 1, 1, color=colors[p]) for p in peers], peers,
               fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.set_title("ort_roi vs peers, float32, one process")
+    ax.set_title(f"ort_roi against its peers (above 1: ort_roi faster)\n"
+                 f"{describe(results) if 'cpu' in results else ''}", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -424,6 +471,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     print()
     print(markdown(results))
+    print("\n" + RATIO.format(repeat=args.repeat))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -1,4 +1,5 @@
-"""The ``ort-roi`` command line: demo, info, bench."""
+"""The ``ort-roi`` command line (also ``python -m ort_roi``): demo, info, validate, convert,
+bench; ``--version``."""
 
 from __future__ import annotations
 
@@ -101,7 +102,10 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from . import __version__
+
     p = argparse.ArgumentParser(prog="ort-roi", description="RoI ops for onnxruntime")
+    p.add_argument("--version", action="version", version=f"ort-roi {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("demo", help=cmd_demo.__doc__).set_defaults(fn=cmd_demo)
     sub.add_parser("info", help=cmd_info.__doc__).set_defaults(fn=cmd_info)

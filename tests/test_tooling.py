@@ -362,3 +362,62 @@ def test_validate_reports_any_run_failure_as_a_message(tmp_path, capsys):
     assert cli.main(["validate", _save(tmp_path, m)]) == 1
     out = capsys.readouterr().out
     assert "run: " in out and "reshape" in out.lower() and "Traceback" not in out, out
+
+
+# --- a command line a newcomer can follow ----------------------------------------------------
+
+def test_version_and_python_dash_m():
+    import subprocess
+
+    for cmd in (["ort-roi", "--version"], [sys.executable, "-m", "ort_roi", "--version"]):
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        assert r.returncode == 0 and r.stdout.strip() == f"ort-roi {ort_roi.__version__}", r
+    r = subprocess.run([sys.executable, "-m", "ort_roi", "info"], capture_output=True, text=True)
+    assert r.returncode == 0 and "ort_roi::RoIAlign" in r.stdout
+
+
+def test_bench_takes_workload_names_in_any_case_and_says_what_it_measured(capsys):
+    assert cli.main(["bench", "w6", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| W6_tiny | RoIAlign |" in out
+    assert "ort-roi bench on " in out and " cores; Python " in out
+    assert "ratio = peer time / ort_roi time (> 1: ort_roi is faster)" in out
+
+
+def test_bench_plot_shows_speedups_with_distinct_labels():
+    """The plot shows peer time / ort_roi time per row (not absolute times on a log axis),
+    and its row labels differ by more than case (RoIAlign and RoiAlign did not)."""
+    from ort_roi import bench
+
+    rows = [{"workload": "W1_faster_rcnn_c4", "op": op, "ort_roi_s": 0.1,
+             "peers": {"ORT RoiAlign": {"s": 0.25, "ratio": 2.5}}}
+            for op in ("RoIAlign", "RoiAlign", "ROIPooling.max")]
+    data = bench.speedups({"rows": rows})
+    assert [x for _, _, x in data] == [2.5, 2.5, 2.5]
+    labels = [label for label, _, _ in data]
+    assert len({label.lower() for label in labels}) == 3, labels
+
+
+def test_cupy_fallback_warning_is_printed_once():
+    import subprocess
+
+    code = ("import numpy as np, ort_roi\n"
+            "from ort_roi import builders\n"
+            "import onnxruntime as ort\n"
+            "m = builders.single_op_model('RoIPool')\n"
+            "s = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options())\n"
+            "X = np.ones((1, 1, 4, 4), np.float32)\n"
+            "for _ in range(3):\n"
+            "    s.run(None, {'X': X, 'boxes': np.array([[0, 0, 1, 1]], np.float32),"
+            " 'boxes_num': np.array([1], np.int32)})\n")
+    import os
+
+    env = dict(os.environ, ORT_ROI_BACKEND="cupy")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("CuPy is installed here: no fallback to warn about")
+    except ImportError:
+        pass
+    assert r.stderr.count("backend 'cupy' requested but unavailable") == 1, r.stderr

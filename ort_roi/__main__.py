@@ -1,0 +1,7 @@
+"""``python -m ort_roi``: the ``ort-roi`` command line."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
