@@ -6,14 +6,22 @@
     sess = ort_roi.InferenceSession("model.onnx")
     # or rewrite a graph once (ONNX RoiAlign / MaxRoiPool into ort_roi) for plain sessions:
     model = ort_roi.convert(onnx.load("model.onnx"))
+
+The flow: graph (ort_roi.graph: builders, the rewrite pass) -> session (ort_roi.runtime:
+session_options, the front door) -> bridge (ort_roi.runtime.bridge) -> kernels
+(ort_roi.kernels: NumPy and CUDA), held to the definitions (ort_roi.definitions).
 """
 
-from . import kernels, schemas
-from .backend import get_backend, set_backend
-from .errors import RoiOpError
-from .graph import convert
-from .session import InferenceSession, session_options
-from .specs import DOMAIN, OPSET_VERSION, SPECS
+__version__ = "0.1.0"
+
+from . import kernels  # noqa: E402
+from .errors import RoiOpError  # noqa: E402
+from .graph import builders, schemas  # noqa: E402
+from .graph.rewrite import convert  # noqa: E402
+from .kernels.backend import get_backend, set_backend  # noqa: E402
+from .kernels.cpu import workspace  # noqa: E402
+from .runtime.session import InferenceSession, session_options  # noqa: E402
+from .specs import DOMAIN, OPSET_VERSION, SPECS  # noqa: E402
 
 
 def release_memory() -> int:
@@ -21,14 +29,11 @@ def release_memory() -> int:
 
     What stays cached is bounded anyway: ``ORT_ROI_CACHE_MB`` MiB (default 256) for the
     whole process, least recently used first out."""
-    from .kernels import _workspace
+    return workspace.release()
 
-    return _workspace.release()
-
-__version__ = "0.1.0"
 
 schemas.register()
 
-__all__ = ["DOMAIN", "OPSET_VERSION", "SPECS", "InferenceSession", "RoiOpError", "convert",
-           "get_backend", "kernels", "release_memory", "session_options", "set_backend",
-           "__version__"]
+__all__ = ["DOMAIN", "OPSET_VERSION", "SPECS", "InferenceSession", "RoiOpError", "builders",
+           "convert", "get_backend", "kernels", "release_memory", "session_options",
+           "set_backend", "__version__"]

@@ -1,16 +1,17 @@
 """The op spec table: the single source of truth for every ort_roi op.
 
-Registration (``ort_roi._bridge``), default filling and attribute validation (here),
-ONNX schemas (``ort_roi.schemas``), the CLI's ``info`` and the README's op table all read
-these specs.  Input validation that depends on the data (ranks, dtypes, batch indices,
-counts) lives in ``ort_roi.kernels._boxes`` and is shared by the kernels.
+Registration (``ort_roi.runtime.bridge``), default filling and attribute validation (here),
+the graph rewrite, ONNX schemas (``ort_roi.graph.schemas``), the CLI's ``info`` and the
+README's op table all read these specs. Input validation that depends on the data (ranks,
+dtypes, batch indices, counts) lives in ``ort_roi.kernels.checks``. Which function computes
+an op is not said here: ``ort_roi.kernels.KERNELS`` (the fast kernels) and
+``ort_roi.definitions.DEFINITIONS`` (the readable definitions) map each spec's key to theirs.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -81,14 +82,13 @@ class Input:
 
 @dataclass(frozen=True)
 class OpSpec:
-    """One op: its inputs, attributes, output and the kernel that computes it."""
+    """One op: its inputs, attributes and output."""
 
     name: str
     source: str
     doc: str
     inputs: tuple[Input, ...]
     attrs: tuple[Attr, ...]
-    kernel_name: str  # function in ort_roi.kernels
     pooled: tuple[str, str]  # the attributes giving the output's spatial size
     channels_attr: str | None = None  # attribute giving the output channels (else C of X)
     box_cols: int | tuple[int, ...] = 4  # columns of the boxes input (or the accepted ones)
@@ -146,8 +146,9 @@ class OpSpec:
         return out
 
     @property
-    def kernel(self) -> Callable[..., Any]:
-        return getattr(importlib.import_module("ort_roi.kernels"), self.kernel_name)
+    def key(self) -> tuple[str, str]:
+        """(domain, name): what the kernel and definition tables are keyed by."""
+        return (self.domain, self.name)
 
     @property
     def boxes(self) -> Input:
@@ -196,7 +197,6 @@ ROI_POOLING = OpSpec(
            Attr("method", str, "max", choices=("max", "bilinear"),
                 doc="max: max over integer bins; bilinear: one bilinear sample per bin, "
                     "boxes normalized to [0, 1]")),
-    kernel_name="roi_pooling",
     pooled=("pooled_h", "pooled_w"),
     box_cols=5,
 )
@@ -214,7 +214,6 @@ ROI_POOL = OpSpec(
     attrs=(_pooled("pooled_height", 1, "output height"),
            _pooled("pooled_width", 1, "output width"),
            _spatial_scale()),
-    kernel_name="roi_pool",
     pooled=("pooled_height", "pooled_width"),
 )
 
@@ -230,7 +229,6 @@ PSROI_POOL = OpSpec(
            _spatial_scale(),
            _pooled("pooled_height", 1, "output height"),
            _pooled("pooled_width", 1, "output width")),
-    kernel_name="psroi_pool",
     pooled=("pooled_height", "pooled_width"),
     channels_attr="output_channels",
     output_shape_doc="[R, output_channels, PH, PW]",
@@ -250,7 +248,6 @@ ROI_ALIGN = OpSpec(
            _sampling_ratio(-1),
            Attr("aligned", int, 1, choices=(0, 1),
                 doc="1: pixel model with half-pixel offset (detectron2 ROIAlignV2)")),
-    kernel_name="roi_align",
     pooled=("pooled_height", "pooled_width"),
 )
 
@@ -284,7 +281,6 @@ MMCV_ROI_ALIGN = OpSpec(
            _sampling_ratio(0),
            Attr("mode", str, "avg", choices=("avg", "max"), doc="mean or max of the samples"),
            Attr("aligned", int, 1, choices=(0, 1), doc="1: half-pixel offset")),
-    kernel_name="mmcv_roi_align",
     pooled=("output_height", "output_width"),
     box_cols=5,
     domain="mmdeploy",
@@ -305,7 +301,6 @@ MMCV_ROI_ALIGN_ROTATED = OpSpec(
            _sampling_ratio(0),
            Attr("aligned", int, 1, choices=(0, 1), doc="1: half-pixel offset of the centre"),
            Attr("clockwise", int, 0, choices=(0, 1), doc="1: theta turns clockwise")),
-    kernel_name="mmcv_roi_align_rotated",
     pooled=("output_height", "output_width"),
     box_cols=6,
     domain="mmdeploy",
@@ -325,7 +320,6 @@ CAFFE2_ROI_ALIGN = OpSpec(
            _pooled("pooled_w", 1, "output width"),
            _sampling_ratio(-1),
            Attr("aligned", int, 0, choices=(0, 1), doc="1: half-pixel offset")),
-    kernel_name="caffe2_roi_align",
     pooled=("pooled_h", "pooled_w"),
     box_cols=(5, 4),
     domain="org.pytorch._caffe2",
@@ -351,7 +345,6 @@ ONNX_ROI_ALIGN = OpSpec(
            _pooled("output_width", 1, "output width"),
            _sampling_ratio(0, least=0),
            _spatial_scale()),
-    kernel_name="onnx_roi_align",
     pooled=("output_height", "output_width"),
 )
 
@@ -381,7 +374,6 @@ def _extractor(L: int) -> OpSpec:
                Attr("aligned", int, 0, choices=(0, 1), doc="1: half-pixel offset"))
         + tuple(Attr(f"scale_{i}", int, None, min=1, doc=f"stride of level {i} (pyramid_scales)")
                 for i in range(L)),
-        kernel_name="roi_feature_extractor_levels",
         pooled=("output_size", "output_size"),
         features=tuple(range(1, L + 1)),
         boxes_input=0,
@@ -410,7 +402,6 @@ def _multi_level(L: int) -> OpSpec:
                Attr("finest_scale", int, 56, min=1, doc="box size of level 0"))
         + tuple(Attr(f"stride_{i}", float, None, min=0.0, min_exclusive=True,
                      doc=f"stride of level {i} (featmap_strides)") for i in range(L)),
-        kernel_name="multi_level_roi_align_levels",
         pooled=("output_height", "output_width"),
         features=tuple(range(1, L + 1)),
         boxes_input=0,

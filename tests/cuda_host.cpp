@@ -1,4 +1,4 @@
-// Builds ort_roi/kernels/roi_ops.cu for the host (g++), so the CUDA arithmetic is tested
+// Builds ort_roi/kernels/cuda/roi_ops.cu for the host (g++), so the CUDA arithmetic is tested
 // against the NumPy kernels on machines without a GPU: the grid-stride loop becomes a plain
 // loop over every output element. Built by tests/test_cupy.py with -ffp-contract=off.
 #include <cmath>
@@ -12,7 +12,7 @@ using std::round;
 #define ORT_ROI_DEVICE inline
 #define __global__
 
-#include "../ort_roi/kernels/roi_ops.cu"
+#include "../ort_roi/kernels/cuda/roi_ops.cu"
 
 #define ORT_ROI_EXPORT(T, S, CB)                                                              \
   extern "C" void max_pool_##S##_##CB(const T* X, const T* rois, T* out,                      \

@@ -1,7 +1,7 @@
 """A stand-in for CuPy that runs ort_roi's CUDA source on the host.
 
 ``tests/cuda_host.cpp`` builds ``roi_ops.cu`` with g++; this module offers the few CuPy calls
-``ort_roi.kernels._cupy`` makes (arrays are NumPy arrays, RawModule functions are the host
+``ort_roi.kernels.cuda.backend`` makes (arrays are NumPy arrays, RawModule functions are the host
 build), so the GPU backend's own code and its CUDA arithmetic are tested without a GPU.
 """
 

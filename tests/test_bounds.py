@@ -1,20 +1,20 @@
 """Resource bounds: peak memory on the standard workloads, huge boxes, huge coordinates."""
 
-import importlib
 import time
 import tracemalloc
-from unittest import mock
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
-import literal
 import ort_roi
-from ort_roi import bench, builders, kernels
-from ort_roi.kernels import _workspace
+from ort_roi import definitions as D
+from ort_roi import builders, kernels
+from ort_roi.cli import bench
+from ort_roi.kernels.cpu import workspace as _workspace
 
-roi_align_module = importlib.import_module("ort_roi.kernels.roi_align")
+from ort_roi.kernels.cpu import strategies
+from ort_roi.kernels.cpu.strategies import force
 
 MB = 1 << 20
 WORKLOADS = ["W1_faster_rcnn_c4", "W2_mask_rcnn_p2", "W3_batch2_p3"]
@@ -94,15 +94,15 @@ def test_fixed_sampling_ratio_taps_stay_bounded_for_many_boxes():
     a = dict(pooled_height=7, pooled_width=7, spatial_scale=1.0, sampling_ratio=40)
     counts = np.array([R])
     taps = 2 * 40 * 7
-    assert taps * taps <= roi_align_module.TAPS_RATIO * 1000 * 1000  # the taps path
+    assert taps * taps <= strategies.TAPS_RATIO * 1000 * 1000  # the taps path
     extra = _peak_extra(lambda: kernels.roi_align(X, boxes, counts, **a))
     assert extra < 32 * MB, f"{extra / MB:.0f} MB"
-    with mock.patch.object(roi_align_module, "TAPS_RATIO", 0):  # from crops: 113 MB once
+    with force(align="crops"):  # from crops: 113 MB once
         extra = _peak_extra(lambda: kernels.roi_align(X, boxes, counts, **a))
     assert extra < 48 * MB, f"crops: {extra / MB:.0f} MB"
-    # the same boxes from their crops (the property tests hold both paths to the literal)
+    # the same boxes from their crops (the property tests hold both to the definition)
     some = (X, boxes[:50], np.array([50]))
-    with mock.patch.object(roi_align_module, "TAPS_RATIO", 0):
+    with force(align="crops"):
         crops = kernels.roi_align(*some, **a)
     np.testing.assert_allclose(kernels.roi_align(*some, **a), crops, rtol=1e-5, atol=1e-6)
 
@@ -110,48 +110,48 @@ def test_fixed_sampling_ratio_taps_stay_bounded_for_many_boxes():
 @pytest.mark.parametrize("grid_side", [65, 97, 130, 301])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_closed_form_weights_equal_the_explicit_samples(grid_side, dtype):
-    """Grids above EXPLICIT_GRID_MAX use the closed form: it must equal summing the samples."""
+    """Grids above geometry.EXPLICIT_GRID_MAX use the closed form: it must equal summing the
+    samples."""
     rng = np.random.default_rng(grid_side)
     X = rng.standard_normal((1, 3, 12, 9)).astype(dtype)
     side = grid_side * 2 - 0.5  # two bins per side, about grid_side samples per bin
     boxes = np.array([[-3.2, -1.7, side - 3.2, side - 1.7], [2.5, 0.25, 2.5 + side / 40, 9]],
                      dtype)
     a = dict(pooled_height=2, pooled_width=2, sampling_ratio=-1, aligned=1, spatial_scale=1.0)
-    closed = kernels.roi_align(X, boxes, np.array([2]), **a)
-    with mock.patch.object(roi_align_module, "EXPLICIT_GRID_MAX", 10**6):
-        explicit = kernels.roi_align(X, boxes, np.array([2]), **a)
+    with force(align="crops"):
+        closed = kernels.roi_align(X, boxes, np.array([2]), **a)
+        with force(align_weights="explicit"):
+            explicit = kernels.roi_align(X, boxes, np.array([2]), **a)
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(closed, explicit, rtol=tol, atol=tol)
-    np.testing.assert_allclose(explicit, literal.roi_align(X, boxes, np.array([2]), **a),
+    np.testing.assert_allclose(explicit, D.roi_align(X, boxes, np.array([2]), **a),
                                rtol=tol * 10, atol=tol * 10)
 
 
 @pytest.mark.parametrize("align_path", ["small", "crops", "taps"])
 @pytest.mark.parametrize("v", [1e30, -1e30, 3.4e38])
 def test_huge_coordinates_do_not_overflow_index_arithmetic(v, align_path):
-    """Each RoIAlign path (the taps one once took a huge box's sample as index -2**63)."""
+    """Each RoIAlign strategy (the taps one once took a huge box's sample as index -2**63)."""
     X = np.random.default_rng(1).standard_normal((1, 2, 6, 7)).astype(np.float32)
-    knobs = dict(SMALL=1 << 30 if align_path == "small" else 0,
-                 TAPS_RATIO=1e9 if align_path == "taps" else 0)
     boxes = np.array([[-3.4e38, -3.4e38, v, v], [v, v, v, v]], np.float32)
     counts = np.array([2])
     pooled = kernels.roi_pool(X, boxes, counts, pooled_height=1, pooled_width=1)
     if v == 3.4e38:  # the first box's size overflows to inf: the bin spans the whole map
         np.testing.assert_array_equal(pooled[0, :, 0, 0], X[0].max(axis=(1, 2)))
-    np.testing.assert_array_equal(pooled, literal.roi_pool(X, boxes, counts))
+    np.testing.assert_array_equal(pooled, D.roi_pool(X, boxes, counts))
     assert np.isfinite(kernels.psroi_pool(X, boxes, counts, output_channels=2)).all()
     mixed = np.array([[0, 0, 5, v], [v, 1, v, 4], [1, 1, 5, 5]], np.float32)  # one axis huge
     for a in [dict(sampling_ratio=-1), dict(sampling_ratio=2)]:
-        with mock.patch.multiple(roi_align_module, **knobs):
+        with force(align=align_path):
             if v == 3.4e38:  # samples of an infinite box are undefined: an error, not NaN
                 with pytest.raises(ort_roi.RoiOpError, match="row 0.*overflows float32"):
                     kernels.roi_align(X, boxes, counts, **a)
             else:
                 assert np.isfinite(kernels.roi_align(X, boxes, counts, **a)).all()
             got = kernels.roi_align(X, mixed, np.array([3]), **a)
-        if a["sampling_ratio"] > 0:  # (the literal loops would take 1e30 adaptive samples)
-            with np.errstate(over="ignore"):  # the literal's scaled huge coordinates
-                want = literal.roi_align(X, mixed, np.array([3]), **a)
+        if a["sampling_ratio"] > 0:  # (the definition would take 1e30 adaptive samples)
+            with np.errstate(over="ignore"):  # the definition's scaled huge coordinates
+                want = D.roi_align(X, mixed, np.array([3]), **a)
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         else:
             assert np.isfinite(got).all()

@@ -11,7 +11,8 @@ import pytest
 from onnx import helper, TensorProto
 
 import ort_roi
-from ort_roi import _bridge, builders, kernels
+from ort_roi import builders, kernels
+from ort_roi.runtime import bridge as _bridge
 
 X16 = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
 SEED_BOXES = np.array([[1, 1, 2, 2], [1.5, 1.5, 3, 3]], np.float32)
@@ -57,7 +58,7 @@ def test_outputs_come_back_as_arrays_not_lists(monkeypatch):
 def test_bridge_outputs_start_half_a_page_off_onnxruntimes_buffer(monkeypatch):
     """The bridge memcpys our output into onnxruntime's page-aligned buffer; glibc's large
     copy is slow when both start at the same page offset, so reused outputs do not."""
-    from ort_roi.kernels import _workspace
+    from ort_roi.kernels.cpu import workspace as _workspace
     seen = []
     run = _bridge._run
 

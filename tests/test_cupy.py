@@ -24,8 +24,9 @@ import cases as C
 import fake_cupy
 from conftest import load_golden, ordered, tolerance
 import ort_roi
-from ort_roi import backend, builders, kernels
-from ort_roi.kernels import _cupy
+from ort_roi import builders, kernels
+from ort_roi.kernels import backend
+from ort_roi.kernels.cuda import backend as _cupy
 
 SUITES = {"max": C.max_pool_cases("ROIPooling", 11) + C.max_pool_cases("RoIPool", 12),
           "bilinear": C.bilinear_cases(13), "psroi": C.psroi_cases(14),
@@ -51,7 +52,8 @@ def _kernel(case):
 
     if case["op"] == "RoIAlign" and "order" in case["attrs"]:  # detectron2's Caffe2 node
         return kernels.caffe2_roi_align
-    return spec(case["op"], "mmdeploy" if case["op"].startswith("MMCV") else "ort_roi").kernel
+    return kernels.KERNELS[spec(case["op"], "mmdeploy" if case["op"].startswith("MMCV")
+                                else "ort_roi").key]
 
 
 # -- the CUDA source on the host ------------------------------------------------------------
@@ -147,23 +149,21 @@ def test_cuda_path_never_returns_unwritten_memory(host_cupy):
 def test_cuda_source_on_host_rotated_huge_grids_go_to_the_host(host_cupy):
     """A rotated box with a huge adaptive grid is not looped over in the kernel (one thread
     per bin would visit ~1e12 samples): the NumPy kernel's clipped sampling computes it."""
-    from ort_roi.kernels import roi_align_rotated as rot
-
     rng = np.random.default_rng(6)
     X = rng.standard_normal((1, 3, 9, 11))
     rois = np.array([[0, 5, 4, 3e6, 2e6, 0.3], [0, 5, 4, 300, 220, -0.7],
                      [0, 4, 3, 6, 5, 0.2]], np.float64)
     a = dict(output_height=2, output_width=3, sampling_ratio=0)
     launched = []
-    launch = _cupy._launch
-    with mock.patch.object(_cupy, "_launch",
+    launch = _cupy.launch
+    with mock.patch.object(_cupy, "launch",
                            lambda k, out, X, rows, *r: launched.append(rows.copy())
                            or launch(k, out, X, rows, *r)):
         got = kernels.mmcv_roi_align_rotated(host_cupy.asarray(X), rois, **a)
     assert launched[0][:2, 9:].tolist() == [[-1, -1], [-1, -1]]  # both huge: on the host
     assert launched[0][2, 9:].tolist() == [3, 2]
     _check("align", np.asarray(got), kernels.mmcv_roi_align_rotated(X, rois, **a))
-    assert rot.SAMPLES_PER_BOX < 2 * 3 * 110 * 100  # the second box: 110 x 100 per bin
+    assert _cupy.SAMPLES_PER_BOX < 2 * 3 * 110 * 100  # the second box: 110 x 100 per bin
 
 
 def test_cuda_path_reports_bad_input_like_numpy(host_cupy):
@@ -182,7 +182,7 @@ def test_cuda_source_compiles_with_nvcc(tmp_path, arch):
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not found")
     src = tmp_path / "inst.cu"
-    lines = [f'#include "{os.path.abspath(_cupy.__file__)[:-8]}roi_ops.cu"']
+    lines = [f'#include "{os.path.join(os.path.dirname(os.path.abspath(_cupy.__file__)), "roi_ops.cu")}"']
     for t in ("float", "double"):
         lines += [
             f"template __global__ void max_pool<{t}, 8>(const {t}*, const {t}*, {t}*, "
@@ -237,7 +237,8 @@ def test_cupy_requested_without_gpu_falls_back_with_one_warning():
 
 
 def test_environment_variable_selects_the_backend():
-    code = "import ort_roi; print(ort_roi.backend._choice, ort_roi.get_backend())"
+    code = ("import ort_roi; from ort_roi.kernels import backend; "
+            "print(backend._choice, ort_roi.get_backend())")
     env = {**os.environ, "ORT_ROI_BACKEND": "auto"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -294,8 +295,8 @@ def test_cuda_source_on_host_in_onnxruntime(host_cupy):
     """The cupy backend through a plain onnxruntime session: X goes to the "device", the
     CUDA source computes, the output comes back."""
     calls = []
-    launch = _cupy._launch
-    with mock.patch.object(_cupy, "_launch", lambda *a: calls.append(a[0]) or launch(*a)):
+    launch = _cupy.launch
+    with mock.patch.object(_cupy, "launch", lambda *a: calls.append(a[0]) or launch(*a)):
         got, want = _roi_align_in_session_on_cupy_backend()
     assert calls == ["roi_align"]
     _check("align", got, want)
@@ -329,7 +330,7 @@ import numpy as np, onnxruntime as ort
 sys.path.insert(0, sys.argv[1])
 import cases as C
 import ort_roi
-from ort_roi import builders
+from ort_roi import builders, kernels
 from ort_roi.specs import spec
 warnings.simplefilter("default")
 print("backend", ort_roi.get_backend())
@@ -342,7 +343,7 @@ for domain, case in C.form_cases():
     sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
                                 providers=["CPUExecutionProvider"])
     got = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], args)))[0]
-    want = s.kernel(*args, **case["attrs"])  # NumPy in: the NumPy kernel, whatever the backend
+    want = kernels.KERNELS[s.key](*args, **case["attrs"])  # NumPy in: the NumPy kernel
     want = want[0] if isinstance(want, tuple) else want  # the extractor's second output: rois
     exact = case["op"] == "RoIPool" or case["attrs"].get("method") == "max"
     print(domain or "-", case["op"], args[0].dtype, "exact" if exact else "avg",
@@ -395,7 +396,8 @@ def _multi_level(case, to_device):
     from ort_roi.specs import spec
 
     args = list(case["inputs"].values())
-    y = spec(case["op"]).kernel(args[0], *(to_device(a) for a in args[1:]), **case["attrs"])
+    y = kernels.KERNELS[spec(case["op"]).key](args[0], *(to_device(a) for a in args[1:]),
+                                              **case["attrs"])
     return y[0] if isinstance(y, tuple) else y
 
 

@@ -22,8 +22,9 @@ import literal
 import oracles as O
 import ort_roi
 from conftest import load_golden, tolerance
-from ort_roi import builders, cli, kernels
-from ort_roi.kernels import roi_align_rotated as rot
+from ort_roi import builders, kernels
+from ort_roi.cli import main as cli
+from ort_roi.kernels.cpu.strategies import force
 from ort_roi.specs import FORMS
 
 needs_openvino = pytest.mark.skipif(not O.openvino_available(), reason="openvino not installed")
@@ -91,13 +92,10 @@ def test_rotated_huge_grids_take_the_clipped_path_with_the_same_result():
     X = rng.standard_normal((1, 2, 9, 11)).astype(np.float64)
     rois = np.array([[0, 5, 4, 300, 220, 0.7], [0, 5, 4, 30, 22, -0.4]], np.float64)
     a = dict(output_height=2, output_width=3, spatial_scale=1.0, sampling_ratio=0)
-    regular = kernels.mmcv_roi_align_rotated(X, rois[1:], **a)
-    old = rot.SAMPLES_PER_BOX
-    try:
-        rot.SAMPLES_PER_BOX = 0
+    with force(rotated="regular"):
+        regular = kernels.mmcv_roi_align_rotated(X, rois[1:], **a)
+    with force(rotated="clipped"):
         clipped = kernels.mmcv_roi_align_rotated(X, rois[1:], **a)
-    finally:
-        rot.SAMPLES_PER_BOX = old
     np.testing.assert_allclose(clipped, regular, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(regular, literal.mmcv_roi_align_rotated(X, rois[1:], **a),
                                rtol=1e-9, atol=1e-9)
@@ -310,7 +308,8 @@ def test_every_registered_form_runs_in_a_plain_session_and_has_a_schema():
         out = onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True)
         dims = out.graph.output[0].type.tensor_type.shape.dim
         got = _plain(m).run(None, _feed(_plain(m), args))[0]
-        want = ort_roi.specs.spec(case["op"], domain).kernel(*args, **case["attrs"])
+        want = kernels.KERNELS[ort_roi.specs.spec(case["op"], domain).key](*args,
+                                                                          **case["attrs"])
         want = want[0] if isinstance(want, tuple) else want
         np.testing.assert_array_equal(got, want)
         assert [d.dim_value for d in dims][2:] == list(got.shape[2:])
@@ -318,12 +317,12 @@ def test_every_registered_form_runs_in_a_plain_session_and_has_a_schema():
 
 
 def test_info_lists_every_form_and_survives_a_closed_pipe():
-    out = subprocess.run([sys.executable, "-m", "ort_roi.cli", "info"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "ort_roi", "info"], capture_output=True,
                          text=True)
     assert out.returncode == 0
     for f in FORMS:
         assert f"{f.domain or 'onnx'}::{f.op_type}" in out.stdout
-    p = subprocess.run(f"{sys.executable} -m ort_roi.cli info | head -n 2", shell=True,
+    p = subprocess.run(f"{sys.executable} -m ort_roi info | head -n 2", shell=True,
                        capture_output=True, text=True)
     assert p.returncode == 0 and len(p.stdout.splitlines()) == 2
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
@@ -429,7 +428,7 @@ def test_roialign_negative_sampling_ratio_is_refused_as_onnxruntime_does():
 
 
 def _info_lines():
-    out = subprocess.run([sys.executable, "-m", "ort_roi.cli", "info"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "ort_roi", "info"], capture_output=True,
                          text=True)
     assert out.returncode == 0, out.stderr
     lines, name = {}, None

@@ -8,8 +8,9 @@ import pytest
 from onnx import helper
 
 import ort_roi
-from ort_roi import builders, examples, inputs
-from ort_roi.tooling import compare_with_reference
+from ort_roi import builders
+from ort_roi.graph import examples, inputs
+from ort_roi.cli.compare import compare_with_reference
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "models")
 
@@ -89,13 +90,14 @@ def test_builders_write_every_attribute_and_check_them():
     assert {o.domain: o.version for o in m.opset_import}["ort_roi"] == 1
 
 
-def test_reference_evaluator_uses_the_kernels():
+def test_reference_evaluator_runs_the_definitions():
     from onnx.reference import ReferenceEvaluator
-    import ort_roi.reference
+
+    from ort_roi.graph import reference
 
     m = builders.single_op_model("RoIPool", count_dtype=np.int64)
     X = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
-    y = ReferenceEvaluator(m, new_ops=ort_roi.reference.OPS).run(
+    y = ReferenceEvaluator(m, new_ops=reference.OPS).run(
         None, {"X": X, "boxes": np.array([[1, 1, 2, 2], [1.5, 1.5, 3, 3]], np.float32),
                "boxes_num": np.array([2])})[0]
     np.testing.assert_array_equal(y.ravel(), [11, 16])

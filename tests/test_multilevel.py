@@ -19,9 +19,10 @@ import literal
 import oracles as O
 import ort_roi
 from conftest import load_golden
-from ort_roi import cli, kernels
-from ort_roi._bridge import GUARD_ATTR
-from ort_roi.kernels import multi_level as ML
+from ort_roi import kernels
+from ort_roi.cli import main as cli
+from ort_roi.runtime.bridge import GUARD_ATTR
+from ort_roi import geometry as G
 
 needs_openvino = pytest.mark.skipif(not O.openvino_available(), reason="openvino not installed")
 
@@ -91,7 +92,7 @@ def test_extractor_levels_follow_openvinos_rule():
     float64 runs the same rule (OpenVINO computes it in float32)."""
     rng = np.random.default_rng(7)
     boxes, feats = C.fpn_inputs(rng, 4, 1, np.float64, R=200)
-    level = ML.openvino_levels(boxes, 4)
+    level = G.openvino_levels(boxes, 4)
     assert set(level[3:].tolist()) == {0, 1, 2, 3}
     assert level[0] == 4  # zero size: no level (an inverted box has a positive area)
     a = dict(output_size=3, sampling_ratio=2, aligned=1, pyramid_scales=C.STRIDES[:4])
@@ -133,7 +134,7 @@ def test_mmdeploy_is_its_level_rule_composed_with_mmcv_roi_align(aligned, pool_m
     a = dict(output_height=3, output_width=2, sampling_ratio=2, pool_mode=pool_mode,
              aligned=aligned)
     got = kernels.multi_level_roi_align(rois, *feats, featmap_strides=C.STRIDES[:4], **a)
-    level = ML.mmdeploy_levels(boxes, 56, 4)
+    level = G.mmdeploy_levels(boxes, 56, 4)
     assert set(level.tolist()) == {0, 1, 2, 3}
     for r in range(len(rois)):
         one = kernels.mmcv_roi_align(
@@ -303,3 +304,16 @@ def test_convert_cli_never_prints_a_traceback(tmp_path, capsys):
     assert "Traceback" not in err
     assert ("ExperimentalDetectronROIFeatureExtractor (node 'extractor'): attribute "
             "'pyramid_scales': must hold 2 values (one per feature map)") in err
+
+
+@pytest.mark.parametrize("case", C.extractor_cases(43) + C.multilevel_cases(44),
+                         ids=lambda c: c["name"])
+def test_kernels_equal_the_definitions(case):
+    from ort_roi import definitions
+
+    args = list(case["inputs"].values())
+    key = ort_roi.specs.spec(case["op"]).key
+    got = kernels.KERNELS[key](*args, **case["attrs"])
+    want = definitions.DEFINITIONS[key](*args, **case["attrs"])
+    got, want = (got[0], want[0]) if isinstance(got, tuple) else (got, want)
+    np.testing.assert_allclose(got, want, **_tol(args[0].dtype))

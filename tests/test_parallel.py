@@ -6,7 +6,7 @@ from unittest import mock
 
 import pytest
 
-from ort_roi.kernels import _parallel
+from ort_roi.kernels.cpu import parallel as _parallel
 
 
 @pytest.fixture(params=[1, 2, 3])

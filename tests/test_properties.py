@@ -1,22 +1,17 @@
-"""Property tests: every kernel against the literal loop reading of the contract (literal.py).
+"""Property tests: every kernel, each of its fast strategies forced in turn
+(kernels/cpu/strategies.py), against the op's readable definition (ort_roi.definitions).
 
 Random shapes, dtypes, attributes and boxes, with the edge values that break kernels: .5 ties
 under rounding, boxes off the map or inverted, degenerate sizes, tiny maps. Max pooling must
 be bit-identical; averages agree to 1e-4 (float32) / 1e-9 (float64).
 """
 
-import importlib
-from unittest import mock
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import literal
-from ort_roi import kernels
-from ort_roi.kernels import _maxpool
-
-roi_align_mod = importlib.import_module("ort_roi.kernels.roi_align")
+from ort_roi import definitions as D, kernels
+from ort_roi.kernels.cpu.strategies import force
 
 SETTINGS = settings(max_examples=200, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -63,27 +58,20 @@ def _rois(boxes, counts):
 
 pooled = st.integers(1, 4)
 
-#: Max pooling and RoIAlign compute small problems by a direct path: test both paths.
-paths = pytest.mark.parametrize("small", [True, False], ids=["small-path", "general-path"])
+#: Max pooling's strategies.
+max_pool_strategies = pytest.mark.parametrize("strategy", ["small", "table"])
 
 
-def _path(small: bool):
-    limit = 1 << 30 if small else 0
-    return mock.patch.multiple(_maxpool, SMALL=limit), \
-        mock.patch.multiple(roi_align_mod, SMALL=limit)
-
-
-@paths
+@max_pool_strategies
 @SETTINGS
 @given(p=problem(), ph=pooled, pw=pooled, s=scales)
-def test_roi_pooling_max(small, p, ph, pw, s):
+def test_roi_pooling_max(strategy, p, ph, pw, s):
     X, boxes, counts = p
     rois = _rois(boxes, counts)
     a = dict(pooled_h=ph, pooled_w=pw, spatial_scale=s, method="max")
-    p1, p2 = _path(small)
-    with p1, p2:
+    with force(max_pool=strategy):
         got = kernels.roi_pooling(X, rois, **a)
-    assert_close(got, literal.roi_pooling(X, rois, **a), True)
+    assert_close(got, D.roi_pooling(X, rois, **a), True)
 
 
 @SETTINGS
@@ -92,19 +80,18 @@ def test_roi_pooling_bilinear(p, ph, pw):
     X, boxes, counts = p
     rois = _rois(boxes, counts)
     a = dict(pooled_h=ph, pooled_w=pw, spatial_scale=1.0, method="bilinear")
-    assert_close(kernels.roi_pooling(X, rois, **a), literal.roi_pooling(X, rois, **a), False)
+    assert_close(kernels.roi_pooling(X, rois, **a), D.roi_pooling(X, rois, **a), False)
 
 
-@paths
+@max_pool_strategies
 @SETTINGS
 @given(p=problem(), ph=pooled, pw=pooled, s=scales)
-def test_roi_pool(small, p, ph, pw, s):
+def test_roi_pool(strategy, p, ph, pw, s):
     X, boxes, counts = p
     a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s)
-    p1, p2 = _path(small)
-    with p1, p2:
+    with force(max_pool=strategy):
         got = kernels.roi_pool(X, boxes, counts, **a)
-    assert_close(got, literal.roi_pool(X, boxes, counts, **a), True)
+    assert_close(got, D.roi_pool(X, boxes, counts, **a), True)
 
 
 @SETTINGS
@@ -113,31 +100,22 @@ def test_psroi_pool(data, ph, pw, oc, s):
     X, boxes, counts = data.draw(problem(channels=oc * ph * pw))
     a = dict(output_channels=oc, pooled_height=ph, pooled_width=pw, spatial_scale=s)
     assert_close(kernels.psroi_pool(X, boxes, counts, **a),
-                 literal.psroi_pool(X, boxes, counts, **a), False)
+                 D.psroi_pool(X, boxes, counts, **a), False)
 
 
-@pytest.mark.parametrize("path", ["small", "crops", "taps"])
+@pytest.mark.parametrize("strategy", ["small", "crops", "taps"])
 @SETTINGS
 @given(p=problem(), ph=pooled, pw=pooled, s=scales, sr=st.sampled_from([-1, 0, 1, 2, 3]),
        aligned=st.sampled_from([0, 1]))
-def test_roi_align(path, p, ph, pw, s, sr, aligned):
-    """RoIAlign's three paths: small problems at once, boxes from their crops, and (fixed
+def test_roi_align(strategy, p, ph, pw, s, sr, aligned):
+    """RoIAlign's strategies: small problems at once, boxes from their crops, and (fixed
     sampling ratio) boxes from their taps, a step of one or several boxes."""
     X, boxes, counts = p
     a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s, sampling_ratio=sr,
              aligned=aligned)
-    p1, p2 = _path(path == "small")
-    p3 = mock.patch.multiple(roi_align_mod, TAPS_RATIO=1e9 if path == "taps" else 0,
-                             TAPS_STEP=1 + 200 * (sr % 2))
-    with p1, p2, p3:
+    with force(align=strategy, taps_step=1 + 200 * (sr % 2)):
         got = kernels.roi_align(X, boxes, counts, **a)
-    assert_close(got, literal.roi_align(X, boxes, counts, **a), False)
-
-
-def _ladders(kind: str):
-    if kind == "powers of two":
-        return _maxpool.powers_of_two
-    return lambda longest: _maxpool.every_length(longest, longest)
+    assert_close(got, D.roi_align(X, boxes, counts, **a), False)
 
 
 @pytest.mark.parametrize("ladder", ["powers of two", "every length"])
@@ -152,10 +130,9 @@ def test_max_pooling_tables_of_each_kind(ladder, budget):
     counts = np.array([25, 35])
     for ph, pw in [(1, 1), (2, 3), (3, 2)]:
         a = dict(pooled_height=ph, pooled_width=pw)
-        with mock.patch.multiple(_maxpool, TABLE_MIN=budget, TABLE_MAX=budget, SMALL=0,
-                                 _ladders=_ladders(ladder), _GATHER_COST=10**9):
+        with force(max_pool="table", table_budget=budget, table_ladder=ladder):
             got = kernels.roi_pool(X, boxes, counts, **a)
-        np.testing.assert_array_equal(got, literal.roi_pool(X, boxes, counts, **a))
+        np.testing.assert_array_equal(got, D.roi_pool(X, boxes, counts, **a))
 
 
 @settings(max_examples=200, deadline=None)
@@ -167,8 +144,68 @@ def test_max_pooling_with_capped_table(p, ph, pw, s, budget, chunk, run, ladder)
     capped levels (windows covered by many blocks), tiny chunks, short runs."""
     X, boxes, counts = p
     a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s)
-    with mock.patch.multiple(_maxpool, TABLE_MIN=budget, TABLE_MAX=budget, CHUNK=chunk,
-                             MAX_RUN=run, SMALL=0, _ladders=_ladders(ladder),
-                             _GATHER_COST=10**9):
+    with force(max_pool="table", table_budget=budget, table_chunk=chunk, table_run=run,
+               table_ladder=ladder):
         got = kernels.roi_pool(X, boxes, counts, **a)
-    assert_close(got, literal.roi_pool(X, boxes, counts, **a), True)
+    assert_close(got, D.roi_pool(X, boxes, counts, **a), True)
+
+
+modes = st.sampled_from(["avg", "max"])
+
+
+@SETTINGS
+@given(p=problem(), ph=pooled, pw=pooled, s=scales, sr=st.sampled_from([0, 1, 2, 3]),
+       aligned=st.sampled_from([0, 1]), mode=modes)
+def test_mmcv_roi_align(p, ph, pw, s, sr, aligned, mode):
+    X, boxes, counts = p
+    rois = _rois(boxes, counts)
+    a = dict(output_height=ph, output_width=pw, spatial_scale=s, sampling_ratio=sr,
+             aligned=aligned, mode=mode)
+    assert_close(kernels.mmcv_roi_align(X, rois, **a), D.mmcv_roi_align(X, rois, **a), False)
+
+
+@SETTINGS
+@given(p=problem(), ph=pooled, pw=pooled, s=scales, sr=st.sampled_from([0, 1, 2, 3]),
+       ctm=st.sampled_from(["half_pixel", "output_half_pixel"]),
+       mode=st.sampled_from(["avg", "max", "onnx_max"]))
+def test_onnx_roi_align(p, ph, pw, s, sr, ctm, mode):
+    X, boxes, counts = p
+    idx = np.repeat(np.arange(counts.size), counts)
+    a = dict(output_height=ph, output_width=pw, spatial_scale=s, sampling_ratio=sr,
+             coordinate_transformation_mode=ctm, mode=mode)
+    assert_close(kernels.onnx_roi_align(X, boxes, idx, **a), D.onnx_roi_align(X, boxes, idx, **a),
+                 mode == "onnx_max")
+
+
+@SETTINGS
+@given(p=problem(), ph=pooled, pw=pooled, s=scales, sr=st.sampled_from([-1, 0, 2]),
+       aligned=st.sampled_from([0, 1]))
+def test_caffe2_roi_align(p, ph, pw, s, sr, aligned):
+    X, boxes, counts = p
+    rois = _rois(boxes, counts)
+    a = dict(pooled_h=ph, pooled_w=pw, spatial_scale=s, sampling_ratio=sr, aligned=aligned)
+    assert_close(kernels.caffe2_roi_align(X, rois, **a), D.caffe2_roi_align(X, rois, **a), False)
+
+
+@st.composite
+def rotated_rois(draw, N, dtype):
+    R = draw(st.integers(0, 4))
+    rows = [[draw(st.integers(0, N - 1)), draw(coords), draw(coords),
+             draw(st.floats(0, 12, allow_nan=False, width=32)),
+             draw(st.floats(0, 12, allow_nan=False, width=32)),
+             draw(st.floats(-4, 4, allow_nan=False, width=32))] for _ in range(R)]
+    return np.array(rows, dtype).reshape(R, 6)
+
+
+@pytest.mark.parametrize("strategy", ["regular", "clipped"])
+@SETTINGS
+@given(data=st.data(), ph=pooled, pw=pooled, s=scales, sr=st.sampled_from([0, 1, 2]),
+       aligned=st.sampled_from([0, 1]), clockwise=st.sampled_from([0, 1]))
+def test_mmcv_roi_align_rotated(strategy, data, ph, pw, s, sr, aligned, clockwise):
+    X, _, _ = data.draw(problem())
+    rois = data.draw(rotated_rois(X.shape[0], X.dtype))
+    a = dict(output_height=ph, output_width=pw, spatial_scale=s, sampling_ratio=sr,
+             aligned=aligned, clockwise=clockwise)
+    with force(rotated=strategy):
+        got = kernels.mmcv_roi_align_rotated(X, rois, **a)
+    assert_close(got, D.mmcv_roi_align_rotated(X, rois, **a), False)

@@ -12,7 +12,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import ort_roi
-from ort_roi import builders, cli, tooling
+from ort_roi import builders
+from ort_roi.cli import main as cli, validate as tooling
 
 MODELS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "models", "*.onnx")))
 
@@ -160,7 +161,7 @@ def test_bench_rejects_unknown_workloads(capsys):
 
 
 def test_convert_leaves_bilinear_pooling_alone_and_says_why():
-    from ort_roi.graph import rewrite
+    from ort_roi.graph.rewrite import rewrite
 
     m = onnx.load(os.path.join(os.path.dirname(MODELS[0]), "bilinear_roi_head.onnx"))
     out = onnx.ModelProto()
@@ -174,7 +175,7 @@ def test_convert_leaves_bilinear_pooling_alone_and_says_why():
 
 def test_bench_runs_w6_and_writes_json(tmp_path):
     """ort-roi bench on the tiny workload: times, ratios and agreeing outputs, JSON written."""
-    from ort_roi import bench
+    from ort_roi.cli import bench
 
     out = tmp_path / "bench.json"
     assert cli.main(["bench", "W6", "--repeat", "1", "--json", str(out)]) == 0
@@ -199,7 +200,7 @@ def test_bench_plot_writes_a_png(tmp_path):
 
 
 def test_bench_plot_labels_keep_the_scaling_rows_apart():
-    from ort_roi import bench
+    from ort_roi.cli import bench
 
     assert [bench._short(w) for w in ["W1_faster_rcnn_c4", "W2_R100", "W2_R4000", "W6_tiny"]] \
         == ["W1", "W2_R100", "W2_R4000", "W6"]
@@ -216,7 +217,7 @@ def test_bench_plot_without_matplotlib_says_so_before_timing(tmp_path, monkeypat
 def test_bench_bridge_floor_hands_back_the_given_output_through_a_session():
     """The floor runner is a real session whose stand-in kernel returns y unchanged, while
     the op itself still computes."""
-    from ort_roi import bench
+    from ort_roi.cli import bench
 
     ours, _ = bench.cases(bench.workloads()["W6_tiny"], "ROIPooling.max")
     y = ours()
@@ -229,7 +230,7 @@ def test_bench_bridge_floor_hands_back_the_given_output_through_a_session():
 _FLOORS_ONE_AFTER_ANOTHER = """
 import gc
 import numpy as np
-from ort_roi import bench
+from ort_roi.cli import bench
 w = bench.workloads()["W6_tiny"]
 ys = []
 for op in ["RoIAlign", "ROIPooling.max", "RoIAlign", "ROIPooling.max"]:
@@ -258,7 +259,7 @@ def test_bench_floors_of_several_ops_one_after_another_do_not_crash():
 def test_bench_times_ours_and_the_peers_in_turn():
     """Each round times every runner once, in turn (a slow spell hits them all alike); the
     result is each runner's median and last output."""
-    from ort_roi import bench
+    from ort_roi.cli import bench
 
     calls = []
 
@@ -276,7 +277,7 @@ def test_bench_times_ours_and_the_peers_in_turn():
 
 
 def test_bench_round_ratios_pair_each_round():
-    from ort_roi import bench
+    from ort_roi.cli import bench
 
     # peer / ours per round: 2, 0.5, 3
     assert bench.round_ratios([2.0, 1.0, 3.0], [1.0, 2.0, 1.0]) == [0.5, 2.0, 3.0]
@@ -387,7 +388,7 @@ def test_bench_takes_workload_names_in_any_case_and_says_what_it_measured(capsys
 def test_bench_plot_shows_speedups_with_distinct_labels():
     """The plot shows peer time / ort_roi time per row (not absolute times on a log axis),
     and its row labels differ by more than case (RoIAlign and RoiAlign did not)."""
-    from ort_roi import bench
+    from ort_roi.cli import bench
 
     rows = [{"workload": "W1_faster_rcnn_c4", "op": op, "ort_roi_s": 0.1,
              "peers": {"ORT RoiAlign": {"s": 0.25, "ratio": 2.5}}}

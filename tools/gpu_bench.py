@@ -100,7 +100,7 @@ def _ours_and_peer(w: dict, op: str, X, boxes, counts, rois):
 def kernel_rows(names, repeat: int):
     import cupy
 
-    from ort_roi import bench
+    from ort_roi.cli import bench
 
     torch, _ = _torchvision()
     rows = []
@@ -134,7 +134,8 @@ def fpn_rows(names, repeat: int):
     torchvision's MultiScaleRoIAlign (its own level rule, the same amount of work)."""
     import cupy
 
-    from ort_roi import bench, kernels
+    from ort_roi import kernels
+    from ort_roi.cli import bench
 
     torch, tv = _torchvision()
     rows = []
@@ -178,7 +179,7 @@ def session_rows(names, repeat: int):
     import cupy
 
     import ort_roi
-    from ort_roi import bench
+    from ort_roi.cli import bench
 
     torch, _ = _torchvision()
     rows = []

@@ -15,7 +15,8 @@ import numpy as np
 import onnxruntime as ort
 
 import ort_roi
-from ort_roi import _bridge, builders
+from ort_roi import builders
+from ort_roi.runtime import bridge as _bridge
 
 
 def main() -> None:

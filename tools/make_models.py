@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the example detection heads of ort_roi.examples to models/ (and check them).
+"""Write the example detection heads of ort_roi.graph.examples to models/ (and check them).
 
     python tools/make_models.py [--out models]
 
@@ -14,8 +14,8 @@ import os
 
 import onnx
 
-from ort_roi import examples, inputs
-from ort_roi.tooling import compare_with_reference
+from ort_roi.graph import examples, inputs
+from ort_roi.cli.compare import compare_with_reference
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import RoiOpError
+from ..geometry import roi_align_geometry
 from ..specs import CAFFE2_ROI_ALIGN
-from ._boxes import batch_from_column, check_boxes, check_features, host, quiet
-from .roi_align import align, check_box_sizes
+from .checks import batch_from_column, check_box_sizes, check_boxes, check_features, quiet
+from .dispatch import compute, host
 
 
 @quiet
@@ -36,5 +37,5 @@ def caffe2_roi_align(X: np.ndarray, rois: np.ndarray, *, order: str = "NCHW",
         batch = batch_from_column(op, "rois", rois[:, 0], X.shape[0])
         boxes = np.ascontiguousarray(rois[:, 1:])
     check_box_sizes(op, "rois", boxes, a["spatial_scale"])
-    return align(X, batch, boxes, a["pooled_h"], a["pooled_w"], a["spatial_scale"],
-                 a["sampling_ratio"], bool(a["aligned"]))
+    return compute("align", X, batch, boxes, a["pooled_h"], a["pooled_w"], a["spatial_scale"],
+                   a["sampling_ratio"], roi_align_geometry(a["aligned"]))

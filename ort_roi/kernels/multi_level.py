@@ -13,8 +13,8 @@ Two exporters write it as one node, each with its own level rule and RoIAlign:
   sizes (size + 1) * factor / 2 - 1/2; then MMCVRoiAlign at scale 1/stride_l: pool_mode 1
   the mean, 0 the largest sample (a bin without samples -FLT_MAX, the plugin's start).
 
-Both pool each level's boxes with the single-level kernels (NumPy or CUDA, by where the maps
-are), so a box costs what it costs in RoIAlign; the output is in the order of the rois.
+Both pool each box from its level with RoIAlign's arithmetic (the compute step
+"align_levels", NumPy or CUDA by where the maps are); the output is in the order of the rois.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import RoiOpError
+from ..geometry import (LEGACY, MMDEPLOY_ALIGNED, OPENVINO_ALIGNED, mmdeploy_levels,
+                        mmdeploy_rescale, openvino_levels)
 from ..specs import EXTRACTOR_SPECS, MAX_LEVELS, MULTI_LEVEL_SPECS
-from ._boxes import batch_from_column, check_boxes, check_features, is_cupy, quiet
-from .mmcv_roi_align import align_max
-from .roi_align import MMDEPLOY_ALIGNED, OPENVINO_ALIGNED, align, check_box_sizes
+from .checks import batch_from_column, check_box_sizes, check_boxes, check_levels, quiet
+from .dispatch import compute
 
 #: mmdeploy's max pooling starts from -FLT_MAX.
 FLT_MAX = float(np.finfo(np.float32).max)
@@ -43,14 +44,14 @@ def roi_feature_extractor(rois, *feats, output_size: int = 7, sampling_ratio: in
     a = spec.resolve(dict(output_size=output_size, sampling_ratio=sampling_ratio,
                           aligned=aligned, **{f"scale_{i}": v for i, v in enumerate(scales)}))
     op = spec.name
-    X = _levels(op, feats, batch=1)
+    X = check_levels(op, feats, batch=1)
     boxes = check_boxes(op, "rois", rois, X[0], 4)
     level = openvino_levels(boxes, L)
     scale = [float(np.float32(1) / np.float32(a[f"scale_{i}"])) for i in range(L)]  # 1.0f / s
     check_box_sizes(op, "rois", boxes, max(scale))
     p = a["output_size"]
-    out = align_levels(X, np.zeros(boxes.shape[0], np.intp), boxes, level, p, p, scale,
-                       a["sampling_ratio"], OPENVINO_ALIGNED if a["aligned"] else 0, 0)
+    out = compute("align_levels", X, np.zeros(boxes.shape[0], np.intp), boxes, level, p, p,
+                  scale, a["sampling_ratio"], OPENVINO_ALIGNED if a["aligned"] else LEGACY, 0)
     return out, boxes.copy()
 
 
@@ -69,72 +70,18 @@ def multi_level_roi_align(rois, *feats, output_height: int = 7, output_width: in
                           roi_scale_factor=roi_scale_factor, finest_scale=finest_scale,
                           **{f"stride_{i}": v for i, v in enumerate(strides)}))
     op = spec.name
-    X = _levels(op, feats)
+    X = check_levels(op, feats)
     rois = check_boxes(op, "rois", rois, X[0], 5)
     batch = batch_from_column(op, "rois", rois[:, 0], X[0].shape[0])
     boxes = np.ascontiguousarray(rois[:, 1:])
     level = mmdeploy_levels(boxes, a["finest_scale"], L)
     if a["roi_scale_factor"] > 0:
-        boxes = rescale(boxes, a["roi_scale_factor"])
+        boxes = mmdeploy_rescale(boxes, a["roi_scale_factor"])
     scale = [float(np.float32(1.0 / np.float32(a[f"stride_{i}"]))) for i in range(L)]
     check_box_sizes(op, "rois", boxes, max(scale))
     ph, pw = a["output_height"], a["output_width"]
-    return align_levels(X, batch, boxes, level, ph, pw, scale, a["sampling_ratio"],
-                        MMDEPLOY_ALIGNED if a["aligned"] else 0, 1 - a["pool_mode"], -FLT_MAX)
-
-
-def align_levels(X: list, batch, boxes, level, ph: int, pw: int, scales, sampling_ratio: int,
-                 aligned: int, mode: int, empty: float = 0.0):
-    """Each box pooled from its level X[level[r]] at scales[level[r]] with RoIAlign's
-    arithmetic (``aligned``: a roi_align.GEOMETRY variant), the mean (mode 0) or the max from
-    ``empty`` (mode 1); a box on no level gives 0. On the GPU in one launch."""
-    if is_cupy(X[0]):
-        from . import _cupy
-
-        return _cupy.align_levels(X, batch, boxes, level, ph, pw, scales, sampling_ratio,
-                                  aligned, mode, empty)
-    out = np.zeros((boxes.shape[0], X[0].shape[1], ph, pw), X[0].dtype)
-    for i in range(len(X)):
-        which = np.flatnonzero(level == i)
-        if which.size:
-            args = (X[i], batch[which], boxes[which], ph, pw, scales[i], sampling_ratio,
-                    aligned)
-            out[which] = align(*args) if mode == 0 else align_max(*args, empty=empty)
-    return out
-
-
-def openvino_levels(boxes: np.ndarray, L: int) -> np.ndarray:
-    """OpenVINO's redistribute_rois, in float32: the level of each box, L for area <= 0."""
-    b = boxes.astype(np.float32)
-    area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-    f = np.float32
-    v = np.log2(np.sqrt(np.maximum(area, f(0))) / f(224) + f(1e-6))
-    level = np.clip(np.floor(v + f(2)), 0, L - 1)
-    return np.where(area > 0, level, L).astype(np.intp)
-
-
-def mmdeploy_levels(boxes: np.ndarray, finest_scale: int, L: int) -> np.ndarray:
-    """mmdeploy's rule on the boxes as given: sqrtf, then log2f of (scale / finest_scale +
-    1e-6) (the 1e-6 added in double, as the plugin's literal), floor, clamp; NaN is 0."""
-    b = boxes.astype(np.float32)
-    scale = np.sqrt((b[:, 3] - b[:, 1]) * (b[:, 2] - b[:, 0]))
-    q = (scale / np.float32(finest_scale)).astype(np.float64) + 1e-6
-    v = np.floor(np.log2(q.astype(np.float32)))
-    v = np.where(np.isnan(v), 0, v)
-    return np.clip(v, 0, L - 1).astype(np.intp)
-
-
-def rescale(boxes: np.ndarray, factor: float) -> np.ndarray:
-    """mmdeploy's rescale about the centre: half size = fma(size + 1, factor / 2, -1/2)."""
-    t = boxes.dtype.type
-    x0, y0, x1, y1 = boxes.T
-    cx, cy = (x0 + x1) * t(0.5), (y0 + y1) * t(0.5)
-    half = t(factor) * t(0.5)
-
-    def fma(a):  # one rounding, as the plugin's fma
-        return (a.astype(np.float64) * np.float64(half) - 0.5).astype(boxes.dtype)
-    hw, hh = fma(x1 - x0 + t(1)), fma(y1 - y0 + t(1))
-    return np.stack([cx - hw, cy - hh, cx + hw, cy + hh], 1)
+    return compute("align_levels", X, batch, boxes, level, ph, pw, scale, a["sampling_ratio"],
+                   MMDEPLOY_ALIGNED if a["aligned"] else LEGACY, 1 - a["pool_mode"], -FLT_MAX)
 
 
 def _spec(specs: dict, L: int, node: str):
@@ -149,24 +96,6 @@ def _scalars(spec, name: str, values, L: int) -> list:
         raise RoiOpError(spec.name, f"attribute '{name}'",
                          f"must hold one value per feature map ({L}), got {values!r}")
     return values
-
-
-def _levels(op: str, feats, batch: int | None = None) -> list:
-    """The feature maps: each [N, C, H, W] of one dtype, one N and one C."""
-    X = [check_features(op, x, f"feat_{i}") for i, x in enumerate(feats)]
-    if batch is not None and X[0].shape[0] != batch:
-        raise RoiOpError(op, "input 'feat_0'",
-                         f"must hold one image (N = 1; the rois have no batch index), got "
-                         f"{list(X[0].shape)}")
-    for i, x in enumerate(X[1:], 1):
-        if x.dtype != X[0].dtype:
-            raise RoiOpError(op, f"input 'feat_{i}'",
-                             f"must have the dtype of feat_0 ({X[0].dtype}), got {x.dtype}")
-        if x.shape[:2] != X[0].shape[:2]:
-            raise RoiOpError(op, f"input 'feat_{i}'",
-                             f"must have feat_0's N and C {list(X[0].shape[:2])}, got "
-                             f"{list(x.shape)}")
-    return X
 
 
 def roi_feature_extractor_levels(rois, *feats, **attrs):

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..geometry import onnx_geometry
 from ..specs import ONNX_ROI_ALIGN
-from ._boxes import batch_from_indices, check_boxes, check_features, quiet
-from .mmcv_roi_align import EMPTY_MAX, align_max
-from .roi_align import align, check_box_sizes
+from .checks import batch_from_indices, check_box_sizes, check_boxes, check_features, quiet
+from .cpu.align import MMCV_EMPTY_MAX
+from .dispatch import compute
 
 
 @quiet
@@ -34,7 +35,7 @@ def onnx_roi_align(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *
     batch = batch_from_indices(op, "batch_indices", batch_indices, X.shape[0], rois.shape[0])
     check_box_sizes(op, "rois", rois, a["spatial_scale"])
     args = (X, batch, rois, a["output_height"], a["output_width"], a["spatial_scale"],
-            a["sampling_ratio"], a["coordinate_transformation_mode"] == "half_pixel")
+            a["sampling_ratio"], onnx_geometry(a["coordinate_transformation_mode"]))
     if a["mode"] == "avg":
-        return align(*args)
-    return align_max(*args, empty=None if a["mode"] == "onnx_max" else EMPTY_MAX)
+        return compute("align", *args)
+    return compute("align_max", *args, empty=None if a["mode"] == "onnx_max" else MMCV_EMPTY_MAX)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ROI_POOL
-from ._boxes import quiet, batch_from_counts, check_boxes, check_features
-from .roi_pooling import max_pool
+from .checks import batch_from_counts, check_boxes, check_features, quiet
+from .dispatch import compute
 
 
 @quiet
@@ -24,5 +24,5 @@ def roi_pool(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
     X = check_features(op, X)
     boxes = check_boxes(op, "boxes", boxes, X, 4)
     batch = batch_from_counts(op, "boxes_num", boxes_num, X.shape[0], boxes.shape[0])
-    return max_pool(X, batch, boxes, a["pooled_height"], a["pooled_width"],
-                    a["spatial_scale"])
+    return compute("max_pool", X, batch, boxes, a["pooled_height"], a["pooled_width"],
+                   a["spatial_scale"])

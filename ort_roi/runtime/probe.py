@@ -11,7 +11,10 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
-from .specs import DOMAIN, TYPES, Attr, NodeForm, OpSpec
+from ..graph import builders
+from ..graph.rewrite import rewrite
+from ..specs import DOMAIN, TYPES, Attr, NodeForm, OpSpec
+from .session import session_options
 
 #: The default-domain opsets a native form is tried at (the others: 17).
 OPSETS = {("", "RoiAlign"): (10, 16, 22)}
@@ -26,9 +29,6 @@ def _sample_value(a: Attr):
 def sample_model(f: NodeForm, dtype=np.float32, opset: int = 17) -> onnx.ModelProto:
     """A one-node graph of form ``f`` as its exporter writes it (4 feature maps for the
     multi-level forms)."""
-    from . import builders
-    from .graph import rewrite
-
     spec: OpSpec = f.target(f.guard_levels + 1 if f.levels else 0) or f.spec
     attrs = {a.name: _sample_value(a) for a in spec.attrs if a.required}
     if "coordinate_transformation_mode" in {a.name for a in spec.attrs}:
@@ -54,8 +54,6 @@ def sample_model(f: NodeForm, dtype=np.float32, opset: int = 17) -> onnx.ModelPr
 def plain_session_error(model: onnx.ModelProto) -> str | None:
     """None when a plain session with ort_roi's ops accepts ``model``, else why not (the
     first line of onnxruntime's refusal)."""
-    from .session import session_options
-
     so = ort.SessionOptions()
     so.log_severity_level = 4  # the refusal is the answer, not a log line
     try:

@@ -1,8 +1,8 @@
 """Small example detection heads that use the ort_roi ops (random weights).
 
-tools/make_models.py writes them to models/; ``ort-roi demo`` builds and runs them.
-Each example has a builder (fixed seed, so the bytes are reproducible) and an input
-generator.
+tools/make_models.py writes them to models/; ``ort-roi demo`` builds and runs them with
+inputs from graph/inputs.py. Each example has a builder (fixed seed, so the bytes are
+reproducible).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 
 from . import builders as B
 
-from .inputs import FEAT_C, FEAT_H, FEAT_W, STRIDE, generate_inputs  # a 384 x 512 image
+from .inputs import FEAT_C, FEAT_H, FEAT_W, STRIDE  # features of a 384 x 512 image
 
 
 def _init(rng, name, shape, scale=0.1) -> onnx.TensorProto:
@@ -124,19 +124,3 @@ class Example:
 
 EXAMPLES = (Example("fast_rcnn_head", fast_rcnn), Example("rfcn_head", rfcn),
             Example("mask_rcnn_head", mask_rcnn), Example("bilinear_roi_head", bilinear))
-
-
-def run_all(verbose: bool = False) -> bool:
-    """Run every example through onnxruntime and compare with onnx.reference + our kernels."""
-    from .tooling import compare_with_reference
-
-    ok = True
-    for ex in EXAMPLES:
-        model = ex.build()
-        report = compare_with_reference(model, generate_inputs(model))
-        ok &= report.ok
-        if verbose:
-            print(f"   {ex.file}: {report.summary()}")
-    if verbose:
-        print()
-    return ok

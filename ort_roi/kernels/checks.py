@@ -1,7 +1,5 @@
-"""Shared helpers of the kernels: input checks, rounding and the integer bins of max pooling.
-
-Every check raises RoiOpError naming the op, the input and the offending value.
-"""
+"""The kernels' input checks: every one raises RoiOpError naming the op, the input and the
+offending value. Boxes and counts are checked on the host for both backends."""
 
 from __future__ import annotations
 
@@ -11,21 +9,7 @@ import numpy as np
 
 from ..errors import RoiOpError
 from ..specs import TYPES
-
-
-def is_cupy(a) -> bool:
-    """True for a CuPy array (checked without importing CuPy)."""
-    return type(a).__module__.split(".")[0] == "cupy"
-
-
-def host(a):
-    """A CuPy array copied to the host; anything else as it is (boxes and counts are small:
-    their checks and geometry run on the host for both backends)."""
-    if is_cupy(a):
-        import cupy
-
-        return cupy.asnumpy(a)
-    return a
+from .dispatch import host, is_cupy
 
 
 def quiet(kernel):
@@ -36,13 +20,6 @@ def quiet(kernel):
         with np.errstate(all="ignore"):
             return kernel(*args, **kwargs)
     return wrapper
-
-
-def round_half_away(x: np.ndarray) -> np.ndarray:
-    """C's round(): halves go away from zero (NumPy's np.round goes to even). Exact in x's type."""
-    t = np.trunc(x)
-    frac = x - t  # exact: |x - trunc(x)| < 1 has no rounding error
-    return t + np.where(np.abs(frac) >= 0.5, np.sign(x), 0).astype(x.dtype)
 
 
 def _show(a: np.ndarray, limit: int = 6) -> str:
@@ -143,30 +120,55 @@ def _as_array(op: str, name: str, a) -> np.ndarray:
     return a
 
 
-def max_pool_bins(start: np.ndarray, end: np.ndarray, pooled, size):
-    """Integer bins of max pooling, for every box and axis at once.
-
-    start/end [R, A] are the already scaled and rounded box edges (in T) along A axes with
-    ``pooled`` bins over ``size`` pixels each (ints or length-A sequences). Returns int
-    arrays lo, hi [R, A, max(pooled)]: bin p covers [lo, hi), clipped to [0, size]; entries
-    past an axis's own pooled count are meaningless. All arithmetic before the clip is done
-    in T, as the reference kernels do.
-    """
-    t = start.dtype.type
-    pooled = np.asarray(pooled, dtype=start.dtype)
-    length = np.maximum(end - start + t(1), t(1))
-    bin_size = (length / pooled)[:, :, None]
-    p = np.arange(int(pooled.max()), dtype=start.dtype)
-    lo = np.floor(p * bin_size) + start[:, :, None]
-    hi = np.ceil((p + t(1)) * bin_size) + start[:, :, None]
-    size = np.asarray(size)[..., None]
-    return clip_edges(lo, size), clip_edges(hi, size)
+def check_box_sizes(op: str, name: str, boxes: np.ndarray, spatial_scale: float) -> None:
+    """Samples of a box whose scaled size overflows T are undefined: reject it."""
+    s = boxes.dtype.type(spatial_scale)
+    size = boxes[:, 2:] * s - boxes[:, :2] * s
+    if not np.isfinite(size).all():
+        r = int(np.flatnonzero(~np.isfinite(size).all(axis=1))[0])
+        raise RoiOpError(op, f"input '{name}'",
+                         f"row {r}: the scaled box size overflows {boxes.dtype} "
+                         f"({boxes[r].tolist()} x {spatial_scale!r})")
 
 
-def clip_edges(edges: np.ndarray, size: int) -> np.ndarray:
-    """Bin edges in T clipped to [0, size], as intp.
+def check_channels(op: str, C: int, oc: int, ph: int, pw: int) -> None:
+    """Position-sensitive pooling: X must carry one channel per (output channel, bin)."""
+    if C != oc * ph * pw:
+        raise RoiOpError(op, "input 'X'",
+                         f"must have output_channels*pooled_height*pooled_width = "
+                         f"{oc}*{ph}*{pw} = {oc * ph * pw} channels, got {C}")
 
-    An edge is NaN only when a box so large that its size overflows T meets 0 * inf; the
-    C++ references cast it to INT_MIN (x86), which clips to 0: so does this.
-    """
-    return np.minimum(np.fmax(edges, 0), size).astype(np.intp)  # fmax(NaN, 0) = 0
+
+def check_rotated_sizes(op: str, rois: np.ndarray, spatial_scale: float, aligned: bool) -> None:
+    """Rotated boxes: a scaled size (w, h) must be finite, and >= 0 when aligned (mmcv
+    asserts "ROIs in ROIAlignRotated do not have non-negative size")."""
+    s = rois.dtype.type(spatial_scale)
+    w, h = rois[:, 3] * s, rois[:, 4] * s
+    bad = ~(np.isfinite(w) & np.isfinite(h))
+    if aligned:
+        bad |= (w < 0) | (h < 0)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        why = "overflows" if not (np.isfinite(w[r]) and np.isfinite(h[r])) else "is negative"
+        raise RoiOpError(op, "input 'rois'",
+                         f"row {r}: the scaled size (w, h) = ({w[r].item()!r}, {h[r].item()!r}) "
+                         f"{why} (mmcv requires w, h >= 0 when aligned=1)")
+
+
+def check_levels(op: str, feats, batch: int | None = None) -> list:
+    """Feature maps of a pyramid: each [N, C, H, W] of one dtype, one N and one C (and N =
+    ``batch`` when given)."""
+    X = [check_features(op, x, f"feat_{i}") for i, x in enumerate(feats)]
+    if batch is not None and X[0].shape[0] != batch:
+        raise RoiOpError(op, "input 'feat_0'",
+                         f"must hold one image (N = 1; the rois have no batch index), got "
+                         f"{list(X[0].shape)}")
+    for i, x in enumerate(X[1:], 1):
+        if x.dtype != X[0].dtype:
+            raise RoiOpError(op, f"input 'feat_{i}'",
+                             f"must have the dtype of feat_0 ({X[0].dtype}), got {x.dtype}")
+        if x.shape[:2] != X[0].shape[:2]:
+            raise RoiOpError(op, f"input 'feat_{i}'",
+                             f"must have feat_0's N and C {list(X[0].shape[:2])}, got "
+                             f"{list(x.shape)}")
+    return X

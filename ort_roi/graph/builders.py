@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .specs import DOMAIN, OPSET_VERSION, OpSpec, all_specs, spec
+from ..specs import DOMAIN, OPSET_VERSION, OpSpec, all_specs, spec
 
 #: IR version of the models we write: onnxruntime 1.17+ reads it (onnx 1.23 writes 14).
 IR_VERSION = 9

@@ -17,8 +17,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .graph import given_attrs, iter_nodes
-from .specs import Input, OpSpec, form
+from ..specs import Input, OpSpec, form
+from .nodes import given_attrs, iter_nodes
 
 #: Feature maps whose size the graph leaves open: C, H, W of the finest level, its stride.
 FEAT_C, FEAT_H, FEAT_W, STRIDE = 16, 24, 32, 16

@@ -1,4 +1,4 @@
-"""Max over integer bins, the shared core of ROIPooling(max) and RoIPool.
+"""Max pooling over integer bins (ROIPooling max, RoIPool): the "small" and "table" strategies.
 
 A 2-D table of window maxima answers every bin with a few gathers: level (i, j) holds, at
 (y, x), the max of X over rows [y, y + ly[i]) and columns [x, x + lx[j]). A window of
@@ -6,52 +6,26 @@ length L along an axis is covered by ceil(L / l) blocks of the longest table len
 (overlapping; max is idempotent), so a bin is the max of a handful of table entries. The
 lengths along an axis are either the powers of two up to 2**K (a sparse table: few levels,
 up to two blocks per window) or every length up to M (more levels, one block per window);
-both, and K or M, are chosen per call, weighing the passes that build the table against
-the gathers it saves, within a memory budget. The table is built per block of channels in
-an NHWC layout (gathers copy contiguous channel runs). Channel blocks are shared among the
-cores."""
+both, and K or M, are chosen per call (strategies.table_ladders), weighing the passes that
+build the table against the gathers it saves, within a memory budget. The table is built per
+block of channels in an NHWC layout (gathers copy contiguous channel runs). Channel blocks
+are shared among the cores.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import _workspace
-from ._parallel import for_channel_blocks, workers
-
-#: Elements of sparse table over all threads: at least TABLE_MIN, up to the size of X plus
-#: the output where those are larger (the memory bound allows that much), at most
-#: TABLE_MAX per thread. The channel block shrinks to fit (at least one channel).
-TABLE_MIN = 1 << 23
-TABLE_MAX = 1 << 24
-#: Channels per table row at most: longer gathered runs gained nothing (W1, W3) and a
-#: smaller table stays in cache.
-MAX_RUN = 64
-#: Elements of gathered rows per step (keeps the working set in cache).
-CHUNK = 1 << 18
-#: Longest table of every window length 1..M considered (see _ladders).
-EXACT_MAX = 16
-#: Cost of one gathered element relative to one element of a table-building pass (measured).
-_GATHER_COST = 3
-#: Problems whose every (box, channel, bin, pixel) fits in this many elements are pooled
-#: directly, in a handful of NumPy calls (the table's fixed cost dominates tiny calls).
-SMALL = 1 << 14
+from ...geometry import roi_pool_bins
+from . import strategies, workspace
+from .parallel import for_channel_blocks, workers
 
 
-def _ladders(longest: int) -> list[np.ndarray]:
-    """Candidate window lengths of a table along an axis whose windows reach ``longest``:
-    the powers of two (few levels; a window is covered by up to two blocks) and every
-    length up to M (M levels; a window of length <= M is one block)."""
-    return powers_of_two(longest) + every_length(longest, EXACT_MAX)[2:]
-
-
-def powers_of_two(longest: int) -> list[np.ndarray]:
-    """Ladders 1, 2, 4, ..., 2**K for every 2**K <= longest."""
-    return [1 << np.arange(k + 1) for k in range(int(longest).bit_length())]
-
-
-def every_length(longest: int, most: int) -> list[np.ndarray]:
-    """Ladders 1, 2, ..., M for every M <= min(longest, most)."""
-    return [np.arange(1, m + 1) for m in range(1, min(int(longest), most) + 1)]
+def max_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
+             spatial_scale: float) -> np.ndarray:
+    """ROIPooling max / RoIPool of checked inputs; boxes are [R, 4] rows [x1, y1, x2, y2]."""
+    (hlo, hhi), (wlo, whi) = roi_pool_bins(boxes, spatial_scale, ph, pw, *X.shape[2:])
+    return pool_max(X, batch, hlo, hhi, wlo, whi)
 
 
 def _levels(length: np.ndarray, ladder: np.ndarray) -> np.ndarray:
@@ -62,12 +36,6 @@ def _levels(length: np.ndarray, ladder: np.ndarray) -> np.ndarray:
 def _block_count(length: np.ndarray, block: np.ndarray) -> np.ndarray:
     """Blocks of length ``block`` needed to cover windows of ``length``."""
     return -(-length // block)
-
-
-def _table_budget(x_size: int, out_size: int) -> int:
-    """Elements of sparse table per thread."""
-    total = max(TABLE_MIN, x_size + out_size)
-    return min(total // workers(), TABLE_MAX)
 
 
 def _choose_ladders(lh: np.ndarray, lw: np.ndarray, cells: int,
@@ -83,7 +51,7 @@ def _choose_ladders(lh: np.ndarray, lw: np.ndarray, cells: int,
     def options(length):  # (ladder, the most blocks a window needs)
         length = np.unique(length)
         return [(lad, int(_block_count(length, lad[_levels(length, lad)]).max()))
-                for lad in _ladders(int(length[-1]))]
+                for lad in strategies.table_ladders(int(length[-1]))]
 
     best, choice, x_options = None, None, options(lw)
     for ly, ny in options(lh):
@@ -91,7 +59,7 @@ def _choose_ladders(lh: np.ndarray, lw: np.ndarray, cells: int,
             planes = ly.size * lx.size
             if planes * cells > budget and planes > 1:
                 continue
-            cost = planes * cells + _GATHER_COST * queries * ny * nx
+            cost = planes * cells + strategies.gather_cost() * queries * ny * nx
             if best is None or cost < best:
                 best, choice = cost, (ly, lx)
     return choice
@@ -134,13 +102,13 @@ def pool_max(X: np.ndarray, batch: np.ndarray, hlo: np.ndarray, hhi: np.ndarray,
     """out[r, c, ph, pw] = max of X[batch[r], c, hlo:hhi, wlo:whi] per bin, 0 if empty."""
     N, C, H, W = X.shape
     R, PH, PW = batch.shape[0], hlo.shape[1], wlo.shape[1]
-    out = _workspace.output((R, C, PH, PW), X.dtype)
+    out = workspace.output((R, C, PH, PW), X.dtype)
     if R == 0 or C == 0:
         return out
-    if R * C * PH * PW * H * W <= SMALL:
+    if strategies.max_pool_is_small(R, C, PH, PW, H, W):
         return _pool_max_small(X, batch, hlo, hhi, wlo, whi, out)
     lh, lw = np.maximum(hhi - hlo, 1), np.maximum(whi - wlo, 1)
-    budget = _table_budget(X.size, out.size)
+    budget = strategies.table_budget(X.size, out.size, workers())
     ly, lx = _choose_ladders(lh, lw, N * H * W, budget)
     ky, kx = _levels(lh, ly), _levels(lw, lx)
     ys = _blocks(hlo, hhi, H, ly[ky])  # [ny, R, PH]
@@ -154,16 +122,18 @@ def pool_max(X: np.ndarray, batch: np.ndarray, hlo: np.ndarray, hhi: np.ndarray,
     cells = ly.size * lx.size * N * H * W
     # Channel blocks: runs of up to MAX_RUN channels per gather within the budget, and at
     # least one block per core.
-    block = int(min(MAX_RUN, -(-C // workers()), max(1, budget // cells)))
+    block = int(min(strategies.table_run(), -(-C // workers()), max(1, budget // cells)))
+    chunk = strategies.table_chunk()
+
     def work(c0: int, c1: int) -> None:
         cb = c1 - c0
-        T = _workspace.scratch("maxpool:table", (ly.size, lx.size, N, H, W, cb), X.dtype)
+        T = workspace.scratch("maxpool:table", (ly.size, lx.size, N, H, W, cb), X.dtype)
         np.copyto(T[0, 0], X[:, c0:c1].transpose(0, 2, 3, 1))
         _fill_table(T, ly, lx)
         F = T.reshape(-1, cb)
-        rc = max(1, CHUNK // (P * cb))
-        res = _workspace.scratch("maxpool:res", (rc * P, cb), X.dtype)
-        tmp = _workspace.scratch("maxpool:tmp", (rc * P, cb), X.dtype)
+        rc = max(1, chunk // (P * cb))
+        res = workspace.scratch("maxpool:res", (rc * P, cb), X.dtype)
+        tmp = workspace.scratch("maxpool:tmp", (rc * P, cb), X.dtype)
         for r0 in range(0, R, rc):
             r1 = min(R, r0 + rc)
             m = (r1 - r0) * P

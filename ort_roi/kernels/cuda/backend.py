@@ -1,13 +1,14 @@
-"""CuPy backend: the kernels on NVIDIA GPUs, from the CUDA source ``roi_ops.cu``.
+"""The CUDA backend: the kernels' compute steps on NVIDIA GPUs through CuPy, from the CUDA
+source ``roi_ops.cu`` next to this file.
 
-Each public kernel given X as a CuPy array computes on the GPU and returns a CuPy array.
-The public kernels check their inputs on the host (boxes and counts are small and are
-copied there) and then call their compute function (``max_pool``, ``bilinear_pool``,
-``ps_pool``, ``align``, ``align_max``, ``align_rotated``); ``on_gpu`` sends that call here
-when X is on the GPU. The CUDA kernels (one thread per bin and block of channels, compiled
-once per process with --fmad=false through cupy.RawModule) do the arithmetic of the contract
-in T. The boxes go to the device in one copy, as rows [batch, x1, y1, x2, y2]. Boxes whose sample grids are huge
-(RoIAlign's closed form, rotated boxes' clipped sampling) are computed by the NumPy kernels.
+Each step takes checked inputs with X on the device (boxes, batch indices and the boxes'
+geometry on the host) and returns (output on the device, the boxes it left to the host): the
+backend table (kernels/dispatch.py) computes those with the NumPy step, where a box's samples
+exceed what one GPU thread should loop over (huge adaptive grids of the max and of rotated
+boxes). The CUDA kernels (one thread per bin and block of channels, compiled once per process
+with --fmad=false through cupy.RawModule) do the arithmetic in T; the geometry of the
+RoIAlign family comes from the host (geometry.py), computed once for both backends, and goes
+to the device in one copy per call, as the rows named below.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from importlib import resources
 
 import numpy as np
 
-from ._boxes import is_cupy
+from ...geometry import EXPLICIT_GRID_MAX, BoxGeometry, align_bins, axis_weights
+from ...specs import MAX_LEVELS
 
 KERNELS = ("max_pool", "bilinear_pool", "psroi_pool", "roi_align", "roi_align_levels",
            "roi_align_rotated")
@@ -35,7 +37,7 @@ MAX_MODE_SAMPLES = 1 << 16
 
 def source() -> str:
     """The CUDA source of the kernels."""
-    return resources.files("ort_roi.kernels").joinpath("roi_ops.cu").read_text()
+    return resources.files("ort_roi.kernels.cuda").joinpath("roi_ops.cu").read_text()
 
 
 @functools.lru_cache(maxsize=None)
@@ -61,7 +63,7 @@ def channel_block(R: int, C: int, PH: int, PW: int) -> int:
     return BLOCKS[-1]
 
 
-def _launch(kernel: str, out, *args) -> None:
+def launch(kernel: str, out, *args) -> None:
     """Run ``kernel`` over the work items of ``out`` [R, C, PH, PW] (one per bin and block of
     CB channels); args follow X ... out, n in the kernel's signature."""
     R, C, PH, PW = out.shape
@@ -72,6 +74,9 @@ def _launch(kernel: str, out, *args) -> None:
     f = _function(kernel, _CTYPE[np.dtype(out.dtype)], cb)
     blocks = int(min((n + _THREADS - 1) // _THREADS, 1 << 20))  # grid-stride beyond that
     f((blocks,), (_THREADS,), (*args[:-1], out, np.int64(n), *args[-1]))
+
+
+NONE = np.zeros(0, np.intp)  # no box left to the host
 
 
 def _i(*v) -> tuple:
@@ -98,41 +103,41 @@ def _empty(X, R: int, C: int, ph: int, pw: int):
 def max_pool(X, batch, boxes, ph: int, pw: int, spatial_scale: float):
     N, C, H, W = X.shape
     out = _empty(X, boxes.shape[0], C, ph, pw)
-    _launch("max_pool", out, *_inputs(X, batch, boxes),
-            (*_i(C, H, W, ph, pw), X.dtype.type(spatial_scale)))
-    return out
+    launch("max_pool", out, *_inputs(X, batch, boxes),
+           (*_i(C, H, W, ph, pw), X.dtype.type(spatial_scale)))
+    return out, NONE
 
 
 def bilinear_pool(X, batch, boxes, ph: int, pw: int):
     N, C, H, W = X.shape
     out = _empty(X, boxes.shape[0], C, ph, pw)
-    _launch("bilinear_pool", out, *_inputs(X, batch, boxes), _i(C, H, W, ph, pw))
-    return out
+    launch("bilinear_pool", out, *_inputs(X, batch, boxes), _i(C, H, W, ph, pw))
+    return out, NONE
 
 
 def ps_pool(X, batch, rois, oc: int, ph: int, pw: int, spatial_scale: float):
     N, C, H, W = X.shape
     out = _empty(X, rois.shape[0], oc, ph, pw)
-    _launch("psroi_pool", out, *_inputs(X, batch, rois),
-            (*_i(C, oc, H, W, ph, pw), X.dtype.type(spatial_scale)))
-    return out
+    launch("psroi_pool", out, *_inputs(X, batch, rois),
+           (*_i(C, oc, H, W, ph, pw), X.dtype.type(spatial_scale)))
+    return out, NONE
 
 
-#: The RoIAlign kernels' rows (roi_ops.cu): each box's geometry, computed once on the host in
-#: T by roi_align's own geometry (the NumPy kernels use the same), a grid of -1 marking a box
-#: the host computes; roi_align_levels adds the level (-1: none) and its map's H and W.
+#: The RoIAlign kernels' rows: each box's geometry, computed once on the host in T by
+#: geometry.align_bins (the NumPy kernels use the same), a grid of -1 marking a box the host
+#: computes; roi_align_levels adds the level (-1: none) and its map's H and W.
 ALIGN_ROW = ("batch", "y0", "x0", "bin_h", "bin_w", "grid_h", "grid_w")
 LEVELS_ROW = ALIGN_ROW + ("level", "H", "W")
+#: RoIAlign's max: boxes with more samples than this per bin side are computed on the host.
+MAX_MODE_SAMPLES = 1 << 16
 
 
 def align_rows(batch, boxes, spatial_scale, ph: int, pw: int, sampling_ratio: int,
-               aligned: int, limit: int, level=None, sizes=None):
+               geometry: BoxGeometry, limit: int, level=None, sizes=None):
     """Rows of ALIGN_ROW (LEVELS_ROW with ``level`` and the maps' ``sizes``) for the
     boxes, in their dtype, and the boxes whose grid exceeds ``limit`` (marked -1: the caller
     computes them). ``spatial_scale``: one scale, or one per box."""
-    from .roi_align import _geometry
-
-    start, bin_size, grid = _geometry(boxes, spatial_scale, ph, pw, sampling_ratio, aligned)
+    start, bin_size, grid = align_bins(boxes, spatial_scale, geometry, ph, pw, sampling_ratio)
     big = (grid > limit).any(axis=1)
     rows = np.empty((boxes.shape[0], len(ALIGN_ROW if level is None else LEVELS_ROW)),
                     boxes.dtype)
@@ -146,69 +151,58 @@ def align_rows(batch, boxes, spatial_scale, ph: int, pw: int, sampling_ratio: in
 
 
 def _roi_align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
-               aligned: int, mode: int, limit: int, empty: float = 0.0):
+               geometry: BoxGeometry, mode: int, limit: int, empty: float = 0.0):
     """The roi_align kernel (mode 0: mean, 1: running max from ``empty``, 2: onnxruntime's
     max of weighted corners) over every box whose grid is at most ``limit`` per side:
-    (output, X on the device, the boxes left to the caller)."""
+    (output, X on the device, the boxes left)."""
     import cupy
 
     N, C, H, W = X.shape
     out = _empty(X, boxes.shape[0], C, ph, pw)
-    rows, left = align_rows(batch, boxes, spatial_scale, ph, pw, sampling_ratio, aligned, limit)
+    rows, left = align_rows(batch, boxes, spatial_scale, ph, pw, sampling_ratio, geometry,
+                            limit)
     Xg = cupy.ascontiguousarray(X)
-    _launch("roi_align", out, Xg, cupy.asarray(rows),
-            (*_i(C, H, W, ph, pw, mode), X.dtype.type(empty)))
+    launch("roi_align", out, Xg, cupy.asarray(rows),
+           (*_i(C, H, W, ph, pw, mode), X.dtype.type(empty)))
     return out, Xg, left
 
 
 def align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
-          aligned: int):
-    """RoIAlign (mean of the samples); boxes with huge grids in closed form (two GEMMs)."""
+          geometry: BoxGeometry):
+    """RoIAlign's mean; boxes with huge grids in closed form (two GEMMs on the device)."""
     import cupy
 
-    from .roi_align import EXPLICIT_GRID_MAX, align_geometry, axis_weights
-
     N, C, H, W = X.shape
-    out, Xg, big = _roi_align(X, batch, boxes, ph, pw, spatial_scale, sampling_ratio, aligned,
-                              0, EXPLICIT_GRID_MAX)
+    out, Xg, big = _roi_align(X, batch, boxes, ph, pw, spatial_scale, sampling_ratio,
+                              geometry, 0, EXPLICIT_GRID_MAX)
     if big.size:  # closed-form weights: O(pooled * size), not O(samples)
-        (y1, bh, gh), (x1, bw, gw) = align_geometry(boxes[big], spatial_scale, ph, pw,
-                                                    sampling_ratio, aligned)
-        Ay = cupy.asarray(axis_weights(y1, bh, gh, ph, H, X.dtype))
-        Ax = cupy.asarray(axis_weights(x1, bw, gw, pw, W, X.dtype))
+        start, bin_size, grid = align_bins(boxes[big], spatial_scale, geometry, ph, pw,
+                                           sampling_ratio)
+        Ay = cupy.asarray(axis_weights(start[:, 0], bin_size[:, 0], grid[:, 0], ph, H, X.dtype))
+        Ax = cupy.asarray(axis_weights(start[:, 1], bin_size[:, 1], grid[:, 1], pw, W, X.dtype))
         for i, r in enumerate(big):
             out[r] = cupy.matmul(cupy.matmul(Ay[i], Xg[batch[r]]), Ax[i].T)
-    return out
+    return out, NONE
 
 
 def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
-              aligned: int, empty: float | None = -10000.0):
-    """Max of bilinear samples (mmcv_roi_align.align_max: a running maximum from ``empty``,
-    or onnxruntime's max of weighted corners when ``empty`` is None); boxes with more than
-    MAX_MODE_SAMPLES samples per bin side are computed on the host."""
-    import cupy
-
-    from .mmcv_roi_align import align_max as on_host
-
+              geometry: BoxGeometry, empty: float | None = -10000.0):
+    """Max of bilinear samples (a running maximum from ``empty``, or onnxruntime's max of
+    weighted corners when ``empty`` is None); boxes with more than MAX_MODE_SAMPLES samples
+    per bin side are left to the host."""
     mode = 2 if empty is None else 1
-    out, _, big = _roi_align(X, batch, boxes, ph, pw, spatial_scale, sampling_ratio, aligned,
-                             mode, MAX_MODE_SAMPLES, 0.0 if empty is None else empty)
-    if big.size:
-        out[big] = cupy.asarray(on_host(cupy.asnumpy(X), batch[big], boxes[big], ph, pw,
-                                        spatial_scale, sampling_ratio, aligned, empty))
-    return out
+    out, _, left = _roi_align(X, batch, boxes, ph, pw, spatial_scale, sampling_ratio,
+                              geometry, mode, MAX_MODE_SAMPLES, 0.0 if empty is None else empty)
+    return out, left
 
 
 def align_levels(Xs: list, batch, boxes, level, ph: int, pw: int, scales, sampling_ratio: int,
-                 aligned: int, mode: int, empty: float = 0.0):
+                 geometry: BoxGeometry, mode: int, empty: float | None = 0.0):
     """Multi-level RoIAlign in one launch (roi_align_levels): box r pooled from
     Xs[level[r]] at scales[level[r]], mean (mode 0) or max from ``empty`` (mode 1); a box on
     no level (level outside [0, len(Xs))) gives 0. Boxes past the kernel's grid limits are
-    computed per level by ``align`` / ``align_max``."""
+    left to the host."""
     import cupy
-
-    from ..specs import MAX_LEVELS
-    from .roi_align import EXPLICIT_GRID_MAX
 
     X0 = Xs[0]
     R, C = boxes.shape[0], X0.shape[1]
@@ -216,29 +210,19 @@ def align_levels(Xs: list, batch, boxes, level, ph: int, pw: int, scales, sampli
     limit = EXPLICIT_GRID_MAX if mode == 0 else MAX_MODE_SAMPLES
     lv = np.where((level >= 0) & (level < len(Xs)), level, -1)
     scale = np.asarray(scales, X0.dtype)[np.maximum(lv, 0)][:, None]
-    rows, big = align_rows(batch, boxes, scale, ph, pw, sampling_ratio, aligned, limit,
+    rows, big = align_rows(batch, boxes, scale, ph, pw, sampling_ratio, geometry, limit,
                            level=lv, sizes=[x.shape[2:] for x in Xs])
     Xg = [cupy.ascontiguousarray(x) for x in Xs]
-    _launch("roi_align_levels", out, *Xg, *Xg[:1] * (MAX_LEVELS - len(Xg)), cupy.asarray(rows),
-            (*_i(C, ph, pw, mode), X0.dtype.type(empty)))
-    big = big[lv[big] >= 0]
-    for i, X in enumerate(Xs):
-        which = big[lv[big] == i]
-        if which.size:
-            args = (X, batch[which], boxes[which], ph, pw, scales[i], sampling_ratio, aligned)
-            out[which] = align(*args) if mode == 0 else align_max(*args, empty)
-    return out
+    launch("roi_align_levels", out, *Xg, *Xg[:1] * (MAX_LEVELS - len(Xg)), cupy.asarray(rows),
+           (*_i(C, ph, pw, mode), X0.dtype.type(0.0 if empty is None else empty)))
+    return out, big[lv[big] >= 0]
 
 
-def align_rotated(X, rows: np.ndarray, ph: int, pw: int, host):
-    """Rotated RoIAlign from the host's per-box rows [batch, cy', cx', start_h, start_w, bin_h,
-    bin_w, cos, sin, gh, gw]. Boxes with more than SAMPLES_PER_BOX samples (huge adaptive
-    grids: one thread would visit a whole bin's grid) go to the kernel with a grid of -1,
-    which skips them, and are computed by ``host(which)`` (the NumPy kernel's clipped
-    sampling)."""
+def align_rotated(X, rows: np.ndarray, ph: int, pw: int):
+    """Rotated RoIAlign from the host's per-box rows (geometry.ROTATED_ROW). Boxes with more
+    than SAMPLES_PER_BOX samples (huge adaptive grids: one thread would visit a whole bin's
+    grid) go to the kernel with a grid of -1, which skips them, and are left to the host."""
     import cupy
-
-    from .roi_align_rotated import SAMPLES_PER_BOX
 
     N, C, H, W = X.shape
     out = _empty(X, rows.shape[0], C, ph, pw)
@@ -246,18 +230,10 @@ def align_rotated(X, rows: np.ndarray, ph: int, pw: int, host):
     big = np.flatnonzero(samples > SAMPLES_PER_BOX)
     dev = rows.astype(X.dtype)  # a copy
     dev[big, 9:] = -1
-    _launch("roi_align_rotated", out, cupy.ascontiguousarray(X), cupy.asarray(dev),
-            _i(C, H, W, ph, pw))
-    if big.size:
-        out[big] = cupy.asarray(host(big))
-    return out
+    launch("roi_align_rotated", out, cupy.ascontiguousarray(X), cupy.asarray(dev),
+           _i(C, H, W, ph, pw))
+    return out, big
 
 
-def on_gpu(kernel):
-    """Decorator: a compute function given X as a CuPy array runs this module's GPU version."""
-    @functools.wraps(kernel)
-    def wrapper(*args, **kwargs):
-        if args and is_cupy(args[0]):
-            return globals()[kernel.__name__](*args, **kwargs)
-        return kernel(*args, **kwargs)
-    return wrapper
+#: Rotated boxes with more samples than this (bins x grid) are left to the host.
+SAMPLES_PER_BOX = 1 << 16

@@ -21,9 +21,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx import helper
 
-from .errors import RoiOpError, node_label
+from ..errors import RoiOpError, node_label
+from ..graph.nodes import attribute_value, iter_nodes, spec_of
 
 _lock = threading.Lock()
 #: onnxruntime session -> the nodes of its graph that the bridge runs (built on first need)
@@ -42,15 +42,13 @@ class Graph:
     """The nodes of a model that the bridge runs, by op, with their attribute text."""
 
     def __init__(self, model: onnx.ModelProto):
-        from .graph import iter_nodes, spec_of
-
         self.inputs = {i.name for i in model.graph.input}
         self.nodes: dict[str, list[Node]] = {}
         for node in iter_nodes(model.graph):
             spec = spec_of(node)
             if spec is None:
                 continue
-            given = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            given = {a.name: attribute_value(a) for a in node.attribute}
             text = tuple(sorted((k, _text(v)) for k, v in given.items()
                                 if k in {a.name for a in spec.attrs}))
             ins = {i.name: t for i, t in zip(spec.inputs, node.input)}
@@ -76,8 +74,6 @@ class Graph:
 
 def _text(v) -> str:
     """An attribute value as onnxruntime-extensions prints it for a Python op."""
-    if isinstance(v, bytes):
-        return v.decode()
     if isinstance(v, float):
         return "%g" % v
     return str(v)

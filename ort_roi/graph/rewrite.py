@@ -10,54 +10,14 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Callable
 
 import onnx
 from onnx import helper
 
-from .errors import RoiOpError, node_label
-from .specs import DOMAIN, FORMS, OPSET_VERSION, NodeForm, OpSpec, form
-
-
-def iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    """Every node of ``graph`` and of its subgraphs (If/Loop/Scan bodies). A node may be
-    rewritten in place when it is yielded: its subgraphs are read afterwards."""
-    for node in graph.node:
-        yield node
-        for at in node.attribute:
-            for sub in ([at.g] if at.type == onnx.AttributeProto.GRAPH else []) + list(at.graphs):
-                yield from iter_nodes(sub)
-
-
-def spec_of(node: onnx.NodeProto) -> OpSpec | None:
-    """The spec of a node that the bridge runs as it is (a registered form), else None."""
-    f = form(node.domain, node.op_type)
-    return f.spec if f is not None and f.registered else None
-
-
-def given_attrs(node: onnx.NodeProto) -> dict[str, Any]:
-    """A node's attributes as Python values (strings decoded)."""
-    out = {}
-    for a in node.attribute:
-        v = helper.get_attribute_value(a)
-        out[a.name] = v.decode() if isinstance(v, bytes) else v
-    return out
-
-
-def node_attrs(node: onnx.NodeProto, spec: OpSpec, given: dict | None = None) -> dict[str, Any]:
-    """One node's attributes checked by its spec, every default filled in. Raises
-    RoiOpError naming the node."""
-    try:
-        return spec.resolve(given_attrs(node) if given is None else given)
-    except RoiOpError as e:
-        raise e.at(node_label(node)) from None
-
-
-def opset(model: onnx.ModelProto, domain: str = "") -> int | None:
-    for o in model.opset_import:
-        if o.domain == domain or (domain == "" and o.domain == "ai.onnx"):
-            return o.version
-    return None
+from ..errors import RoiOpError, node_label
+from ..specs import DOMAIN, FORMS, OPSET_VERSION, NodeForm, OpSpec, form
+from .nodes import given_attrs, iter_nodes, node_attrs, opset
 
 
 #: How ort_roi::RoiAlign reads ONNX RoiAlign's mode "max" for each ``roialign_max`` choice:
@@ -86,11 +46,12 @@ def _name(domain: str, op_type: str) -> str:
     return f"{domain or 'onnx'}::{op_type}"
 
 
-def rewrite(model: onnx.ModelProto, to: str = "ort_roi", exact_floats: bool = False,
+def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
+            float_token: Callable[[float], float] | None = None,
             roialign_max: str = "sample") -> Rewrite:
     """Rewrite ``model`` in place (see the module doc); returns what was done. With
-    ``exact_floats`` float attributes of the nodes the bridge runs become tokens that reach
-    the kernels exactly (front door only). ``roialign_max``: how ONNX RoiAlign's mode "max"
+    ``float_token`` (the front door's bridge.float_token) float attributes of the nodes the
+    bridge runs become tokens that reach the kernels exactly. ``roialign_max``: how ONNX RoiAlign's mode "max"
     is computed (ROIALIGN_MAX). Raises RoiOpError naming a node whose attributes are bad."""
     if to not in ("ort_roi", "onnx"):
         raise ValueError(f"convert: 'to' must be 'ort_roi' or 'onnx', got {to!r}")
@@ -116,7 +77,7 @@ def rewrite(model: onnx.ModelProto, to: str = "ort_roi", exact_floats: bool = Fa
                                   f"{_why_not_native(node, f.spec)}")
         f = form(node.domain, node.op_type)
         if f is not None and f.registered:
-            _explicit(node, f.spec, exact_floats)
+            _explicit(node, f.spec, float_token)
     _fix_imports(model)
     return done
 
@@ -234,11 +195,10 @@ def _into_native(node: onnx.NodeProto, f: NodeForm, onnx_opset: int, done: Rewri
     node.CopyFrom(new)
 
 
-def _explicit(node: onnx.NodeProto, spec: OpSpec, exact_floats: bool) -> None:
+def _explicit(node: onnx.NodeProto, spec: OpSpec,
+              float_token: Callable[[float], float] | None) -> None:
     """Check a node the bridge runs and rewrite its attributes with every default filled
     (the bridge requires every declared attribute)."""
-    from . import _bridge
-
     values = node_attrs(node, spec)
     if len(node.input) != len(spec.inputs):
         raise RoiOpError(spec.name, "inputs",
@@ -248,8 +208,8 @@ def _explicit(node: onnx.NodeProto, spec: OpSpec, exact_floats: bool) -> None:
     del node.attribute[:]
     for a in sorted(spec.attrs, key=lambda a: a.name):  # helper.make_node's order
         v = values[a.name]
-        if a.type is float and exact_floats:
-            v = _bridge.float_token(v)
+        if a.type is float and float_token is not None:
+            v = float_token(v)
         node.attribute.append(helper.make_attribute(a.name, v))
 
 

@@ -20,10 +20,11 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from . import backend, locate
-from .errors import RoiOpError
-from .kernels import _workspace
-from .specs import DOMAIN, FORMS, TYPES, Attr, OpSpec
+from ..errors import RoiOpError
+from ..kernels import KERNELS, backend
+from ..kernels.cpu import workspace
+from ..specs import DOMAIN, FORMS, TYPES, Attr, OpSpec
+from . import locate
 
 log = logging.getLogger("ort_roi")
 
@@ -182,7 +183,7 @@ def _run(k_id: int, feed, text: Mapping[str, str]):
             ys = kernel(*feed, **attrs)
             ys = tuple(cupy.asnumpy(y) for y in (ys if isinstance(ys, tuple) else (ys,)))
         else:
-            with _workspace.reuse_outputs():  # onnxruntime copies it before the next call
+            with workspace.reuse_outputs():  # onnxruntime copies it before the next call
                 ys = kernel(*feed, **attrs)
             ys = ys if isinstance(ys, tuple) else (ys,)
         ys = tuple(np.ascontiguousarray(y, dtype=dtype) for y in ys)
@@ -309,7 +310,7 @@ def register() -> None:
     a growing array whose addresses the sessions keep, so an op added to a domain after a
     session has used that domain leaves dangling pointers (a later session or run crashes).
     """
-    _register_all(None, [(f.spec, f.spec.kernel, f.domain, f.op_type)
+    _register_all(None, [(f.spec, KERNELS[f.spec.key], f.domain, f.op_type)
                          for f in FORMS if f.registered]
                   + [(_guard(f), _refuse, f.domain, f.op_type) for f in FORMS if f.guard_levels])
 

@@ -1,6 +1,6 @@
 """``ort-roi bench``: the standard workloads through onnxruntime, side by side with the peers.
 
-Ours runs as a plain onnxruntime session with ``ort_roi.session_options()``. Peers, in the
+Ours runs as a plain onnxruntime session with ``session_options()``. Peers, in the
 same process: onnxruntime's native RoiAlign (opset 16) and MaxRoiPool always; OpenVINO
 (ROIAlign, ROIPooling max/bilinear, PSROIPooling), Paddle (roi_align, roi_pool,
 psroi_pool) and torchvision (roi_align, roi_pool, on the CPU) when installed. The
@@ -28,8 +28,12 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-import ort_roi
-from ort_roi import builders
+from .. import __version__
+from ..graph import builders
+from ..graph.rewrite import convert
+from ..runtime import bridge
+from ..runtime.session import session_options
+from ..specs import DOMAIN
 
 Runner = Callable[[], np.ndarray]
 
@@ -55,8 +59,6 @@ def make_fpn_inputs(w: dict, seed: int = 0):
 def _fpn_cases(w: dict, op: str):
     """The exported multi-level node through ort_roi (converted, in a plain session), against
     OpenVINO reading the same node, and our RoIAlign on one level with the same boxes."""
-    from ort_roi import convert
-
     feats, boxes = make_fpn_inputs(w)
     L, P, sr = len(feats), w["pooled"], w["sampling_ratio"]
     names = [f"feat_{i}" for i in range(L)]
@@ -79,7 +81,7 @@ def _fpn_cases(w: dict, op: str):
                           [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
                                             helper.make_opsetid(node.domain, 1)], ir_version=9)
-    sess = _session(convert(m), ort_roi.session_options())
+    sess = _session(convert(m), session_options())
     ours = lambda: sess.run(None, feed)[0]  # noqa: E731
     peers: dict[str, Runner | None] = {}
     if op == "ExperimentalDetectronROIFeatureExtractor":
@@ -127,7 +129,7 @@ def make_inputs(w: dict, seed: int = 0, normalized: bool = False):
 
 
 def _session(model, so: ort.SessionOptions | None = None) -> ort.InferenceSession:
-    """A CPU session of ``model``: with ``so`` (ours: ort_roi.session_options()), else
+    """A CPU session of ``model``: with ``so`` (ours: session_options()), else
     onnxruntime's defaults (its native ops, every core)."""
     if so is None:
         so = ort.SessionOptions()
@@ -141,7 +143,7 @@ class _Ours:
 
     def __init__(self, op: str, feed: dict, **attrs):
         self.op, self.feed, self.attrs = op, feed, attrs
-        self.sess = _session(builders.single_op_model(op, **attrs), ort_roi.session_options())
+        self.sess = _session(builders.single_op_model(op, **attrs), session_options())
 
     def __call__(self) -> np.ndarray:
         return self.sess.run(None, self.feed)[0]
@@ -158,17 +160,15 @@ def bridge_floor(op: str, feed: dict, y: np.ndarray, **attrs) -> Runner:
     """Our session with the kernel replaced by one that hands back ``y`` at once: what
     onnxruntime-extensions' Python-op bridge costs by itself (X copied in, the output
     copied out, our hook), the least any kernel of ours can take."""
-    from ort_roi import _bridge
-
-    _bridge.register_stand_ins(
+    bridge.register_stand_ins(
         FLOOR_DOMAIN, lambda spec: lambda *args, **kw: _floor_outputs[spec.name])
     _floor_outputs[op] = y
     m = builders.single_op_model(op, **attrs)
     m.graph.node[0].domain = FLOOR_DOMAIN
     for o in m.opset_import:
-        if o.domain == ort_roi.DOMAIN:
+        if o.domain == DOMAIN:
             o.domain = FLOOR_DOMAIN
-    sess = _session(m, ort_roi.session_options())
+    sess = _session(m, session_options())
     return lambda: sess.run(None, feed)[0]
 
 
@@ -325,7 +325,7 @@ def machine() -> dict:
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "machine": platform.machine(),
             "python": platform.python_version(), "numpy": np.__version__,
-            "onnxruntime": ort.__version__, "ort_roi": ort_roi.__version__}
+            "onnxruntime": ort.__version__, "ort_roi": __version__}
 
 
 def describe(info: dict) -> str:

@@ -1,78 +1,21 @@
-"""Graph tooling behind the CLI: ``validate`` a model, ``convert`` it (``graph.rewrite``),
-compare a model's onnxruntime run with onnx.reference."""
+"""``ort-roi validate`` (does a plain onnxruntime session with ort_roi.session_options() run
+the file as it is?) and ``ort-roi convert`` (the rewrite pass, graph/rewrite.py)."""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from dataclasses import dataclass, field
 
-import numpy as np
 import onnx
 
-from .errors import RoiOpError, node_label
-from .graph import rewrite
-from .inputs import generate_inputs
-
-
-@dataclass
-class Report:
-    """The outcome of running a model in onnxruntime and in onnx.reference."""
-
-    ok: bool = True
-    problems: list[str] = field(default_factory=list)
-    max_diff: float = 0.0
-    outputs: dict = field(default_factory=dict)
-    inputs: dict = field(default_factory=dict)
-
-    def fail(self, msg: str) -> None:
-        self.ok = False
-        self.problems.append(msg)
-
-    def summary(self) -> str:
-        shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in self.outputs.items())
-        if self.ok:
-            return f"OK  ({shapes}; max |onnxruntime - reference| {self.max_diff:.2g})"
-        return "FAILED: " + "; ".join(self.problems)
-
-
-def compare_with_reference(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
-                           rtol: float = 1e-4, atol: float = 1e-4, plain: bool = False) -> Report:
-    """Run ``model`` in onnxruntime (the ort_roi front door, or with ``plain`` a plain
-    session with ort_roi.session_options(), whose ops' errors are caught from the log) and
-    in onnx.reference with ort_roi's kernels, and compare every output."""
-    from onnx.reference import ReferenceEvaluator
-
-    from . import reference
-    from .session import InferenceSession
-
-    rep = Report(inputs={k: np.asarray(v) for k, v in inputs.items()})
-    try:
-        if plain:
-            sess, got, errors = _run_plain(model, inputs)
-            for msg in errors:
-                rep.fail(msg)
-            if errors:
-                return rep
-        else:
-            sess = InferenceSession(model)
-            got = sess.run(None, inputs)
-    except RoiOpError as e:
-        rep.fail(str(e))
-        return rep
-    names = [o.name for o in sess.get_outputs()]
-    rep.outputs = dict(zip(names, got))
-    ref = ReferenceEvaluator(model, new_ops=reference.ops_for(model)).run(None, inputs)
-    for name, a, b in zip(names, got, ref):
-        if a.shape != b.shape:
-            rep.fail(f"output {name!r}: shape {list(a.shape)} vs reference {list(b.shape)}")
-            continue
-        if a.size:
-            rep.max_diff = max(rep.max_diff, float(np.nanmax(np.abs(a - b))))
-        if not np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
-            rep.fail(f"output {name!r} differs from the reference by {rep.max_diff:.3g}")
-    return rep
+from ..errors import RoiOpError, node_label
+from ..graph.inputs import generate_inputs
+from ..graph.nodes import given_attrs, iter_nodes, node_attrs
+from ..graph.rewrite import rewrite
+from ..runtime.probe import plain_session_error
+from ..specs import form
+from .compare import compare_with_reference
 
 
 PLAIN = "a plain onnxruntime session with ort_roi.session_options()"
@@ -135,9 +78,6 @@ def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0) -> Validat
 def _plain_session_check(m: onnx.ModelProto, v: Validation) -> int:
     """Name every RoI node a plain session cannot run as it is and what to do; then ask
     onnxruntime itself. Returns the number of RoI nodes."""
-    from .graph import given_attrs, iter_nodes, node_attrs
-    from .specs import form
-
     fix = "run `ort-roi convert IN OUT` (or use ort_roi.InferenceSession)"
     n = 0
     for node in iter_nodes(m.graph):
@@ -171,18 +111,12 @@ def _plain_session_check(m: onnx.ModelProto, v: Validation) -> int:
                                f"corner of any sample (onnxruntime issue 6146), not the largest "
                                f"sample that mmcv and OpenVINO compute")
     if not v.problems:
-        why = _plain_session_error(m)
+        why = plain_session_error(m)
         if why is not None:
             v.problems.append(("plain session", f"onnxruntime refuses it: {why}" +
                                (f"; {fix}" if n else "")))
     v.runnable = not v.problems
     return n
-
-
-def _plain_session_error(m: onnx.ModelProto) -> str | None:
-    from .probe import plain_session_error
-
-    return plain_session_error(m)
 
 
 def _check_and_run(m: onnx.ModelProto, v: Validation, r: int, seed: int) -> None:
@@ -204,34 +138,6 @@ def _check_and_run(m: onnx.ModelProto, v: Validation, r: int, seed: int) -> None
     if rep.ok:
         v.notes.append(f"generated inputs ({', '.join(f'{k} {list(a.shape)}' for k, a in rep.inputs.items())}): "
                        f"every output matches onnx.reference, max |diff| {rep.max_diff:.2g}")
-
-
-class _Errors(logging.Handler):
-    """Collects the errors ort_roi's ops log in a plain session."""
-
-    def __init__(self):
-        super().__init__(logging.ERROR)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-def _run_plain(model: onnx.ModelProto, inputs: dict):
-    """A plain session, its outputs and the errors its ops logged (their outputs are NaN)."""
-    import onnxruntime as ort
-
-    from .session import session_options
-
-    sess = ort.InferenceSession(model.SerializeToString(), session_options(),
-                                providers=["CPUExecutionProvider"])
-    handler, logger = _Errors(), logging.getLogger("ort_roi")
-    logger.addHandler(handler)
-    try:
-        got = sess.run(None, inputs)
-    finally:
-        logger.removeHandler(handler)
-    return sess, got, handler.messages
 
 
 def _check(m: onnx.ModelProto, notes: list[str]) -> None:
@@ -327,9 +233,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub) -> None:
-    """Attach the tooling commands (validate, convert, bench) to the ort-roi parser."""
-    from . import bench
-
+    """Attach validate and convert to the ort-roi parser."""
     p = sub.add_parser("validate", help=cmd_validate.__doc__)
     p.add_argument("models", nargs="+", metavar="MODEL")
     p.add_argument("--rois", type=int, default=6, help="boxes in the generated inputs")
@@ -343,4 +247,3 @@ def add_commands(sub) -> None:
                    help="ONNX RoiAlign mode=max as the largest bilinear sample (sample, the "
                         "default: mmcv, OpenVINO) or as onnxruntime computes it (onnx)")
     p.set_defaults(fn=cmd_convert)
-    bench.add_command(sub)

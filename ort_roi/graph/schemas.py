@@ -10,8 +10,10 @@ import onnx
 from onnx import TypeProto
 from onnx.defs import OpSchema
 
-from .errors import RoiOpError
-from .specs import FORMS, OPSET_VERSION, TYPES, OpSpec
+from ..errors import RoiOpError
+from ..kernels.checks import check_channels
+from ..specs import FORMS, OPSET_VERSION, TYPES, OpSpec
+from .nodes import attribute_value
 
 _TENSOR = {"float32": "tensor(float)", "float64": "tensor(double)",
            "int32": "tensor(int32)", "int64": "tensor(int64)"}
@@ -27,8 +29,7 @@ def _infer(spec: OpSpec):
             if proto is None:
                 attrs[a.name] = a.default
                 continue
-            v = onnx.helper.get_attribute_value(proto)
-            attrs[a.name] = v.decode() if isinstance(v, bytes) else v
+            attrs[a.name] = attribute_value(proto)
         try:
             attrs = spec.resolve(attrs)
         except RoiOpError as e:
@@ -76,8 +77,6 @@ def _check_dims(spec: OpSpec, attrs: dict, xdims, bdims) -> None:
         shape = [known(d) or (d.dim_param or "?") for d in bdims]
         fail(b_name, f"must have shape [R, {' or '.join(map(str, cols))}], got {shape}")
     if spec.channels_attr and xdims is not None and known(xdims[1]) is not None:
-        from .kernels.psroi_pool import check_channels  # the kernel's own rule and message
-
         try:
             check_channels(spec.name, known(xdims[1]), attrs[spec.channels_attr],
                            attrs[spec.pooled[0]], attrs[spec.pooled[1]])

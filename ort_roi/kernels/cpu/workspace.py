@@ -28,7 +28,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ._parallel import for_ranges
+from .parallel import for_ranges
 
 _local = threading.local()
 _lock = threading.Lock()

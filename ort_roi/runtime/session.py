@@ -10,10 +10,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from . import _bridge, locate
-from .errors import RoiOpError, node_label
-from .graph import Rewrite, iter_nodes, rewrite, spec_of
-from .specs import TYPES
+from ..errors import RoiOpError, node_label
+from ..graph.nodes import iter_nodes, spec_of
+from ..graph.rewrite import Rewrite, rewrite
+from ..specs import TYPES
+from . import bridge, locate
 
 
 #: The session config entry that marks SessionOptions on which ort_roi's ops are registered.
@@ -29,12 +30,12 @@ def session_options(so: ort.SessionOptions | None = None) -> ort.SessionOptions:
     SessionOptions does nothing (onnxruntime would refuse a second registration); nothing
     else of ``so`` is changed.
     """
-    _bridge.register()
+    bridge.register()
     so = so if so is not None else ort.SessionOptions()
     try:
         so.get_session_config_entry(REGISTERED)
     except RuntimeError:  # not yet registered on these options
-        so.register_custom_ops_library(_bridge.extensions().get_library_path())
+        so.register_custom_ops_library(bridge.extensions().get_library_path())
         so.add_session_config_entry(REGISTERED, "1")
     return so
 
@@ -68,7 +69,8 @@ def prepare_model(model: onnx.ModelProto, exact_floats: bool = True,
     RoiAlign / MaxRoiPool and the multi-level nodes into ort_roi, every node form checked and
     its attributes explicit) with float attributes as tokens that reach the kernels exactly.
     Raises RoiOpError naming the node. Works in place; returns what it did."""
-    return rewrite(model, "ort_roi", exact_floats=exact_floats, roialign_max=roialign_max)
+    return rewrite(model, "ort_roi", float_token=bridge.float_token if exact_floats else None,
+                   roialign_max=roialign_max)
 
 
 class InferenceSession:
@@ -104,7 +106,7 @@ class InferenceSession:
 
     def run(self, output_names, input_feed, run_options=None) -> list[np.ndarray]:
         """Run like onnxruntime; raises RoiOpError if an ort_roi op rejected its input."""
-        with _bridge.raising(self._sess) as errors:
+        with bridge.raising(self._sess) as errors:
             try:
                 outs = self._sess.run(output_names, input_feed, run_options)
             except Exception as e:  # onnxruntime refused the feed: name the op and input

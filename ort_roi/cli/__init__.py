@@ -1,0 +1,1 @@
+"""The command-line tools: ``ort-roi`` (main.py) and its commands."""

@@ -1,0 +1,51 @@
+"""What the definitions share: per-image counts as each box's image, and one bilinear sample
+of every channel."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..geometry import bilinear_weights
+from ..specs import OpSpec
+
+
+def attributes_of(spec: OpSpec):
+    """Decorator: the definition receives its attributes as a graph holds them (spec.resolve:
+    defaults filled, float attributes as float32, ONNX's float type)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def definition(*inputs, **attrs):
+            return fn(*inputs, **spec.resolve(attrs))
+        return definition
+    return wrap
+
+
+def images_of(counts) -> list[int]:
+    """The image of each box, from per-image counts (boxes of image 0 first)."""
+    return [i for i, n in enumerate(np.asarray(counts).tolist()) for _ in range(int(n))]
+
+
+def bilinear(X: np.ndarray, y, x) -> np.ndarray:
+    """Bilinear samples of every channel of X [C, H, W] at (y, x) (broadcast together:
+    [C, *shape]), in T, as mmcv and onnxruntime compute them: w1*v1 + w2*v2 + w3*v3 + w4*v4
+    over the four neighbours, 0 beyond one pixel off the map."""
+    C, H, W = X.shape
+    _, pos, w = bilinear_weights(np.asarray(y), np.asarray(x), H, W)
+    plane = X.reshape(C, H * W)
+    return (w[0] * plane[:, pos[0]] + w[1] * plane[:, pos[1]]
+            + w[2] * plane[:, pos[2]] + w[3] * plane[:, pos[3]])
+
+
+def weighted_corners(X: np.ndarray, y, x) -> np.ndarray:
+    """onnxruntime's RoiAlign max of samples at (y, x): max(w1*v1, w2*v2, w3*v3, w4*v4) per
+    channel (std::max's order: a < b ? b : a), [C, *shape]."""
+    C, H, W = X.shape
+    _, pos, w = bilinear_weights(np.asarray(y), np.asarray(x), H, W)
+    plane = X.reshape(C, H * W)
+    best = w[0] * plane[:, pos[0]]
+    for k in (1, 2, 3):
+        v = w[k] * plane[:, pos[k]]
+        best = np.where(best < v, v, best)
+    return best

@@ -1,0 +1,64 @@
+"""PSROIPool (Paddle psroi_pool, R-FCN): position-sensitive average pooling over integer bins."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...geometry import psroi_bins
+from .parallel import for_ranges
+
+
+def ps_pool(X: np.ndarray, batch: np.ndarray, rois: np.ndarray, oc: int, ph: int, pw: int,
+            spatial_scale: float) -> np.ndarray:
+    """PSROIPool of checked inputs (rois [R, 4])."""
+    N, C, H, W = X.shape
+    R = rois.shape[0]
+    if R == 0:
+        return np.zeros((R, oc, ph, pw), X.dtype)
+    s = X.dtype.type(spatial_scale)
+    hlo, hhi = psroi_bins(rois[:, 1], rois[:, 3], s, ph, H)
+    wlo, whi = psroi_bins(rois[:, 0], rois[:, 2], s, pw, W)
+    P = ph * pw
+    # X channel-last, [N, P, H, W, oc]: one pixel of one bin position holds the oc output
+    # channels of that position in one run (a cache line or two, not oc of them).
+    Xt = np.empty((N, P, H, W, oc), X.dtype)
+    planes = X.reshape(N, oc, P, H, W)
+
+    def to_channel_last(p0: int, p1: int) -> None:
+        Xt[:, p0:p1] = planes[:, :, p0:p1].transpose(0, 2, 3, 4, 1)
+
+    for_ranges(P, to_channel_last, min_chunk=1)
+    lh = np.broadcast_to((hhi - hlo)[:, :, None], (R, ph, pw)).ravel()
+    lw = np.broadcast_to((whi - wlo)[:, None, :], (R, ph, pw)).ravel()
+    first = (((batch[:, None, None] * P + np.arange(P).reshape(ph, pw)) * H
+              + hlo[:, :, None]) * W + wlo[:, None, :]).ravel()  # pixel of each bin's corner
+    # Bins of the same size (rows x cols) are summed together, those of one position (one
+    # [H, W, oc] block of Xt) side by side: one gather per element of the region, a run of
+    # oc values per bin, summed in Paddle's order (row by row, left to right), in T.
+    key = lh * (int(lw.max()) + 1) + lw
+    group = key * P + np.arange(R * P) % P
+    order = np.argsort(group.astype(np.min_scalar_type(group.max())), kind="stable")
+    t = X.dtype.type
+    runs = Xt.reshape(-1, oc)
+    sums = np.zeros((R * P, oc), X.dtype)
+
+    def work(lo: int, hi: int) -> None:
+        seg = order[lo:hi]
+        starts = np.flatnonzero(np.diff(key[seg], prepend=-1))
+        for a, b in zip(starts, np.append(starts[1:], seg.size)):
+            sel = seg[a:b]
+            h_, w_ = int(lh[sel[0]]), int(lw[sel[0]])
+            if h_ <= 0 or w_ <= 0:
+                continue  # empty bins stay 0
+            idx = first[sel]
+            total = runs.take(idx, axis=0)
+            tmp = np.empty_like(total)
+            for dy in range(h_):
+                for dx in range(w_):
+                    if dy or dx:
+                        total += runs[dy * W + dx:].take(idx, axis=0, out=tmp, mode="clip")
+            total /= t(h_ * w_)
+            sums[sel] = total
+
+    for_ranges(order.size, work, min_chunk=256)
+    return np.ascontiguousarray(sums.reshape(R, ph, pw, oc).transpose(0, 3, 1, 2))

@@ -1,0 +1,184 @@
+"""The CPU kernels' fast strategies: their names, the tuning that picks one per call (or per
+box), and a way to force one (tests hold every strategy to the definition; bench can compare
+them). Every choice the NumPy kernels make is made here.
+
+- RoIAlign's mean (``align``): "small" (a small problem at once: every sample's weights on
+  every row and column), "taps" (a fixed sampling ratio g: each box from its ph*2g x pw*2g
+  bilinear taps, a few boxes per step) or "crops" (each box from its crop of the map, two
+  GEMMs with the bins' mean weights, in closed form for grids over ``EXPLICIT_GRID_MAX``).
+- Max pooling (``max_pool``): "small" (masks over the whole map) or "table" (a table of window
+  maxima, its lengths a ladder: "powers of two" or "every length").
+- Rotated RoIAlign (``rotated``): "regular" (every sample of a few boxes at once) or
+  "clipped" (a huge grid: only the samples that can fall on the map).
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from ...geometry import EXPLICIT_GRID_MAX
+
+NAMES = {"align": ("small", "taps", "crops"), "max_pool": ("small", "table"),
+         "rotated": ("regular", "clipped"),
+         "table_ladder": ("powers of two", "every length"),
+         "align_weights": ("explicit", "closed form")}
+
+# --- tuning -------------------------------------------------------------------------------
+
+#: RoIAlign and max pooling: problems whose every (box, channel, bin, pixel) or X rows per
+#: box and samples x pixels fit in this many elements are computed at once ("small").
+SMALL = 1 << 14
+#: RoIAlign: a box is computed from its taps when they number at most this times its crop's
+#: pixels (the taps path has no per-box Python work: W2, 1000 boxes, 72-75 ms at 8 or more,
+#: 86 ms at 2, 134 ms at 0; measured interleaved) ...
+TAPS_RATIO = 8.0
+#: ... and they hold at most this many elements (taps x channels).
+TAPS_MAX = 1 << 22
+#: Elements of gathered taps per step (a few boxes, about the size of a core's L2 cache).
+TAPS_STEP = 1 << 19
+#: Max pooling's table: elements over all threads at least TABLE_MIN, up to the size of X plus
+#: the output where those are larger (the memory bound allows that much), at most TABLE_MAX
+#: per thread.
+TABLE_MIN = 1 << 23
+TABLE_MAX = 1 << 24
+#: Channels per table row at most: longer gathered runs gained nothing (W1, W3) and a
+#: smaller table stays in cache.
+MAX_RUN = 64
+#: Elements of gathered rows per step (keeps the working set in cache).
+CHUNK = 1 << 18
+#: Longest table of every window length 1..M considered.
+EXACT_MAX = 16
+#: Cost of one gathered element relative to one element of a table-building pass (measured).
+GATHER_COST = 3
+#: Rotated RoIAlign: boxes with more samples than this (pooled bins x grid) are clipped.
+SAMPLES_PER_BOX = 1 << 16
+
+_local = threading.local()
+
+
+@contextmanager
+def force(**choices: Any):
+    """Force strategies or tuning on this thread, by name: ``align`` ("small", "taps",
+    "crops"), ``align_weights`` ("explicit", "closed form"), ``taps_step`` (elements),
+    ``max_pool`` ("small", "table"), ``table_ladder`` ("powers of two", "every length"),
+    ``table_budget`` (elements), ``table_chunk`` (elements), ``table_run`` (channels),
+    ``rotated`` ("regular", "clipped")."""
+    for k, v in choices.items():
+        if k in NAMES and v not in NAMES[k]:
+            raise ValueError(f"{k} must be one of {NAMES[k]}, got {v!r}")
+        if k not in NAMES and k not in ("taps_step", "table_budget", "table_chunk",
+                                        "table_run"):
+            raise ValueError(f"no strategy or tuning named {k!r}")
+    old = dict(getattr(_local, "forced", {}))
+    _local.forced = {**old, **choices}
+    try:
+        yield
+    finally:
+        _local.forced = old
+
+
+def forced(name: str, default=None):
+    """The forced strategy or tuning ``name`` on this thread, else ``default``."""
+    return getattr(_local, "forced", {}).get(name, default)
+
+
+# --- the choices ----------------------------------------------------------------------------
+
+#: The "small" strategies hold every (box, bin, sample or pixel, pixel) at once: forced, they
+#: still take only problems up to this many elements.
+SMALL_FORCED = 1 << 30
+
+
+def _small_limit(name: str) -> int:
+    f = forced(name)
+    return SMALL if f is None else SMALL_FORCED if f == "small" else -1
+
+
+def align_is_small(R: int, C: int, H: int, W: int, ph: int, pw: int, grid_max: int) -> bool:
+    """RoIAlign's mean: the "small" strategy for the whole call?"""
+    limit = _small_limit("align")
+    return R * C * H * W <= limit and R * max(ph, pw) * grid_max * max(H, W) <= limit
+
+
+def align_by_taps(sampling_ratio: int, bin_size: np.ndarray, ph: int, pw: int, H: int,
+                  W: int, C: int) -> np.ndarray:
+    """RoIAlign's mean, per box: from its taps (True) or its crop (False)."""
+    R = bin_size.shape[0]
+    f = forced("align")
+    if f in ("taps", "crops"):
+        return np.full(R, f == "taps" and sampling_ratio > 0)
+    if sampling_ratio <= 0:
+        return np.zeros(R, bool)
+    n_taps = 2 * sampling_ratio * np.array([ph, pw])
+    span = np.clip(np.ceil(bin_size * [ph, pw]) + 2, 1, [H, W])  # the crop, about
+    return (n_taps.prod() <= TAPS_RATIO * span.prod(axis=1)) & (n_taps.prod() * C <= TAPS_MAX)
+
+
+def taps_step() -> int:
+    return forced("taps_step", TAPS_STEP)
+
+
+def explicit_grid_max() -> int:
+    """Grids above this are summed in closed form (geometry.axis_weights)."""
+    w = forced("align_weights")
+    return {"explicit": 2**62, "closed form": 0}.get(w, EXPLICIT_GRID_MAX)
+
+
+def max_pool_is_small(R: int, C: int, PH: int, PW: int, H: int, W: int) -> bool:
+    return R * C * PH * PW * H * W <= _small_limit("max_pool")
+
+
+def table_budget(x_size: int, out_size: int, workers: int) -> int:
+    """Elements of max pooling's table per thread."""
+    f = forced("table_budget")
+    if f is not None:
+        return f
+    return min(max(TABLE_MIN, x_size + out_size) // workers, TABLE_MAX)
+
+
+def table_ladders(longest: int) -> list[np.ndarray]:
+    """Candidate window lengths of a table along an axis whose windows reach ``longest``:
+    the powers of two (few levels; a window is covered by up to two blocks) and every
+    length up to EXACT_MAX (a window of length <= M is one block)."""
+    kind = forced("table_ladder")
+    if kind == "powers of two":
+        return powers_of_two(longest)
+    if kind == "every length":
+        return every_length(longest, longest)
+    return powers_of_two(longest) + every_length(longest, EXACT_MAX)[2:]
+
+
+def powers_of_two(longest: int) -> list[np.ndarray]:
+    """Ladders 1, 2, 4, ..., 2**K for every 2**K <= longest."""
+    return [1 << np.arange(k + 1) for k in range(int(longest).bit_length())]
+
+
+def every_length(longest: int, most: int) -> list[np.ndarray]:
+    """Ladders 1, 2, ..., M for every M <= min(longest, most)."""
+    return [np.arange(1, m + 1) for m in range(1, min(int(longest), most) + 1)]
+
+
+def gather_cost() -> float:
+    """Relative cost of a gathered element (forced ladders make gathers dear so that the
+    table is built as deep as the budget allows)."""
+    return 10**9 if forced("table_ladder") is not None else GATHER_COST
+
+
+def table_chunk() -> int:
+    return forced("table_chunk", CHUNK)
+
+
+def table_run() -> int:
+    return forced("table_run", MAX_RUN)
+
+
+def rotated_clipped(samples: np.ndarray) -> np.ndarray:
+    """Rotated RoIAlign, per box: clipped sampling (True) or every sample (False)."""
+    f = forced("rotated")
+    if f is not None:
+        return np.full(samples.shape, f == "clipped")
+    return samples > SAMPLES_PER_BOX
