@@ -24,6 +24,17 @@ from .runtime.session import InferenceSession, session_options  # noqa: E402
 from .specs import DOMAIN, OPSET_VERSION, SPECS  # noqa: E402
 
 
+def torch_export(model, args: tuple = (), f=None, **kwargs):
+    """``torch.onnx.export`` with torchvision's RoI ops (roi_align, roi_pool, ps_roi_align,
+    ps_roi_pool, and MultiScaleRoIAlign as one fused node) written as ort_roi nodes, for
+    both exporters (``dynamo=`` passes through); see ort_roi.export.pytorch. Needs torch and
+    torchvision (``pip install 'ort-roi[torchvision]'``); ``import ort_roi`` does not import
+    them."""
+    from .export.pytorch import torch_export as export
+
+    return export(model, args, f, **kwargs)
+
+
 def release_memory() -> int:
     """Let go of the buffers ort_roi keeps for reuse (every thread's); returns the bytes.
 
@@ -36,4 +47,4 @@ schemas.register()
 
 __all__ = ["DOMAIN", "OPSET_VERSION", "SPECS", "InferenceSession", "RoiOpError", "builders",
            "convert", "get_backend", "kernels", "release_memory", "session_options",
-           "set_backend", "__version__"]
+           "set_backend", "torch_export", "__version__"]

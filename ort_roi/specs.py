@@ -91,6 +91,7 @@ class OpSpec:
     attrs: tuple[Attr, ...]
     pooled: tuple[str, str]  # the attributes giving the output's spatial size
     channels_attr: str | None = None  # attribute giving the output channels (else C of X)
+    channels_per_bin: bool = False  # position-sensitive: output channels = C / (PH * PW)
     box_cols: int | tuple[int, ...] = 4  # columns of the boxes input (or the accepted ones)
     domain: str = DOMAIN
     output: str = "Y"
@@ -163,9 +164,20 @@ class OpSpec:
         r = boxes_shape[0] if boxes_shape is not None and len(boxes_shape) == 2 else None
         if self.channels_attr:
             c = attrs.get(self.channels_attr)
+        elif self.channels_per_bin:
+            bins = _as_int(attrs.get(self.pooled[0])) * _as_int(attrs.get(self.pooled[1]))
+            c = (x_shape[1] // bins if x_shape is not None and len(x_shape) == 4
+                 and isinstance(x_shape[1], int) and bins > 0 else None)
         else:
             c = x_shape[1] if x_shape is not None and len(x_shape) == 4 else None
         return [r, c, attrs.get(self.pooled[0]), attrs.get(self.pooled[1])]
+
+
+def _as_int(v) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _pooled(name: str, default: int | None, doc: str) -> Attr:
@@ -414,10 +426,84 @@ def _multi_level(L: int) -> OpSpec:
 EXTRACTOR_SPECS = {L: _extractor(L) for L in range(1, MAX_LEVELS + 1)}
 MULTI_LEVEL_SPECS = {L: _multi_level(L) for L in range(1, MAX_LEVELS + 1)}
 
+
+# --- torchvision: its position-sensitive ops and the RoI stage of its detection models --------
+
+_TORCHVISION_ROIS = Input("rois", "T", "[R, 5]", "rows [batch_id, x1, y1, x2, y2]")
+
+TV_PS_ROI_ALIGN = OpSpec(
+    name="TorchvisionPSRoIAlign",
+    source="torchvision ps_roi_align (R-FCN)",
+    doc="Position-sensitive RoIAlign: output bin (c, ph, pw) is the mean of the bilinear "
+        "samples of input channel (c*PH + ph)*PW + pw over the bin; the box's corners scaled "
+        "and shifted by -0.5, any size; sampling_ratio <= 0: ceil(bin size) samples per side; "
+        "a bin whose sample count is 0 gives NaN (0/0), as torchvision's kernel.",
+    inputs=(Input("X", "T", "[N, C_out*PH*PW, H, W]", "position-sensitive score maps"),
+            _TORCHVISION_ROIS),
+    attrs=(_pooled("pooled_height", 1, "output height"),
+           _pooled("pooled_width", 1, "output width"),
+           _spatial_scale(),
+           _sampling_ratio(-1)),
+    pooled=("pooled_height", "pooled_width"),
+    channels_per_bin=True,
+    box_cols=5,
+    output_shape_doc="[R, C/(PH*PW), PH, PW]",
+)
+
+TV_PS_ROI_POOL = OpSpec(
+    name="TorchvisionPSRoIPool",
+    source="torchvision ps_roi_pool (R-FCN)",
+    doc="Position-sensitive average pooling over integer bins: corners round(x * scale), the "
+        "box at least 1 x 1, bin p over [floor(p*bin), ceil((p+1)*bin)) from the start, "
+        "clipped to [0, H-1] / [0, W-1] as torchvision's kernel does; output bin (c, ph, pw) "
+        "the mean of input channel (c*PH + ph)*PW + pw over it, 0 if empty. (Paddle's "
+        "psroi_pool, PSROIPool, places its bins otherwise.)",
+    inputs=(Input("X", "T", "[N, C_out*PH*PW, H, W]", "position-sensitive score maps"),
+            _TORCHVISION_ROIS),
+    attrs=(_pooled("pooled_height", 1, "output height"),
+           _pooled("pooled_width", 1, "output width"),
+           _spatial_scale()),
+    pooled=("pooled_height", "pooled_width"),
+    channels_per_bin=True,
+    box_cols=5,
+    output_shape_doc="[R, C/(PH*PW), PH, PW]",
+)
+
+
+def _pyramid(L: int) -> OpSpec:
+    return OpSpec(
+        name=f"PyramidRoIAlign_L{L}",
+        source="torchvision MultiScaleRoIAlign, one fused stage (ort-roi convert, "
+               "ort_roi.torch_export)",
+        doc=f"RoIAlign of each box [batch_id, x1, y1, x2, y2] from the one of the {L} feature "
+            "maps its level names (levels[r], as the graph computes it; a level outside 0 .. "
+            "L-1 gives 0), at that map's spatial_scale; the output in the order of the rois. "
+            "aligned 0 is torchvision's MultiScaleRoIAlign.",
+        inputs=(Input("rois", "T", "[R, 5]", "rows [batch_id, x1, y1, x2, y2]"),
+                Input("levels", "I", "[R]", "the feature map of each box"))
+        + _levels(L),
+        attrs=(_pooled("output_height", 1, "output height"),
+               _pooled("output_width", 1, "output width"),
+               _sampling_ratio(0),
+               Attr("aligned", int, 0, choices=(0, 1), doc="1: half-pixel offset"))
+        + tuple(Attr(f"spatial_scale_{i}", float, None, min=0.0, min_exclusive=True,
+                     doc=f"multiplies box coordinates onto feat_{i}") for i in range(L)),
+        pooled=("output_height", "output_width"),
+        features=tuple(range(2, L + 2)),
+        boxes_input=0,
+        box_cols=5,
+        output="output",
+        same_types=True,
+    )
+
+
+PYRAMID_SPECS = {L: _pyramid(L) for L in range(1, MAX_LEVELS + 1)}
+
 #: The ops that compute the nodes other exporters write (see FORMS).
 EXTRA_SPECS: tuple[OpSpec, ...] = (MMCV_ROI_ALIGN, MMCV_ROI_ALIGN_ROTATED, CAFFE2_ROI_ALIGN,
-                                   ONNX_ROI_ALIGN, *EXTRACTOR_SPECS.values(),
-                                   *MULTI_LEVEL_SPECS.values())
+                                   ONNX_ROI_ALIGN, TV_PS_ROI_ALIGN, TV_PS_ROI_POOL,
+                                   *EXTRACTOR_SPECS.values(), *MULTI_LEVEL_SPECS.values(),
+                                   *PYRAMID_SPECS.values())
 
 
 # --- node forms ------------------------------------------------------------------------------
@@ -489,6 +575,13 @@ FORMS: tuple[NodeForm, ...] = (
              "avg: onnxruntime's RoiAlign; max: " + _TRANSCRIBED),
     *(NodeForm(DOMAIN, s.name, s, "ort-roi convert (from OpenVINO's ROI feature extractor)",
                "OpenVINO") for s in EXTRACTOR_SPECS.values()),
+    NodeForm(DOMAIN, TV_PS_ROI_ALIGN.name, TV_PS_ROI_ALIGN,
+             "ort_roi.torch_export (torchvision.ops.ps_roi_align)", "torchvision ps_roi_align"),
+    NodeForm(DOMAIN, TV_PS_ROI_POOL.name, TV_PS_ROI_POOL,
+             "ort_roi.torch_export (torchvision.ops.ps_roi_pool)", "torchvision ps_roi_pool"),
+    *(NodeForm(DOMAIN, s.name, s, "ort-roi convert (torchvision's exported MultiScaleRoIAlign "
+               "stage), ort_roi.torch_export", "torchvision MultiScaleRoIAlign")
+      for s in PYRAMID_SPECS.values()),
     *(NodeForm(DOMAIN, s.name, s, "ort-roi convert (from mmdeploy::MMCVMultiLevelRoiAlign)",
                "level rule + MMCVRoiAlign per level") for s in MULTI_LEVEL_SPECS.values()),
     NodeForm("mmdeploy", "MMCVRoiAlign", MMCV_ROI_ALIGN,

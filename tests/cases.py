@@ -168,6 +168,12 @@ SUITES = {
     "roi_align": ("paddle", roi_align_cases),
     "mmcv_roi_align_rotated": ("openvino", lambda: rotated_cases(9, openvino=True)),
     "roi_feature_extractor": ("openvino", lambda: extractor_cases(12, float64=False)),
+    # a third or a fourth of the torchvision cases (the live tests run them all)
+    "torchvision_ps_roi_align": ("torchvision", lambda: torchvision_ps_cases(
+        "TorchvisionPSRoIAlign", 15)[::4]),
+    "torchvision_ps_roi_pool": ("torchvision", lambda: torchvision_ps_cases(
+        "TorchvisionPSRoIPool", 16)[::3]),
+    "pyramid_roi_align": ("torchvision", lambda: pyramid_cases(17)[::3]),
 }
 
 
@@ -350,6 +356,63 @@ def multilevel_cases(seed: int = 11) -> list[dict]:
     return out
 
 
+# --- torchvision: ps_roi_align, ps_roi_pool, the fused MultiScaleRoIAlign stage -------------
+
+def _tv_rois(rng, scale: float, dtype) -> np.ndarray:
+    """Rows [batch, x1, y1, x2, y2] over the three images: negative, beyond the map, zero-size,
+    inverted, whole-map and random boxes."""
+    boxes, _ = _boxes_grid(rng, scale, dtype)
+    batch = rng.integers(0, N, len(boxes)).astype(dtype)
+    return np.concatenate([batch[:, None], boxes], 1)
+
+
+def torchvision_ps_cases(op: str, seed: int = 13) -> list[dict]:
+    """TorchvisionPSRoIAlign (sampling ratios -1, 0, 2) or TorchvisionPSRoIPool: the sweep of
+    dtypes, scales and pooled sizes, 2 or 3 output channels, R = 0."""
+    rng = np.random.default_rng(seed)
+    align = op == "TorchvisionPSRoIAlign"
+    out = []
+    for i, dtype, scale, ph, pw, sr, _ in _sweep((-1, 0, 2) if align else (None,)):
+        if (ph, pw) == (7, 7) and i % 3:
+            continue  # 147 channels a case: a few are enough
+        oc = 2 + i % 2
+        attrs = dict(pooled_height=ph, pooled_width=pw, spatial_scale=scale)
+        if align:
+            attrs["sampling_ratio"] = sr
+        out.append(dict(name=f"{dtype.name}_s{scale:.4g}_{ph}x{pw}" + (f"_sr{sr}" if align else ""),
+                        op=op, inputs=dict(X=_x(rng, oc * ph * pw, dtype),
+                                           rois=_tv_rois(rng, scale, dtype)), attrs=attrs))
+    out.append(dict(name="empty_R0", op=op, inputs=dict(X=_x(rng, 8, F32),
+                                                          rois=np.zeros((0, 5), np.float32)),
+                    attrs=dict(pooled_height=2, pooled_width=2, spatial_scale=1.0,
+                               **(dict(sampling_ratio=2) if align else {}))))
+    return out
+
+
+def pyramid_cases(seed: int = 14) -> list[dict]:
+    """PyramidRoIAlign_L{L}: 1 to 6 levels, two images, levels as a graph would give them
+    (and out of range: no level), aligned 0/1, fixed and adaptive sampling, R = 0."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, L in enumerate([1, 2, 3, 4, 4, 4, 5, 6]):
+        for dtype in (F32, F64):
+            boxes, feats = fpn_inputs(rng, L, 2, dtype)
+            levels = rng.integers(0, L, len(boxes)).astype(np.int64 if i % 2 else np.int32)
+            levels[:2] = [-1, L]  # on no level
+            if i == 5:
+                boxes, levels = boxes[:0], levels[:0]
+            batch = rng.integers(0, 2, len(boxes)).astype(dtype)
+            attrs = dict(output_height=[7, 2, 3][i % 3], output_width=[7, 3, 2][i % 3],
+                         sampling_ratio=[2, 0, 1][i % 3], aligned=[0, 1][i % 2],
+                         **{f"spatial_scale_{k}": 1 / STRIDES[k] for k in range(L)})
+            out.append(dict(name=f"L{L}_{dtype.name}_{i}", op=f"PyramidRoIAlign_L{L}",
+                            inputs=dict(rois=np.concatenate([batch[:, None], boxes], 1),
+                                        levels=levels,
+                                        **{f"feat_{k}": f for k, f in enumerate(feats)}),
+                            attrs=attrs))
+    return out
+
+
 def form_cases() -> list[tuple[str, dict]]:
     """(domain, case) for every registered node form (a few cases each, both dtypes)."""
     from ort_roi.specs import FORMS
@@ -363,6 +426,8 @@ def form_cases() -> list[tuple[str, dict]]:
         "MMCVRoiAlign": pick(mmcv_cases(26)) + pick(mmcv_cases(27, "max")),
         "MMCVRoIAlignRotated": pick(rotated_cases(28)),
         "RoiAlign": pick(onnx_roi_align_cases(29)) + pick(onnx_roi_align_cases(30, "max")),
+        "TorchvisionPSRoIAlign": pick(torchvision_ps_cases("TorchvisionPSRoIAlign", 34)),
+        "TorchvisionPSRoIPool": pick(torchvision_ps_cases("TorchvisionPSRoIPool", 35)),
     }
     out = []
     for f in FORMS:
@@ -374,6 +439,8 @@ def form_cases() -> list[tuple[str, dict]]:
             cases = [c for c in extractor_cases(32) if c["op"] == f.op_type][:2]
         elif f.op_type.startswith("MultiLevelRoiAlign_L"):
             cases = [c for c in multilevel_cases(33) if c["op"] == f.op_type][:2]
+        elif f.op_type.startswith("PyramidRoIAlign_L"):
+            cases = [c for c in pyramid_cases(36) if c["op"] == f.op_type][:2]
         else:
             cases = by_op[f.op_type]
         out += [(f.domain, dict(c, op=f.op_type)) for c in cases]

@@ -23,14 +23,14 @@ using std::round;
                                     long long n, int C, int H, int W, int PH, int PW) {       \
     bilinear_pool<T, CB>(X, rois, out, n, C, H, W, PH, PW);                                   \
   }                                                                                           \
-  extern "C" void psroi_pool_##S##_##CB(const T* X, const T* rois, T* out,                    \
-                                 long long n, int Ci, int OC, int H, int W, int PH, int PW,   \
-                                 T s) {                                                       \
-    psroi_pool<T, CB>(X, rois, out, n, Ci, OC, H, W, PH, PW, s);                              \
+  extern "C" void psroi_pool_##S##_##CB(const T* X, const T* rows, T* out,                    \
+                                 long long n, int Ci, int OC, int H, int W, int PH, int PW) { \
+    psroi_pool<T, CB>(X, rows, out, n, Ci, OC, H, W, PH, PW);                                 \
   }                                                                                           \
   extern "C" void roi_align_##S##_##CB(const T* X, const T* rows, T* out, long long n,        \
-                                       int C, int H, int W, int PH, int PW, int mode, T e) {  \
-    roi_align<T, CB>(X, rows, out, n, C, H, W, PH, PW, mode, e);                              \
+                                       int C, int H, int W, int PH, int PW, int mode, T e,    \
+                                       int ps) {                                              \
+    roi_align<T, CB>(X, rows, out, n, C, H, W, PH, PW, mode, e, ps);                          \
   }                                                                                           \
   extern "C" void roi_align_levels_##S##_##CB(const T* X0, const T* X1, const T* X2,          \
                                               const T* X3, const T* X4, const T* X5,          \

@@ -182,3 +182,39 @@ def openvino_extractor(case: dict) -> np.ndarray:
         C, p = i["feat_0"].shape[1], case["attrs"]["output_size"]
         return np.zeros((0, C, p, p), i["rois"].dtype)
     return openvino_onnx(extractor_node_model(case), i)[0]
+
+
+def torchvision_available() -> bool:
+    try:
+        import torchvision  # noqa: F401
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def torchvision(case: dict) -> np.ndarray:
+    """torchvision.ops on the CPU: ps_roi_align, ps_roi_pool, and the PyramidRoIAlign stage
+    as MultiScaleRoIAlign computes it eagerly (each level's boxes by roi_align, merged in
+    box order; a box on no level stays 0)."""
+    import torch
+    from torchvision import ops
+
+    a, i = case["attrs"], case["inputs"]
+    f32 = lambda v: float(np.float32(v))  # noqa: E731 - float attributes are float32
+    if case["op"] in ("TorchvisionPSRoIAlign", "TorchvisionPSRoIPool"):
+        x, rois = torch.from_numpy(i["X"]), torch.from_numpy(i["rois"])
+        size = (a["pooled_height"], a["pooled_width"])
+        if case["op"] == "TorchvisionPSRoIAlign":
+            y = ops.ps_roi_align(x, rois, size, f32(a["spatial_scale"]), a["sampling_ratio"])
+        else:
+            y = ops.ps_roi_pool(x, rois, size, f32(a["spatial_scale"]))
+        return y.numpy()
+    rois, levels = torch.from_numpy(i["rois"]), torch.from_numpy(i["levels"]).long()
+    feats = [torch.from_numpy(v) for k, v in i.items() if k.startswith("feat_")]
+    size = (a["output_height"], a["output_width"])
+    out = torch.zeros((len(rois), feats[0].shape[1], *size), dtype=feats[0].dtype)
+    for level, feat in enumerate(feats):
+        idx = torch.where(levels == level)[0]
+        out[idx] = ops.roi_align(feat, rois[idx], size, f32(a[f"spatial_scale_{level}"]),
+                                 a["sampling_ratio"], aligned=bool(a["aligned"]))
+    return out.numpy()

@@ -33,7 +33,9 @@ SUITES = {"max": C.max_pool_cases("ROIPooling", 11) + C.max_pool_cases("RoIPool"
           "align": C.roi_align_cases(15) + C.mmcv_cases(17, "max")[::3]
           + C.onnx_roi_align_cases(18, "max")[::5] + C.onnx_roi_align_cases(20, "onnx_max")[::4]
           + C.caffe2_cases(19)[::5]
-          + C.rotated_cases(16)}
+          + C.rotated_cases(16),
+          "psroi_tv": C.torchvision_ps_cases("TorchvisionPSRoIPool", 21)[::2],
+          "align_tv": C.torchvision_ps_cases("TorchvisionPSRoIAlign", 22)[::3]}
 ALL = [(k, c) for k, cs in SUITES.items() for c in cs]
 IDS = [f"{k}-{c['name']}" for k, c in ALL]
 
@@ -42,8 +44,8 @@ def _check(kind, got, want):
     assert got.shape == want.shape and got.dtype == want.dtype
     if kind == "max":
         np.testing.assert_array_equal(got, want)
-    else:
-        scale = float(np.abs(want).max()) if want.size else 1.0
+    else:  # (NaN where torchvision's ps_roi_align divides 0 by 0: NaN in both)
+        scale = float(np.nanmax(np.abs(want))) if want.size and not np.isnan(want).all() else 1.0
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, scale))
 
 
@@ -190,9 +192,9 @@ def test_cuda_source_compiles_with_nvcc(tmp_path, arch):
             f"template __global__ void bilinear_pool<{t}, 8>(const {t}*, const {t}*, {t}*, "
             f"long long, int, int, int, int, int);",
             f"template __global__ void psroi_pool<{t}, 8>(const {t}*, const {t}*, {t}*, "
-            f"long long, int, int, int, int, int, int, {t});",
+            f"long long, int, int, int, int, int, int);",
             f"template __global__ void roi_align<{t}, 8>(const {t}*, const {t}*, {t}*, "
-            f"long long, int, int, int, int, int, int, {t});",
+            f"long long, int, int, int, int, int, int, {t}, int);",
             f"template __global__ void roi_align_levels<{t}, 8>(" + f"const {t}*, " * 7
             + f"{t}*, long long, int, int, int, int, {t});",
             f"template __global__ void roi_align_rotated<{t}, 8>(const {t}*, const {t}*, {t}*, "
@@ -337,8 +339,9 @@ print("backend", ort_roi.get_backend())
 for domain, case in C.form_cases():
     s = spec(case["op"], domain)
     args = list(case["inputs"].values())
-    counts = args[2].dtype if len(args) > 2 else np.int32
-    m = builders.single_op_model(case["op"], args[0].dtype, counts, domain=domain,
+    counts = next((a.dtype for a in args if a.dtype.kind == "i"), np.int32)
+    floats = next(a.dtype for a in args if a.dtype.kind == "f")
+    m = builders.single_op_model(case["op"], floats, counts, domain=domain,
                                  **case["attrs"])
     sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
                                 providers=["CPUExecutionProvider"])
@@ -346,9 +349,12 @@ for domain, case in C.form_cases():
     want = kernels.KERNELS[s.key](*args, **case["attrs"])  # NumPy in: the NumPy kernel
     want = want[0] if isinstance(want, tuple) else want  # the extractor's second output: rois
     exact = case["op"] == "RoIPool" or case["attrs"].get("method") == "max"
+    # NaN where the op's framework gives it (torchvision's 0 / 0) must be NaN in both
+    same_nan = np.array_equal(np.isnan(got), np.isnan(want))
+    diff = float(np.nanmax(np.abs(got - want))) if got.size and not np.isnan(got).all() else 0.0
     print(domain or "-", case["op"], args[0].dtype, "exact" if exact else "avg",
-          float(np.abs(got - want).max()) if got.size else 0.0,
-          float(np.abs(want).max()) if want.size else 0.0)
+          diff if same_nan else float("inf"),
+          float(np.nanmax(np.abs(want))) if want.size and not np.isnan(want).all() else 0.0)
 '''
 
 
@@ -389,15 +395,17 @@ def test_every_op_falls_back_to_numpy_without_cupy():
     assert err.count("RuntimeWarning: ort_roi: backend 'cupy' requested but unavailable") == 1, err
 
 
-MULTI = C.extractor_cases(41) + C.multilevel_cases(42)
+MULTI = C.extractor_cases(41) + C.multilevel_cases(42) + C.pyramid_cases(43)
 
 
 def _multi_level(case, to_device):
+    """The op with its feature maps (not its rois, nor its levels) on the device."""
     from ort_roi.specs import spec
 
-    args = list(case["inputs"].values())
-    y = kernels.KERNELS[spec(case["op"]).key](args[0], *(to_device(a) for a in args[1:]),
-                                              **case["attrs"])
+    s = spec(case["op"])
+    args = [to_device(a) if i in s.features else a
+            for i, a in enumerate(case["inputs"].values())]
+    y = kernels.KERNELS[s.key](*args, **case["attrs"])
     return y[0] if isinstance(y, tuple) else y
 
 

@@ -1,4 +1,4 @@
-"""The nodes other exporters write, run as they are (CONTRACT.md, "Nodes that other exporters
+"""The nodes other exporters write, run as they are (docs/semantics.md, "The nodes other exporters
 write"): mmrotate's MMCVRoIAlignRotated, detectron2's Caffe2 RoIAlign, ONNX RoiAlign moved
 into ort_roi by convert; the node-forms table that registration, convert, the front door,
 schemas and `ort-roi info` share.
@@ -302,8 +302,9 @@ def test_convert_is_one_pass_for_every_form():
 def test_every_registered_form_runs_in_a_plain_session_and_has_a_schema():
     for domain, case in C.form_cases():
         args = list(case["inputs"].values())
-        m = _model(case["op"], domain, args[0].dtype,
-                   args[2].dtype if len(args) > 2 else np.int64, **case["attrs"])
+        m = _model(case["op"], domain, next(a.dtype for a in args if a.dtype.kind == "f"),
+                   next((a.dtype for a in args if a.dtype.kind == "i"), np.int64),
+                   **case["attrs"])
         assert onnx.defs.has(case["op"], domain)
         out = onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True)
         dims = out.graph.output[0].type.tensor_type.shape.dim

@@ -55,3 +55,27 @@ def test_roi_pooling_max_matches_torchvision(case):
     want = tv.roi_pool(torch.from_numpy(X), torch.from_numpy(rois),
                        (a["pooled_h"], a["pooled_w"]), _f32(a["spatial_scale"])).numpy()
     np.testing.assert_array_equal(got, want)
+
+
+# --- torchvision's position-sensitive ops and the MultiScaleRoIAlign stage ------------------
+
+import oracles as O  # noqa: E402
+from conftest import ordered, tolerance  # noqa: E402
+
+TV_CASES = (C.torchvision_ps_cases("TorchvisionPSRoIAlign", 411)
+            + C.torchvision_ps_cases("TorchvisionPSRoIPool", 412) + C.pyramid_cases(413))
+
+
+@pytest.mark.parametrize("case", TV_CASES, ids=[f"{c['op']}-{c['name']}" for c in TV_CASES])
+def test_torchvision_ops_match_torchvision(case):
+    """A plain session on each op against eager torchvision: float32 and float64, several
+    images, boxes off the map, zero-size (NaN where torchvision divides 0 by 0) and
+    inverted, levels out of range (no level) for the fused stage."""
+    inputs = ordered(case)
+    got = run_plain(case["op"], inputs, case["attrs"])
+    want = O.torchvision(case)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    dtype = list(inputs.values())[0 if "X" in inputs else 2].dtype
+    np.testing.assert_allclose(got, want, **tolerance(case["op"], case["attrs"], dtype))
+    if want.size:
+        assert np.nansum(np.abs(want)) > 0

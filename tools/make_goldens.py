@@ -10,8 +10,9 @@ Needs paddlepaddle and openvino in this interpreter (pip install -e '.[parity]')
 
 Each case of tests/cases.py is run through its oracle (MXNet for ROIPooling max, OpenVINO
 for ROIPooling bilinear and, reading exported ONNX nodes, MMCVRoIAlignRotated and
-ExperimentalDetectronROIFeatureExtractor; Paddle
-for RoIPool, PSROIPool and RoIAlign); ROIPooling max also
+ExperimentalDetectronROIFeatureExtractor; Paddle for RoIPool, PSROIPool and RoIAlign;
+torchvision (pip install -e '.[torchvision]') for its ps_roi_align, ps_roi_pool and the
+MultiScaleRoIAlign stage, PyramidRoIAlign); ROIPooling max also
 records OpenVINO's output. One file per suite holds, per case, the inputs, the attributes
 (JSON), the oracle's output ("expected") and the flags.
 """
@@ -59,6 +60,8 @@ def main() -> None:
                 expected = (O.openvino_rotated(c) if c["op"] == "MMCVRoIAlignRotated"
                             else O.openvino_extractor(c) if c["op"].startswith("ROIFeature")
                             else O.openvino_roi_pooling(c))
+            elif oracle == "torchvision":
+                expected = O.torchvision(c)
             else:
                 expected = O.paddle(c)
             arrays[f"{n}:expected"] = expected

@@ -39,6 +39,8 @@ class Role:
             return "features"
         if i == self.spec.boxes_input:
             return "boxes"
+        if self.input.name == "levels":
+            return "levels"
         return "batch" if self.input.shape == "[R]" else "counts"
 
     @property
@@ -83,7 +85,7 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
             continue
         if rl.kind in ("features", "counts") and d[0]:
             n = n or d[0]
-        if rl.kind in ("boxes", "batch") and d[0]:
+        if rl.kind in ("boxes", "batch", "levels") and d[0]:
             r_ = r_ or d[0]
     n, r = n or 1, r_ if r_ is not None else r
     counts = np.full(n, r // n, np.int64)
@@ -105,6 +107,8 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
             out[vi.name] = counts.astype(dtype)
         elif kind == "batch":
             out[vi.name] = batch.astype(dtype)
+        elif kind == "levels":  # one of the feature maps each
+            out[vi.name] = rng.integers(0, len(rl.spec.features), r).astype(dtype)
         elif kind == "boxes":
             cols = (d[1] if d and len(d) == 2 and d[1] else
                     rl.spec.box_cols[0] if rl and isinstance(rl.spec.box_cols, tuple) else

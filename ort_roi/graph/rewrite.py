@@ -17,6 +17,7 @@ from onnx import helper
 
 from ..errors import RoiOpError, node_label
 from ..specs import DOMAIN, FORMS, OPSET_VERSION, NodeForm, OpSpec, form
+from . import fusion
 from .nodes import given_attrs, iter_nodes, node_attrs, opset
 
 
@@ -48,7 +49,7 @@ def _name(domain: str, op_type: str) -> str:
 
 def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
             float_token: Callable[[float], float] | None = None,
-            roialign_max: str = "sample") -> Rewrite:
+            roialign_max: str = "sample", fuse: bool = True) -> Rewrite:
     """Rewrite ``model`` in place (see the module doc); returns what was done. With
     ``float_token`` (the front door's bridge.float_token) float attributes of the nodes the
     bridge runs become tokens that reach the kernels exactly. ``roialign_max``: how ONNX RoiAlign's mode "max"
@@ -60,6 +61,16 @@ def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
                          f"got {roialign_max!r}")
     onnx_opset = opset(model) or 1
     done = Rewrite()
+    if to == "ort_roi" and fuse:  # torchvision's MultiScaleRoIAlign stages, each one node
+        fused, notes = fusion.fuse(model)
+        done.moved += [(name, f"torchvision MultiScaleRoIAlign stage ({n} nodes)",
+                        f"{DOMAIN}::PyramidRoIAlign") for name, n in fused]
+        done.notes += notes
+    if to == "onnx":  # and back, as standard ONNX
+        unfused, notes = fusion.unfuse_all(model)
+        done.moved += [(name, f"{DOMAIN}::PyramidRoIAlign", f"standard ONNX ({n} nodes)")
+                       for name, n in unfused]
+        done.notes += notes
     for node in iter_nodes(model.graph):
         f = form(node.domain, node.op_type)
         before = _name(node.domain, node.op_type)
@@ -82,19 +93,21 @@ def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
     return done
 
 
-def convert(model: onnx.ModelProto, to: str = "ort_roi", *,
-            roialign_max: str = "sample") -> onnx.ModelProto:
+def convert(model: onnx.ModelProto, to: str = "ort_roi", *, roialign_max: str = "sample",
+            fuse: bool = True) -> onnx.ModelProto:
     """A copy of ``model`` that a plain onnxruntime session with ``ort_roi.session_options()``
     runs (``to="ort_roi"``): ONNX RoiAlign and MaxRoiPool become ort_roi nodes, the
     exporters' multi-level nodes fixed-arity ort_roi ops, every node of ours or of another
-    exporter gets its attributes explicit. ``to="onnx"`` moves the nodes convert writes back
-    to the nodes they came from. ``roialign_max``: ONNX RoiAlign's mode "max" as the largest
-    bilinear sample ("sample", the default) or as onnxruntime computes it ("onnx").
+    exporter gets its attributes explicit, and (``fuse``) torchvision's exported
+    MultiScaleRoIAlign stages become one PyramidRoIAlign node each. ``to="onnx"`` moves the
+    nodes convert writes back to the nodes they came from (a PyramidRoIAlign to standard ONNX
+    computing the same). ``roialign_max``: ONNX RoiAlign's mode "max" as the largest bilinear
+    sample ("sample", the default) or as onnxruntime computes it ("onnx").
     What is worth knowing (a max that differs from onnxruntime's, a node that cannot go
     back) is issued as a warning naming the node."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    for note in rewrite(m, to, roialign_max=roialign_max).notes:
+    for note in rewrite(m, to, roialign_max=roialign_max, fuse=fuse).notes:
         warnings.warn(note, stacklevel=2)
     return m
 

@@ -11,7 +11,7 @@ from onnx import TypeProto
 from onnx.defs import OpSchema
 
 from ..errors import RoiOpError
-from ..kernels.checks import check_channels
+from ..kernels.checks import check_channels, check_channels_per_bin
 from ..specs import FORMS, OPSET_VERSION, TYPES, OpSpec
 from .nodes import attribute_value
 
@@ -42,6 +42,9 @@ def _infer(spec: OpSpec):
         _check_dims(spec, attrs, xdims, bdims)
         r = bdims[0] if bdims else None
         c = None if spec.channels_attr else (xdims[1] if xdims and len(xdims) == 4 else None)
+        if spec.channels_per_bin:  # position-sensitive: C / (PH * PW), where C is known
+            bins = attrs[spec.pooled[0]] * attrs[spec.pooled[1]]
+            c = c.dim_value // bins if c is not None and c.HasField("dim_value") else None
         dims = out.tensor_type.shape.dim
         for i, d in enumerate([r, c, attrs[spec.pooled[0]], attrs[spec.pooled[1]]]):
             new = dims.add()
@@ -76,10 +79,14 @@ def _check_dims(spec: OpSpec, attrs: dict, xdims, bdims) -> None:
     if bdims is not None and (len(bdims) != 2 or known(bdims[1]) not in (None, *cols)):
         shape = [known(d) or (d.dim_param or "?") for d in bdims]
         fail(b_name, f"must have shape [R, {' or '.join(map(str, cols))}], got {shape}")
-    if spec.channels_attr and xdims is not None and known(xdims[1]) is not None:
+    if xdims is not None and len(xdims) == 4 and known(xdims[1]) is not None:
         try:
-            check_channels(spec.name, known(xdims[1]), attrs[spec.channels_attr],
-                           attrs[spec.pooled[0]], attrs[spec.pooled[1]])
+            if spec.channels_attr:
+                check_channels(spec.name, known(xdims[1]), attrs[spec.channels_attr],
+                               attrs[spec.pooled[0]], attrs[spec.pooled[1]])
+            elif spec.channels_per_bin:
+                check_channels_per_bin(spec.name, known(xdims[1]), attrs[spec.pooled[0]],
+                                       attrs[spec.pooled[1]])
         except RoiOpError as e:
             raise onnx.shape_inference.InferenceError(str(e)) from None
 

@@ -14,6 +14,14 @@ import warnings
 
 CHOICES = ("numpy", "cupy", "auto")
 _lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # a thread that held it at the fork does not exist in the child
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 _choice = "numpy"
 _resolved: str | None = None
 

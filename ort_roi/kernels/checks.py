@@ -72,7 +72,7 @@ def batch_from_column(op: str, name: str, col: np.ndarray, n: int) -> np.ndarray
     return b
 
 
-def _int_vector(op: str, name: str, a, n: int, shape: str) -> np.ndarray:
+def int_vector(op: str, name: str, a, n: int, shape: str) -> np.ndarray:
     """An int32/int64 input of shape [n] (``shape``: how the message names it)."""
     a = _as_array(op, name, host(a))
     if a.dtype not in TYPES["I"]:
@@ -85,7 +85,7 @@ def _int_vector(op: str, name: str, a, n: int, shape: str) -> np.ndarray:
 
 def batch_from_indices(op: str, name: str, indices, n: int, r: int) -> np.ndarray:
     """Batch indices given as their own input: int32/int64 [R], each in [0, N)."""
-    idx = _int_vector(op, name, indices, r, "[R] = [{}] (one index per box)")
+    idx = int_vector(op, name, indices, r, "[R] = [{}] (one index per box)")
     bad = (idx < 0) | (idx >= n)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -96,7 +96,7 @@ def batch_from_indices(op: str, name: str, indices, n: int, r: int) -> np.ndarra
 
 def batch_from_counts(op: str, name: str, counts, n: int, r: int) -> np.ndarray:
     """Batch indices from per-image counts: int32/int64 [N], non-negative, summing to R."""
-    counts = _int_vector(op, name, counts, n, "[N] = [{}] (one count per image of X)")
+    counts = int_vector(op, name, counts, n, "[N] = [{}] (one count per image of X)")
     values = counts.tolist()  # N is small: Python ints, no overflow
     if min(values, default=0) < 0:
         i = next(i for i, v in enumerate(values) if v < 0)
@@ -129,6 +129,14 @@ def check_box_sizes(op: str, name: str, boxes: np.ndarray, spatial_scale: float)
         raise RoiOpError(op, f"input '{name}'",
                          f"row {r}: the scaled box size overflows {boxes.dtype} "
                          f"({boxes[r].tolist()} x {spatial_scale!r})")
+
+
+def check_channels_per_bin(op: str, C: int, ph: int, pw: int) -> None:
+    """torchvision's position-sensitive ops: X's channels a multiple of PH * PW."""
+    if C % (ph * pw):
+        raise RoiOpError(op, "input 'X'",
+                         f"must have a multiple of pooled_height*pooled_width = {ph}*{pw} = "
+                         f"{ph * pw} channels, got {C}")
 
 
 def check_channels(op: str, C: int, oc: int, ph: int, pw: int) -> None:

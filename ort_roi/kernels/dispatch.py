@@ -32,6 +32,8 @@ TABLE: dict[str, Step] = {
     "max_pool": Step(cpu.max_pool, cuda.max_pool, (0, 1)),
     "bilinear_pool": Step(cpu.bilinear_pool, cuda.bilinear_pool, (0, 1)),
     "ps_pool": Step(cpu.ps_pool, cuda.ps_pool, (0, 1)),
+    "tv_ps_pool": Step(cpu.tv_ps_pool, cuda.tv_ps_pool, (0, 1)),
+    "ps_align": Step(cpu.ps_align, cuda.ps_align, (0, 1)),
     "align": Step(cpu.align, cuda.align, (0, 1)),
     "align_max": Step(cpu.align_max, cuda.align_max, (0, 1)),
     "align_rotated": Step(cpu.align_rotated, cuda.align_rotated, (0,)),

@@ -39,8 +39,8 @@ def roi_feature_extractor(rois, *feats, output_size: int = 7, sampling_ratio: in
     output_size], rois). ``feats`` are the levels [1, C, H_l, W_l], finest first;
     ``pyramid_scales`` their strides."""
     L = len(feats)
-    spec = _spec(EXTRACTOR_SPECS, L, "ExperimentalDetectronROIFeatureExtractor")
-    scales = _scalars(spec, "pyramid_scales", pyramid_scales, L)
+    spec = level_spec(EXTRACTOR_SPECS, L, "ExperimentalDetectronROIFeatureExtractor")
+    scales = scalars(spec, "pyramid_scales", pyramid_scales, L)
     a = spec.resolve(dict(output_size=output_size, sampling_ratio=sampling_ratio,
                           aligned=aligned, **{f"scale_{i}": v for i, v in enumerate(scales)}))
     op = spec.name
@@ -63,8 +63,8 @@ def multi_level_roi_align(rois, *feats, output_height: int = 7, output_width: in
     """mmdeploy's MMCVMultiLevelRoiAlign: [R, C, output_height, output_width]. ``feats``
     are the levels [N, C, H_l, W_l], finest first; ``featmap_strides`` their strides."""
     L = len(feats)
-    spec = _spec(MULTI_LEVEL_SPECS, L, "MMCVMultiLevelRoiAlign")
-    strides = _scalars(spec, "featmap_strides", featmap_strides, L)
+    spec = level_spec(MULTI_LEVEL_SPECS, L, "MMCVMultiLevelRoiAlign")
+    strides = scalars(spec, "featmap_strides", featmap_strides, L)
     a = spec.resolve(dict(output_height=output_height, output_width=output_width,
                           sampling_ratio=sampling_ratio, pool_mode=pool_mode, aligned=aligned,
                           roi_scale_factor=roi_scale_factor, finest_scale=finest_scale,
@@ -84,13 +84,13 @@ def multi_level_roi_align(rois, *feats, output_height: int = 7, output_width: in
                    MMDEPLOY_ALIGNED if a["aligned"] else LEGACY, 1 - a["pool_mode"], -FLT_MAX)
 
 
-def _spec(specs: dict, L: int, node: str):
+def level_spec(specs: dict, L: int, node: str):
     if L not in specs:
         raise RoiOpError(node, "inputs", f"takes 1 to {MAX_LEVELS} feature maps, got {L}")
     return specs[L]
 
 
-def _scalars(spec, name: str, values, L: int) -> list:
+def scalars(spec, name: str, values, L: int) -> list:
     values = list(np.atleast_1d(np.asarray(values)).tolist())
     if len(values) != L:
         raise RoiOpError(spec.name, f"attribute '{name}'",

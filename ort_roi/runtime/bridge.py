@@ -13,6 +13,7 @@ Three things the stock bridge gets wrong are handled here (see the README):
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import weakref
 from contextlib import contextmanager
@@ -78,6 +79,14 @@ def _g6(x: float) -> str:
 
 _tokens: dict[np.float32, np.float32] = {}  # token value -> exact float32 value
 _token_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _lock, _token_lock  # a thread that held one at the fork does not exist in the child
+    _lock, _token_lock = threading.RLock(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def float_token(value: float) -> float:
@@ -274,16 +283,18 @@ def install_hook() -> None:
 def _overloads(spec: OpSpec):
     """Type combinations registered for an op: X and boxes each float32/float64 (a mismatch
     is reported by the kernel, not refused by onnxruntime), counts int32/int64. Ops whose
-    inputs are all T (the multi-level ones, up to 7 inputs) get one overload per dtype."""
+    float inputs are of one type (the multi-level ones, up to 8 inputs) get one overload per
+    float type (and per integer type)."""
     floats = TYPES["T"]
+    ints = TYPES["I"] if any(i.type == "I" for i in spec.inputs) else (None,)
     if spec.same_types:
         for t in floats:
-            yield [t] * len(spec.inputs), t
+            for ti in ints:
+                yield [t if i.type == "T" else ti for i in spec.inputs], t
         return
     for tx in floats:
         for tb in floats:
-            counts = [ix for ix in TYPES["I"]] if any(i.type == "I" for i in spec.inputs) else [None]
-            for ti in counts:
+            for ti in ints:
                 types = [tx, tb] + ([ti] if ti is not None else [])
                 yield types, tx
 

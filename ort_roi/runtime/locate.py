@@ -13,6 +13,7 @@ runs only when an op has failed.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import weakref
@@ -26,6 +27,14 @@ from ..errors import RoiOpError, node_label
 from ..graph.nodes import attribute_value, iter_nodes, spec_of
 
 _lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # a thread that held it at the fork does not exist in the child
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 #: onnxruntime session -> the nodes of its graph that the bridge runs (built on first need)
 _graphs: "weakref.WeakKeyDictionary[Any, Graph]" = weakref.WeakKeyDictionary()
 

@@ -15,15 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 _WORKERS = max(1, min(8, os.cpu_count() or 1))
-_pool: ThreadPoolExecutor | None = None
-_pool_pid = -1
+_pool: ThreadPoolExecutor | None = None  # started on first need (again in a forked child)
 
 
 def _executor() -> ThreadPoolExecutor:
-    global _pool, _pool_pid
-    if _pool is None or _pool_pid != os.getpid():  # a forked child needs its own threads
+    global _pool
+    if _pool is None:
         _pool = ThreadPoolExecutor(max(1, _WORKERS - 1), thread_name_prefix="ort_roi")
-        _pool_pid = os.getpid()
     return _pool
 
 
@@ -55,6 +53,19 @@ _blas_users = 0
 _blas_saved = 1
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has only the thread that forked: no kernel of another thread is
+    running there, so OpenBLAS gets its saved setting back and the lock starts free."""
+    global _blas_lock, _blas_users, _pool
+    _blas_lock, _pool = threading.Lock(), None
+    if _blas and _blas_users:
+        _blas[1](_blas_saved)
+    _blas_users = 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class _SingleThreadBlas:
     """Context: OpenBLAS at one thread while at least one kernel is inside."""
 
@@ -74,6 +85,15 @@ class _SingleThreadBlas:
             _blas_users -= 1
             if _blas and _blas_users == 0:
                 _blas[1](_blas_saved)
+
+
+def blas_threads() -> int | None:
+    """OpenBLAS's thread count now (1 while a kernel runs), or None without OpenBLAS."""
+    global _blas
+    with _blas_lock:
+        if _blas is None:
+            _blas = _find_openblas() or False
+        return _blas[0]() if _blas else None
 
 
 def workers() -> int:

@@ -1,23 +1,42 @@
-"""PSROIPool (Paddle psroi_pool, R-FCN): position-sensitive average pooling over integer bins."""
+"""Position-sensitive average pooling over integer bins: Paddle's psroi_pool (PSROIPool) and
+torchvision's ps_roi_pool (TorchvisionPSRoIPool) differ only in where their bins lie
+(geometry.py); one pooling computes both from the bins."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...geometry import psroi_bins
+from ...geometry import psroi_bins, torchvision_psroi_bins
 from .parallel import for_ranges
 
 
 def ps_pool(X: np.ndarray, batch: np.ndarray, rois: np.ndarray, oc: int, ph: int, pw: int,
             spatial_scale: float) -> np.ndarray:
-    """PSROIPool of checked inputs (rois [R, 4])."""
+    """PSROIPool (Paddle) of checked inputs (rois [R, 4])."""
     N, C, H, W = X.shape
-    R = rois.shape[0]
-    if R == 0:
-        return np.zeros((R, oc, ph, pw), X.dtype)
     s = X.dtype.type(spatial_scale)
     hlo, hhi = psroi_bins(rois[:, 1], rois[:, 3], s, ph, H)
     wlo, whi = psroi_bins(rois[:, 0], rois[:, 2], s, pw, W)
+    return pool_bins(X, batch, hlo, hhi, wlo, whi, oc, ph, pw)
+
+
+def tv_ps_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
+               spatial_scale: float) -> np.ndarray:
+    """TorchvisionPSRoIPool of checked inputs (boxes [R, 4]; C = oc * ph * pw)."""
+    N, C, H, W = X.shape
+    (hlo, hhi), (wlo, whi) = torchvision_psroi_bins(boxes, spatial_scale, ph, pw, H, W)
+    return pool_bins(X, batch, hlo, hhi, wlo, whi, C // (ph * pw), ph, pw)
+
+
+def pool_bins(X: np.ndarray, batch: np.ndarray, hlo, hhi, wlo, whi, oc: int, ph: int,
+              pw: int) -> np.ndarray:
+    """Output (r, c, p, q): the mean of input channel (c*ph + p)*pw + q of X over rows
+    [hlo[r, p], hhi[r, p]) and columns [wlo[r, q], whi[r, q]), summed row by row in T; 0 for
+    an empty bin."""
+    N, C, H, W = X.shape
+    R = batch.shape[0]
+    if R == 0:
+        return np.zeros((R, oc, ph, pw), X.dtype)
     P = ph * pw
     # X channel-last, [N, P, H, W, oc]: one pixel of one bin position holds the oc output
     # channels of that position in one run (a cache line or two, not oc of them).
@@ -28,8 +47,8 @@ def ps_pool(X: np.ndarray, batch: np.ndarray, rois: np.ndarray, oc: int, ph: int
         Xt[:, p0:p1] = planes[:, :, p0:p1].transpose(0, 2, 3, 4, 1)
 
     for_ranges(P, to_channel_last, min_chunk=1)
-    lh = np.broadcast_to((hhi - hlo)[:, :, None], (R, ph, pw)).ravel()
-    lw = np.broadcast_to((whi - wlo)[:, None, :], (R, ph, pw)).ravel()
+    lh = np.broadcast_to(np.maximum(hhi - hlo, 0)[:, :, None], (R, ph, pw)).ravel()
+    lw = np.broadcast_to(np.maximum(whi - wlo, 0)[:, None, :], (R, ph, pw)).ravel()
     first = (((batch[:, None, None] * P + np.arange(P).reshape(ph, pw)) * H
               + hlo[:, :, None]) * W + wlo[:, None, :]).ravel()  # pixel of each bin's corner
     # Bins of the same size (rows x cols) are summed together, those of one position (one

@@ -37,6 +37,17 @@ _lru: "OrderedDict[tuple, tuple[dict, int]]" = OrderedDict()
 _cached = 0  # bytes held by every thread's cache
 
 
+def _after_fork_in_child() -> None:
+    """A forked child starts with one thread: locks another thread held at the fork would
+    never be released there, and the other threads' buffers are unreachable. Start afresh."""
+    global _lock, _local, _cached
+    _lock, _local, _cached = threading.Lock(), threading.local(), 0
+    _lru.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _env_limit() -> int:
     try:
         return max(0, int(float(os.environ.get("ORT_ROI_CACHE_MB", "256")) * (1 << 20)))

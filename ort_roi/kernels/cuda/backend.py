@@ -18,7 +18,9 @@ from importlib import resources
 
 import numpy as np
 
-from ...geometry import EXPLICIT_GRID_MAX, BoxGeometry, align_bins, axis_weights
+from ...geometry import (ALIGNED, EXPLICIT_GRID_MAX, BoxGeometry, align_bins, axis_weights,
+                         box_extent, psroi_bins, torchvision_psroi_bins,
+                         torchvision_sample_grid)
 from ...specs import MAX_LEVELS
 
 KERNELS = ("max_pool", "bilinear_pool", "psroi_pool", "roi_align", "roi_align_levels",
@@ -115,12 +117,37 @@ def bilinear_pool(X, batch, boxes, ph: int, pw: int):
     return out, NONE
 
 
-def ps_pool(X, batch, rois, oc: int, ph: int, pw: int, spatial_scale: float):
+def _pool_bins(X, batch, hlo, hhi, wlo, whi, oc: int, ph: int, pw: int):
+    """The psroi_pool kernel over bins the host computed: rows [batch, row lo[ph], row
+    hi[ph], column lo[pw], column hi[pw]] (PS_ROW)."""
+    import cupy
+
     N, C, H, W = X.shape
-    out = _empty(X, rois.shape[0], oc, ph, pw)
-    launch("psroi_pool", out, *_inputs(X, batch, rois),
-           (*_i(C, oc, H, W, ph, pw), X.dtype.type(spatial_scale)))
+    out = _empty(X, batch.shape[0], oc, ph, pw)
+    rows = np.concatenate([batch[:, None], hlo, hhi, wlo, whi], 1).astype(X.dtype)
+    launch("psroi_pool", out, cupy.ascontiguousarray(X), cupy.asarray(rows),
+           _i(C, oc, H, W, ph, pw))
     return out, NONE
+
+
+#: The psroi_pool kernel's rows: each box's integer bins, computed on the host.
+PS_ROW = ("batch", "row lo[PH]", "row hi[PH]", "column lo[PW]", "column hi[PW]")
+
+
+def ps_pool(X, batch, rois, oc: int, ph: int, pw: int, spatial_scale: float):
+    """Paddle's psroi_pool."""
+    N, C, H, W = X.shape
+    s = X.dtype.type(spatial_scale)
+    hlo, hhi = psroi_bins(rois[:, 1], rois[:, 3], s, ph, H)
+    wlo, whi = psroi_bins(rois[:, 0], rois[:, 2], s, pw, W)
+    return _pool_bins(X, batch, hlo, hhi, wlo, whi, oc, ph, pw)
+
+
+def tv_ps_pool(X, batch, boxes, ph: int, pw: int, spatial_scale: float):
+    """torchvision's ps_roi_pool."""
+    N, C, H, W = X.shape
+    (hlo, hhi), (wlo, whi) = torchvision_psroi_bins(boxes, spatial_scale, ph, pw, H, W)
+    return _pool_bins(X, batch, hlo, hhi, wlo, whi, C // (ph * pw), ph, pw)
 
 
 #: The RoIAlign kernels' rows: each box's geometry, computed once on the host in T by
@@ -151,19 +178,20 @@ def align_rows(batch, boxes, spatial_scale, ph: int, pw: int, sampling_ratio: in
 
 
 def _roi_align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
-               geometry: BoxGeometry, mode: int, limit: int, empty: float = 0.0):
+               geometry: BoxGeometry, mode: int, limit: int, empty: float = 0.0, ps: int = 0):
     """The roi_align kernel (mode 0: mean, 1: running max from ``empty``, 2: onnxruntime's
-    max of weighted corners) over every box whose grid is at most ``limit`` per side:
-    (output, X on the device, the boxes left)."""
+    max of weighted corners; ps 1: position-sensitive channels) over every box whose grid is
+    at most ``limit`` per side: (output, X on the device, the boxes left)."""
     import cupy
 
     N, C, H, W = X.shape
-    out = _empty(X, boxes.shape[0], C, ph, pw)
+    C_out = C // (ph * pw) if ps else C
+    out = _empty(X, boxes.shape[0], C_out, ph, pw)
     rows, left = align_rows(batch, boxes, spatial_scale, ph, pw, sampling_ratio, geometry,
                             limit)
     Xg = cupy.ascontiguousarray(X)
     launch("roi_align", out, Xg, cupy.asarray(rows),
-           (*_i(C, H, W, ph, pw, mode), X.dtype.type(empty)))
+           (*_i(C_out, H, W, ph, pw, mode), X.dtype.type(empty), np.int32(ps)))
     return out, Xg, left
 
 
@@ -193,6 +221,21 @@ def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_
     mode = 2 if empty is None else 1
     out, _, left = _roi_align(X, batch, boxes, ph, pw, spatial_scale, sampling_ratio,
                               geometry, mode, MAX_MODE_SAMPLES, 0.0 if empty is None else empty)
+    return out, left
+
+
+def ps_align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int):
+    """torchvision's ps_roi_align: the roi_align kernel's mean over position-sensitive
+    channels; a box whose grid torchvision counts as 0 samples gives NaN (0 / 0), one whose
+    grid is negative (inverted) 0; huge grids are left to the host."""
+    out, _, left = _roi_align(X, batch, boxes, ph, pw, spatial_scale, sampling_ratio, ALIGNED,
+                              0, EXPLICIT_GRID_MAX, ps=1)
+    grid, count = torchvision_sample_grid(box_extent(boxes, spatial_scale, ALIGNED), (ph, pw),
+                                          sampling_ratio)
+    bad = np.flatnonzero((grid <= 0).any(axis=1))
+    if bad.size:
+        t = X.dtype.type
+        out[bad] = np.where(count[bad] == 0, t(np.nan), t(0)).astype(X.dtype)[:, None, None, None]
     return out, left
 
 

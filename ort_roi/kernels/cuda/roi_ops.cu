@@ -133,26 +133,20 @@ __global__ void bilinear_pool(const T* X, const T* rois, T* out,
   }
 }
 
-// PSROIPool (Paddle): corners rounded before scaling, end edge +1, mean over the region of
-// input channel (c*PH + ph)*PW + pw, summed row by row in T.
+// Position-sensitive average pooling over integer bins (Paddle psroi_pool, torchvision
+// ps_roi_pool): the host computes each box's bins (geometry.psroi_bins /
+// torchvision_psroi_bins), rows [R, 1 + 2*PH + 2*PW] = [batch, row lo[PH], row hi[PH],
+// column lo[PW], column hi[PW]]; output (c, ph, pw) is the mean of input channel
+// (c*PH + ph)*PW + pw over its bin, summed row by row in T, 0 if empty.
 template <typename T, int CB>
-__global__ void psroi_pool(const T* X, const T* rois, T* out,
-                           long long n, int C_in, int OC, int H, int W, int PH, int PW,
-                           T scale) {
+__global__ void psroi_pool(const T* X, const T* rows, T* out,
+                           long long n, int C_in, int OC, int H, int W, int PH, int PW) {
   ORT_ROI_LOOP(i, n) {
     Bin q = unravel<CB>(i, OC, PH, PW);
-    const T* b = rois + q.r * 5 + 1;
-    const long long bi = (long long)rois[q.r * 5];
-    T sx = round(b[0]) * scale, sy = round(b[1]) * scale;
-    T ex = (round(b[2]) + (T)1) * scale, ey = (round(b[3]) + (T)1) * scale;
-    T rh = ey - sy, rw = ex - sx;
-    rh = (rh > (T)0.1 || isnan(rh)) ? rh : (T)0.1;
-    rw = (rw > (T)0.1 || isnan(rw)) ? rw : (T)0.1;
-    T bh = rh / (T)PH, bw = rw / (T)PW;
-    int h0 = clip_edge(floor(bh * (T)q.ph + sy), H);
-    int h1 = clip_edge(ceil(bh * (T)(q.ph + 1) + sy), H);
-    int w0 = clip_edge(floor(bw * (T)q.pw + sx), W);
-    int w1 = clip_edge(ceil(bw * (T)(q.pw + 1) + sx), W);
+    const T* row = rows + q.r * (1 + 2 * PH + 2 * PW);
+    const long long bi = (long long)row[0];
+    const int h0 = (int)row[1 + q.ph], h1 = (int)row[1 + PH + q.ph];
+    const int w0 = (int)row[1 + 2 * PH + q.pw], w1 = (int)row[1 + 2 * PH + PW + q.pw];
     T* o = out + ((q.r * OC + q.c0) * PH + q.ph) * PW + q.pw;
     for (int c = q.c0; c < q.c1; ++c, o += (long long)PH * PW) {
       if (h1 <= h0 || w1 <= w0) {
@@ -235,15 +229,20 @@ ORT_ROI_DEVICE T tap_corner_max(const Taps<T>& t, const T* x) {
 // largest weighted corner, 0 without samples; the samples at
 // y = (y0 + ph*bin_h) + (iy + 0.5)*bin_h/gh, x likewise. The box's geometry comes from the
 // host, computed once in T (``ALIGN_ROW`` in _cupy.py): g = [y0, x0, bin_h, bin_w, gh, gw].
+// Position-sensitive (ps = 1, torchvision ps_roi_align): output channel c of bin (ph, pw)
+// reads input channel (c*PH + ph)*PW + pw of the C_in = C*PH*PW channels.
 template <typename T, int CB>
 ORT_ROI_DEVICE void align_bin(const T* X, const T* g, long long bi, const Bin& q, T* out,
-                              int C, int H, int W, int PH, int PW, int mode, T empty) {
+                              int C, int H, int W, int PH, int PW, int mode, T empty,
+                              int ps = 0) {
   const T y0 = g[0], x0 = g[1], bh = g[2], bw = g[3];
   const int gh = (int)g[4], gw = (int)g[5];
   T acc[CB];
   for (int k = 0; k < CB; ++k) acc[k] = mode == 1 ? empty : (T)0;
-  const T* x = X + (bi * C + q.c0) * (long long)H * W;
-  const long long plane = (long long)H * W;
+  const long long plane0 = (long long)H * W;
+  const long long c_in = ps ? (long long)q.c0 * PH * PW + q.ph * PW + q.pw : q.c0;
+  const T* x = X + (bi * (ps ? (long long)C * PH * PW : C) + c_in) * plane0;
+  const long long plane = ps ? plane0 * PH * PW : plane0;  // from one channel to the next
   const int nc = q.c1 - q.c0;
   for (int iy = 0; iy < gh; ++iy) {
     T y = (y0 + (T)q.ph * bh) + ((T)iy + (T)0.5) * bh / (T)gh;
@@ -272,14 +271,15 @@ ORT_ROI_DEVICE void align_bin(const T* X, const T* g, long long bi, const Bin& q
 
 // rows [R, 7] = [batch, y0, x0, bin_h, bin_w, gh, gw]; a grid of -1: the host computes the
 // box (its samples exceed what one thread should loop over), the kernel leaves it alone.
+// C: the output's channels (ps = 1: X holds C*PH*PW, position-sensitive).
 template <typename T, int CB>
 __global__ void roi_align(const T* X, const T* rows, T* out, long long n, int C, int H, int W,
-                          int PH, int PW, int mode, T empty) {
+                          int PH, int PW, int mode, T empty, int ps) {
   ORT_ROI_LOOP(i, n) {
     Bin q = unravel<CB>(i, C, PH, PW);
     const T* row = rows + q.r * 7;
     if (row[5] < 0) continue;
-    align_bin<T, CB>(X, row + 1, (long long)row[0], q, out, C, H, W, PH, PW, mode, empty);
+    align_bin<T, CB>(X, row + 1, (long long)row[0], q, out, C, H, W, PH, PW, mode, empty, ps);
   }
 }
 

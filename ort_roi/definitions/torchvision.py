@@ -1,0 +1,96 @@
+"""torchvision: its position-sensitive ops and the RoI stage of its detection models, one bin
+at a time, as torchvision's C++ kernels compute them (docs/semantics.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..geometry import (ALIGNED, align_bins, box_extent, roi_align_geometry, sample_positions,
+                        torchvision_psroi_bins, torchvision_sample_grid)
+from ..specs import TV_PS_ROI_ALIGN, TV_PS_ROI_POOL
+from .align import align_box
+from .common import attributes_of, bilinear
+
+
+@attributes_of(TV_PS_ROI_ALIGN)
+def torchvision_ps_roi_align(X, rois, *, pooled_height=1, pooled_width=1, spatial_scale=1.0,
+                             sampling_ratio=-1):
+    """ps_roi_align: the box's corners scaled and shifted by -0.5 (geometry.ALIGNED); bin
+    (ph, pw) samples as RoIAlign places them, gh x gw of them (sampling_ratio, or C's int of
+    ceil(bin size): negative for an inverted box); output (c, ph, pw) is the sum, in T, of
+    the bilinear samples of input channel (c*PH + ph)*PW + pw divided by gh * gw (0 / 0 is
+    NaN, as torchvision's kernel)."""
+    t = X.dtype.type
+    PH, PW = pooled_height, pooled_width
+    oc = X.shape[1] // (PH * PW)
+    out = np.zeros((rois.shape[0], oc, PH, PW), X.dtype)
+    for r in range(rois.shape[0]):
+        b, box = int(rois[r, 0]), rois[r, 1:]
+        bins = align_bins(box[None], spatial_scale, ALIGNED, PH, PW, sampling_ratio)
+        grid, count = torchvision_sample_grid(box_extent(box[None], spatial_scale, ALIGNED),
+                                              (PH, PW), sampling_ratio)
+        (gh, gw), count = grid[0].tolist(), int(count[0])
+        (y0, x0), (bh, bw) = bins.start[0], bins.size[0]
+        ys = sample_positions(y0, bh, max(gh, 0), PH, max(gh, 0))
+        xs = sample_positions(x0, bw, max(gw, 0), PW, max(gw, 0))
+        for p in range(PH):
+            for q in range(PW):
+                channels = (np.arange(oc) * PH + p) * PW + q
+                values = bilinear(X[b, channels], ys[p][:, None], xs[q][None, :])
+                total = values.reshape(oc, -1).sum(axis=1, dtype=X.dtype)
+                with np.errstate(all="ignore"):
+                    out[r, :, p, q] = total / t(count)
+    return out
+
+
+@attributes_of(TV_PS_ROI_POOL)
+def torchvision_ps_roi_pool(X, rois, *, pooled_height=1, pooled_width=1, spatial_scale=1.0):
+    """ps_roi_pool: bins from round(x * scale), the box at least 1 x 1, bin p over
+    [floor(p * bin), ceil((p + 1) * bin)) from the start, clipped to [0, H - 1]
+    (geometry.torchvision_psroi_bins); output (c, ph, pw) the mean of input channel
+    (c*PH + ph)*PW + pw over it, summed row by row in T; 0 if empty."""
+    t = X.dtype.type
+    H, W = X.shape[2:]
+    PH, PW = pooled_height, pooled_width
+    oc = X.shape[1] // (PH * PW)
+    out = np.zeros((rois.shape[0], oc, PH, PW), X.dtype)
+    for r in range(rois.shape[0]):
+        b = int(rois[r, 0])
+        with np.errstate(all="ignore"):
+            (hlo, hhi), (wlo, whi) = torchvision_psroi_bins(rois[r:r + 1, 1:], spatial_scale,
+                                                            PH, PW, H, W)
+        for p in range(PH):
+            for q in range(PW):
+                h0, h1, w0, w1 = hlo[0, p], hhi[0, p], wlo[0, q], whi[0, q]
+                if h1 <= h0 or w1 <= w0:
+                    continue
+                channels = (np.arange(oc) * PH + p) * PW + q
+                total = np.zeros(oc, X.dtype)
+                for h in range(h0, h1):
+                    for w in range(w0, w1):
+                        total += X[b, channels, h, w]
+                out[r, :, p, q] = total / t((h1 - h0) * (w1 - w0))
+    return out
+
+
+def pyramid_roi_align(rois, levels, *feats, output_height=1, output_width=1, sampling_ratio=0,
+                      aligned=0, spatial_scales=()):
+    """PyramidRoIAlign: box r [batch, x1, y1, x2, y2] pooled with RoIAlign (aligned 0:
+    torchvision's MultiScaleRoIAlign) from feats[levels[r]] at spatial_scales[levels[r]]
+    (float32, as graph attributes); a level outside 0 .. L-1 gives 0."""
+    out = np.zeros((rois.shape[0], feats[0].shape[1], output_height, output_width),
+                   feats[0].dtype)
+    for r in range(rois.shape[0]):
+        level = int(levels[r])
+        if 0 <= level < len(feats):
+            out[r] = align_box(feats[level][int(rois[r, 0])], rois[r, 1:],
+                               roi_align_geometry(aligned),
+                               float(np.float32(spatial_scales[level])), output_height,
+                               output_width, sampling_ratio)
+    return out
+
+
+def pyramid_roi_align_levels(rois, levels, *feats, **attrs):
+    """``pyramid_roi_align`` with the scales as attributes spatial_scale_0 .. _{L-1}."""
+    scales = [attrs.pop(f"spatial_scale_{i}") for i in range(len(feats))]
+    return pyramid_roi_align(rois, levels, *feats, spatial_scales=scales, **attrs)

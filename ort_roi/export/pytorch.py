@@ -1,0 +1,271 @@
+"""PyTorch models to ONNX with torchvision's RoI ops written as ort_roi nodes, which a plain
+``onnxruntime.InferenceSession(model, ort_roi.session_options())`` runs:
+
+| torchvision                      | ort_roi node                                              |
+|----------------------------------|-----------------------------------------------------------|
+| ``ops.roi_align`` (aligned 0/1)   | ``RoiAlign`` (ONNX RoiAlign's inputs: the rois' boxes and batch column) |
+| ``ops.roi_pool``                 | ``ROIPooling`` (method max)                               |
+| ``ops.ps_roi_align``             | ``TorchvisionPSRoIAlign``                                 |
+| ``ops.ps_roi_pool``              | ``TorchvisionPSRoIPool``                                  |
+| ``ops.MultiScaleRoIAlign`` (2-6 maps) | ``PyramidRoIAlign_L{n}``: the whole stage in one node, the level of each box computed by the graph's own LevelMapper nodes |
+
+``torch_export`` is ``torch.onnx.export`` with these installed, for both exporters: TorchScript
+(``dynamo=False``, what exports whole torchvision detection models) and dynamo (onnxscript
+translations, for models torch.export can trace). Users who call ``torch.onnx.export``
+themselves take ``symbolics()`` (TorchScript: ``torch.onnx.register_custom_op_symbolic``) or
+``translation_table()`` (dynamo: ``custom_translation_table``) and ``fused_multiscale()`` (the
+MultiScaleRoIAlign stage as one op). torch is imported when these are called, never by
+``import ort_roi``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable
+
+from ..specs import DOMAIN, MAX_LEVELS
+
+#: The torchvision ops translated, by their TorchScript names.
+TORCHVISION_OPS = ("roi_align", "roi_pool", "ps_roi_align", "ps_roi_pool")
+OPSET = 11  # the lowest default-domain opset the symbolics are registered for
+
+
+def symbolics() -> dict[str, Callable]:
+    """TorchScript symbolics (``torch.onnx.register_custom_op_symbolic(name, fn, 11)``) of
+    torchvision's RoI ops, writing ort_roi nodes."""
+    import torch
+    from torch.onnx import symbolic_helper as sh
+    from torch.onnx import symbolic_opset11 as opset11
+
+    def column(g, rois, cols):
+        return opset11.select(g, rois, 1, g.op("Constant", value_t=torch.tensor(cols)))
+
+    def batch_indices(g, rois):
+        return g.op("Cast", opset11.squeeze(g, column(g, rois, [0]), 1),
+                    to_i=torch.onnx.TensorProtoDataType.INT64)
+
+    @sh.parse_args("v", "v", "f", "i", "i", "i", "i")
+    def roi_align(g, input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio,
+                  aligned):
+        return g.op(f"{DOMAIN}::RoiAlign", input, column(g, rois, [1, 2, 3, 4]),
+                    batch_indices(g, rois),
+                    coordinate_transformation_mode_s="half_pixel" if aligned
+                    else "output_half_pixel", mode_s="avg", output_height_i=pooled_height,
+                    output_width_i=pooled_width, sampling_ratio_i=max(0, sampling_ratio),
+                    spatial_scale_f=spatial_scale)
+
+    @sh.parse_args("v", "v", "f", "i", "i")
+    def roi_pool(g, input, rois, spatial_scale, pooled_height, pooled_width):
+        return g.op(f"{DOMAIN}::ROIPooling", input, rois, pooled_h_i=pooled_height,
+                    pooled_w_i=pooled_width, spatial_scale_f=spatial_scale,
+                    method_s="max"), None
+
+    @sh.parse_args("v", "v", "f", "i", "i", "i")
+    def ps_roi_align(g, input, rois, spatial_scale, pooled_height, pooled_width,
+                     sampling_ratio):
+        return g.op(f"{DOMAIN}::TorchvisionPSRoIAlign", input, rois,
+                    pooled_height_i=pooled_height, pooled_width_i=pooled_width,
+                    spatial_scale_f=spatial_scale, sampling_ratio_i=sampling_ratio), None
+
+    @sh.parse_args("v", "v", "f", "i", "i")
+    def ps_roi_pool(g, input, rois, spatial_scale, pooled_height, pooled_width):
+        return g.op(f"{DOMAIN}::TorchvisionPSRoIPool", input, rois,
+                    pooled_height_i=pooled_height, pooled_width_i=pooled_width,
+                    spatial_scale_f=spatial_scale), None
+
+    return {f"torchvision::{f.__name__}": f
+            for f in (roi_align, roi_pool, ps_roi_align, ps_roi_pool)}
+
+
+@functools.lru_cache(maxsize=None)
+def _ort_roi_opset():
+    from onnxscript import values
+
+    return values.Opset(DOMAIN, 1)
+
+
+def translation_table() -> dict[Callable, Callable]:
+    """The dynamo exporter's translations (``torch.onnx.export(..., dynamo=True,
+    custom_translation_table=translation_table())``): torchvision's RoI ops and ort_roi's
+    fused MultiScaleRoIAlign op (``fused_multiscale``) as ort_roi nodes."""
+    import torch
+    from onnxscript import INT64
+    from onnxscript.onnx_opset import opset18 as op
+
+    ours = _ort_roi_opset()
+    _pyramid_op()  # registers torch.ops.ort_roi.pyramid_roi_align
+
+    def boxes_and_batch(rois):
+        boxes = op.Slice(rois, [1], [5], [1])
+        batch = op.Cast(op.Squeeze(op.Slice(rois, [0], [1], [1]), [1]), to=INT64.dtype)
+        return boxes, batch
+
+    def roi_align(input, rois, spatial_scale: float, pooled_height: int, pooled_width: int,
+                  sampling_ratio: int = -1, aligned: bool = False):
+        boxes, batch = boxes_and_batch(rois)
+        return ours.RoiAlign(input, boxes, batch,
+                             coordinate_transformation_mode="half_pixel" if aligned
+                             else "output_half_pixel", mode="avg",
+                             output_height=pooled_height, output_width=pooled_width,
+                             sampling_ratio=max(0, sampling_ratio),
+                             spatial_scale=spatial_scale)
+
+    def roi_pool(input, rois, spatial_scale: float, pooled_height: int, pooled_width: int):
+        return ours.ROIPooling(input, rois, pooled_h=pooled_height, pooled_w=pooled_width,
+                               spatial_scale=spatial_scale, method="max"), None
+
+    def ps_roi_align(input, rois, spatial_scale: float, pooled_height: int,
+                     pooled_width: int, sampling_ratio: int = -1):
+        return ours.TorchvisionPSRoIAlign(input, rois, pooled_height=pooled_height,
+                                          pooled_width=pooled_width,
+                                          spatial_scale=spatial_scale,
+                                          sampling_ratio=sampling_ratio), None
+
+    def ps_roi_pool(input, rois, spatial_scale: float, pooled_height: int, pooled_width: int):
+        return ours.TorchvisionPSRoIPool(input, rois, pooled_height=pooled_height,
+                                         pooled_width=pooled_width,
+                                         spatial_scale=spatial_scale), None
+
+    def pyramid_roi_align(rois, levels, feats, output_size, sampling_ratio: int,
+                          scales, aligned: int = 0):
+        node = getattr(ours, f"PyramidRoIAlign_L{len(feats)}")
+        return node(rois, levels, *feats, output_height=output_size[0],
+                    output_width=output_size[1], sampling_ratio=max(0, sampling_ratio),
+                    aligned=aligned, **{f"spatial_scale_{i}": float(s)
+                                        for i, s in enumerate(scales)})
+
+    tv = torch.ops.torchvision
+    return {tv.roi_align.default: roi_align, tv.roi_pool.default: roi_pool,
+            tv.ps_roi_align.default: ps_roi_align, tv.ps_roi_pool.default: ps_roi_pool,
+            torch.ops.ort_roi.pyramid_roi_align.default: pyramid_roi_align}
+
+
+def _merge(rois, levels, feats, output_size, sampling_ratio: int, scales, aligned: int):
+    """MultiScaleRoIAlign's result, eagerly: each box pooled from its level, in box order."""
+    import torch
+    from torchvision.ops import roi_align
+
+    out = rois.new_zeros((rois.shape[0], feats[0].shape[1], *output_size),
+                         dtype=feats[0].dtype)
+    for level, (feat, scale) in enumerate(zip(feats, scales)):
+        idx = torch.where(levels == level)[0]
+        out[idx] = roi_align(feat, rois[idx], output_size=tuple(output_size),
+                             spatial_scale=scale, sampling_ratio=sampling_ratio,
+                             aligned=bool(aligned)).to(out.dtype)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _pyramid_op():
+    """ort_roi::pyramid_roi_align as a torch custom op (what dynamo traces)."""
+    import torch
+
+    @torch.library.custom_op("ort_roi::pyramid_roi_align", mutates_args=())
+    def pyramid_roi_align(rois: torch.Tensor, levels: torch.Tensor, feats: list[torch.Tensor],
+                          output_size: list[int], sampling_ratio: int, scales: list[float],
+                          aligned: int = 0) -> torch.Tensor:
+        return _merge(rois, levels, feats, output_size, sampling_ratio, scales, aligned)
+
+    @pyramid_roi_align.register_fake
+    def _(rois, levels, feats, output_size, sampling_ratio, scales, aligned=0):
+        return rois.new_empty((rois.shape[0], feats[0].shape[1], *output_size),
+                              dtype=feats[0].dtype)
+
+    return pyramid_roi_align
+
+
+@functools.lru_cache(maxsize=None)
+def _pyramid_function():
+    """The fused stage for the TorchScript exporter: an autograd Function whose symbolic
+    writes PyramidRoIAlign_L{n}."""
+    import torch
+
+    class PyramidRoIAlign(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, rois, levels, output_size, sampling_ratio, scales, aligned, *feats):
+            return _merge(rois, levels, feats, output_size, sampling_ratio, scales, aligned)
+
+        @staticmethod
+        def symbolic(g, rois, levels, output_size, sampling_ratio, scales, aligned, *feats):
+            return g.op(f"{DOMAIN}::PyramidRoIAlign_L{len(feats)}", rois, levels, *feats,
+                        output_height_i=output_size[0], output_width_i=output_size[1],
+                        sampling_ratio_i=max(0, sampling_ratio), aligned_i=aligned,
+                        **{f"spatial_scale_{i}_f": float(s) for i, s in enumerate(scales)})
+
+    return PyramidRoIAlign
+
+
+def fused_multiscale(dynamo: bool) -> Callable:
+    """A stand-in for ``torchvision.ops.poolers._multiscale_roi_align`` that computes the same
+    and exports as one PyramidRoIAlign node (2 to 6 feature maps; others as torchvision)."""
+    from torchvision.ops import poolers
+
+    original = poolers._multiscale_roi_align  # noqa: SLF001 - the function patched
+
+    def multiscale_roi_align(x_filtered, boxes, output_size, sampling_ratio, scales, mapper):
+        if scales is None or mapper is None or not 1 < len(x_filtered) <= MAX_LEVELS:
+            return original(x_filtered, boxes, output_size, sampling_ratio, scales, mapper)
+        rois = poolers._convert_to_roi_format(boxes)  # noqa: SLF001
+        levels = mapper(boxes)
+        if dynamo:
+            import torch
+
+            _pyramid_op()
+            return torch.ops.ort_roi.pyramid_roi_align(
+                rois, levels, list(x_filtered), list(output_size), sampling_ratio,
+                [float(s) for s in scales], 0)
+        return _pyramid_function().apply(rois, levels, tuple(output_size), sampling_ratio,
+                                         tuple(float(s) for s in scales), 0, *x_filtered)
+
+    multiscale_roi_align.original = original
+    return multiscale_roi_align
+
+
+@contextlib.contextmanager
+def installed(dynamo: bool):
+    """ort_roi's translations in place for one export: the fused MultiScaleRoIAlign and (for
+    TorchScript) the symbolics; torchvision's own come back afterwards."""
+    import torch
+    from torchvision.ops import poolers
+
+    original = poolers._multiscale_roi_align  # noqa: SLF001
+    poolers._multiscale_roi_align = fused_multiscale(dynamo)  # noqa: SLF001
+    registered = []
+    try:
+        if not dynamo:
+            for name, fn in symbolics().items():
+                torch.onnx.register_custom_op_symbolic(name, fn, OPSET)
+                registered.append(name)
+        yield
+    finally:
+        poolers._multiscale_roi_align = original  # noqa: SLF001
+        for name in registered:
+            torch.onnx.unregister_custom_op_symbolic(name, OPSET)
+        if registered:  # torchvision's own symbolics (RoiAlign, MaxRoiPool), registered again
+            from torchvision.ops import _register_onnx_ops  # noqa: SLF001
+
+            _register_onnx_ops._register_custom_op()  # noqa: SLF001
+
+
+def torch_export(model, args: tuple = (), f=None, **kwargs: Any):
+    """``torch.onnx.export(model, args, f, **kwargs)`` with ort_roi's translations installed:
+    torchvision's roi_align, roi_pool, ps_roi_align, ps_roi_pool and MultiScaleRoIAlign (one
+    fused node per stage) are written as ort_roi nodes that a plain onnxruntime session with
+    ``ort_roi.session_options()`` runs. Every keyword goes to torch.onnx.export, ``dynamo``
+    included (its default is torch's); with dynamo, a ``custom_translation_table`` of yours
+    is kept (yours win). Returns what torch.onnx.export returns."""
+    import inspect
+
+    import torch
+
+    dynamo = kwargs.get("dynamo", inspect.signature(torch.onnx.export).parameters[
+        "dynamo"].default)
+    with installed(dynamo):
+        if dynamo:
+            kwargs["custom_translation_table"] = {**translation_table(),
+                                                  **(kwargs.get("custom_translation_table")
+                                                     or {})}
+        else:
+            kwargs.setdefault("custom_opsets", {DOMAIN: 1})
+        return torch.onnx.export(model, args, f, **kwargs)

@@ -1,0 +1,140 @@
+"""torchvision's RoI stage: MultiScaleRoIAlign exported by torch.onnx (TorchScript, opsets 11 to
+17) is fused at convert into one PyramidRoIAlign node; ort_roi.torch_export writes the stage,
+roi_align, roi_pool, ps_roi_align and ps_roi_pool as ort_roi nodes through both exporters.
+Skipped without torch (pip install 'ort-roi[torchvision]')."""
+
+import io
+import warnings
+from collections import OrderedDict
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import ort_roi
+
+torch = pytest.importorskip("torch")
+tv = pytest.importorskip("torchvision")
+from torchvision.ops import MultiScaleRoIAlign  # noqa: E402
+
+IMAGE = (64, 80)  # H, W of the images the boxes live in
+NAMES = ["0", "1", "2", "3"]
+
+
+class Pooler(torch.nn.Module):
+    """MultiScaleRoIAlign over a four-level pyramid (strides 4 to 32), two images."""
+
+    def __init__(self, output_size=7, sampling_ratio=2):
+        super().__init__()
+        self.pool = MultiScaleRoIAlign(NAMES, output_size, sampling_ratio)
+
+    def forward(self, f0, f1, f2, f3, boxes_a, boxes_b):
+        feats = OrderedDict(zip(NAMES, (f0, f1, f2, f3)))
+        return self.pool(feats, [boxes_a, boxes_b], [IMAGE, IMAGE])
+
+
+def _inputs(seed=0, n_a=9, n_b=5, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    feats = [torch.randn(2, 4, IMAGE[0] // s, IMAGE[1] // s, generator=g, dtype=dtype)
+             for s in (4, 8, 16, 32)]
+
+    def boxes(n):
+        xy = torch.rand(n, 2, generator=g) * torch.tensor([IMAGE[1], IMAGE[0]])
+        wh = torch.exp(torch.rand(n, 2, generator=g) * 5.5) + 1  # 2 .. 250 px: every level
+        b = torch.cat([xy - wh / 2, xy + wh / 2], 1).to(dtype)
+        if n > 3:
+            b[0] = torch.tensor([10, 10, 10, 10])  # zero size
+            b[1] = torch.tensor([60, 50, 20, 10])  # inverted
+            b[2] = torch.tensor([200, 150, 260, 300])  # off the image
+        return b
+    return (*feats, boxes(n_a), boxes(n_b))
+
+
+def _feed(model, args):
+    names = [i.name for i in model.graph.input]
+    return dict(zip(names, [a.numpy() for a in args]))
+
+
+def _export(module, args, opset, **kw):
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, args, buf, opset_version=opset, dynamo=False,
+                          input_names=["f0", "f1", "f2", "f3", "boxes_a", "boxes_b"],
+                          dynamic_axes={"boxes_a": [0], "boxes_b": [0]}, **kw)
+    return onnx.load_from_string(buf.getvalue())
+
+
+def _ops(model):
+    return [(n.domain, n.op_type) for n in model.graph.node]
+
+
+@pytest.mark.parametrize("opset", [11, 12, 13, 14, 15, 16, 17])
+def test_convert_fuses_the_exported_stage(opset):
+    module = Pooler().eval()
+    args = _inputs()
+    native = _export(module, args, opset)
+    assert ("", "ScatterElements") in _ops(native) and _ops(native).count(("", "RoiAlign")) == 4
+    conv = ort_roi.convert(native)
+    ops = _ops(conv)
+    assert ops.count(("ort_roi", "PyramidRoIAlign_L4")) == 1
+    assert ("", "ScatterElements") not in ops and ("", "RoiAlign") not in ops
+    assert ("", "NonZero") not in ops  # the per-level selections are gone
+    assert len(conv.graph.node) < len(native.graph.node) - 40
+    feed = _feed(native, args)
+    want = ort.InferenceSession(native.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    got = ort.InferenceSession(conv.SerializeToString(), ort_roi.session_options(),
+                               providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    with torch.no_grad():
+        eager = module(*args).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
+    assert np.abs(got).sum() > 0
+    # other box counts, one image without boxes: the same graph
+    args2 = _inputs(seed=3, n_a=0, n_b=17)
+    feed = _feed(native, args2)
+    got = ort.InferenceSession(conv.SerializeToString(), ort_roi.session_options(),
+                               providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    with torch.no_grad():
+        np.testing.assert_allclose(got, module(*args2).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_stage_that_does_not_match_exactly_is_left_as_it_is_and_said_why():
+    native = _export(Pooler().eval(), _inputs(), 17)
+    ra = [n for n in native.graph.node if n.op_type == "RoiAlign"][2]
+    for a in ra.attribute:
+        if a.name == "output_height":
+            a.i = 5  # one level pools to another size: not torchvision's stage
+    with pytest.warns(UserWarning, match="starts like torchvision's MultiScaleRoIAlign merge but "
+                                         "does not match it exactly.*pools with"):
+        conv = ort_roi.convert(native)
+    assert ("", "ScatterElements") in _ops(conv)
+    assert ("ort_roi", "PyramidRoIAlign_L4") not in _ops(conv)
+    assert _ops(conv).count(("ort_roi", "RoiAlign")) == 4  # each RoiAlign still moved
+
+
+def test_convert_without_fusion_and_back_to_standard_onnx():
+    module = Pooler().eval()
+    args = _inputs()
+    native = _export(module, args, 17)
+    assert ("ort_roi", "PyramidRoIAlign_L4") not in _ops(ort_roi.convert(native, fuse=False))
+    conv = ort_roi.convert(native)
+    back = ort_roi.convert(conv, "onnx")
+    assert all(d == "" for d, _ in _ops(back))
+    feed = _feed(native, args)
+    got = ort.InferenceSession(back.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    with torch.no_grad():
+        np.testing.assert_allclose(got, module(*args).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_front_door_fuses_too():
+    module = Pooler().eval()
+    args = _inputs()
+    native = _export(module, args, 16)
+    sess = ort_roi.InferenceSession(native)
+    with torch.no_grad():
+        np.testing.assert_allclose(sess.run(None, _feed(native, args))[0], module(*args).numpy(),
+                                   rtol=1e-5, atol=1e-5)
