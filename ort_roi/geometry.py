@@ -170,6 +170,57 @@ def axis_weights(start: np.ndarray, bin_size: np.ndarray, grid: np.ndarray, pool
     return A.astype(dtype)
 
 
+def crop_weights(start: np.ndarray, bin_size: np.ndarray, grid: np.ndarray, pooled, size,
+                 dtype, rows: int = 0, explicit_max: int = EXPLICIT_GRID_MAX):
+    """``axis_weights`` of every axis at once, cut to each box's crop.
+
+    start, bin_size, grid: [R, A] (A axes, e.g. y and x); ``pooled`` and ``size``: one per
+    axis. Returns (first, stop, A): first/stop [R, A] the map indices where a box's weights
+    along an axis begin and end (first == stop: none) and A [R, A, rows', S] (rows' =
+    max(rows, pooled), S the longest crop; rows past an axis's pooled count are zero) with
+    A[r, a, p, j] the weight of index first[r, a] + j. The same sums as axis_weights
+    (float64, then ``dtype``), at the crops' size and in one pass over both axes (W8's 10
+    boxes on a 20-pixel map: 60 us against 220 us for two calls of the map-sized weights)."""
+    R, n_ax = start.shape
+    pooled, size = np.broadcast_to(pooled, n_ax), np.broadcast_to(size, n_ax)
+    P = int(pooled.max())
+    rows = max(rows, P)
+    big = grid > explicit_max
+    g = np.where(big, 0, grid)
+    G = max(1, int(g.max(initial=0)))
+    y = sample_positions(start, bin_size, g, P, G)  # [R, A, P, G]
+    inside, low, high, frac = neighbours(y, size[:, None, None])
+    t = frac.dtype.type
+    use = (inside & (np.arange(G) < g[..., None, None])
+           & (np.arange(P)[:, None] < pooled[:, None, None]))
+    first = np.where(use, low, size[:, None, None]).min(axis=(2, 3))
+    stop = np.where(use, high + 1, 0).max(axis=(2, 3))
+    for r, ax in zip(*np.nonzero(big)):  # huge grids: the closed form over the whole axis
+        on = axis_weights(start[r:r + 1, ax], bin_size[r:r + 1, ax], grid[r:r + 1, ax],
+                          int(pooled[ax]), int(size[ax]), np.float64, explicit_max)[0].any(0)
+        first[r, ax] = on.argmax() if on.any() else size[ax]
+        stop[r, ax] = size[ax] - on[::-1].argmax() if on.any() else 0
+    stop = np.maximum(stop, first)  # no weight at all: an empty crop
+    first = np.minimum(first, stop)
+    S = max(1, int((stop - first).max(initial=1)))
+    base = ((np.arange(R * n_ax) * rows).reshape(R, n_ax, 1) + np.arange(P))[..., None] * S
+    base = base - first[:, :, None, None]
+    # every low neighbour, then every high one (the order of the sums); a sample not used
+    # weighs 0 where it lands (clipped into the box's own rows)
+    cells = np.clip(np.concatenate([(base + low).ravel(), (base + high).ravel()]), 0,
+                    R * n_ax * rows * S - 1)
+    weights = np.concatenate([np.where(use, t(1) - frac, t(0)).ravel(),
+                              np.where(use, frac, t(0)).ravel()]).astype(np.float64)
+    A = np.bincount(cells, weights, minlength=R * n_ax * rows * S).reshape(R, n_ax, rows, S)
+    for r, ax in zip(*np.nonzero(big)):
+        f0, f1, p = first[r, ax], stop[r, ax], int(pooled[ax])
+        A[r, ax, :p, :f1 - f0] = axis_weights(start[r:r + 1, ax], bin_size[r:r + 1, ax],
+                                              grid[r:r + 1, ax], p, int(size[ax]), np.float64,
+                                              explicit_max)[0, :, f0:f1] * grid[r, ax]
+    A /= np.maximum(grid, 1)[:, :, None, None]
+    return first, stop, A.astype(dtype)
+
+
 def _explicit(start, bin_size, grid, pooled: int, size: int) -> np.ndarray:
     """Sum of the samples' 1-D weights, per bin over the map [R, pooled, size]."""
     R = start.shape[0]

@@ -157,7 +157,8 @@ def test_convert_reports_unreadable_and_malformed_models(tmp_path, capsys):
 
 def test_bench_rejects_unknown_workloads(capsys):
     assert cli.main(["bench", "W9"]) == 2
-    assert "unknown workload 'W9' (known: W1, W2, W3, W4, W5, W6, W7)" in capsys.readouterr().err
+    assert ("unknown workload 'W9' (known: W1, W2, W3, W4, W5, W6, W7, W8, W8f)"
+            in capsys.readouterr().err)
 
 
 def test_convert_leaves_bilinear_pooling_alone_and_says_why():
@@ -190,6 +191,45 @@ def test_bench_runs_w6_and_writes_json(tmp_path):
         assert lo == mid == hi > 0
         assert native["max_abs_diff"] < 1e-6
     assert "| W6_tiny | RoIAlign |" in bench.markdown(results)
+
+
+def test_bench_per_level_workload_rows_and_stage(tmp_path):
+    """W8f: one row per level (ort_roi::RoiAlign against onnxruntime's, same boxes) and the
+    box pooler's whole stage: torchvision's exported MultiScaleRoIAlign, fused, against the
+    same graph run natively and converted without fusion; the outputs agree."""
+    from ort_roi.cli import bench
+
+    out = tmp_path / "bench.json"
+    assert cli.main(["bench", "w8f", "--repeat", "1", "--json", str(out)]) == 0
+    rows = {r["workload"]: r for r in json.loads(out.read_text())["rows"]}
+    assert list(rows) == [f"W8f_faster_levels box P{lv} ({r})"
+                          for lv, r in ((2, 687), (3, 307), (4, 6), (5, 0))] + [
+        "W8f_faster_levels box"]
+    for name, r in rows.items():
+        peers = r["peers"]
+        if name.endswith("box"):
+            assert r["op"] == "fused multi-level stage"
+            assert set(peers) == {"ORT, torchvision's stage", "ort_roi, unfused"}
+        else:
+            assert r["op"] == "RoiAlign" and "ORT RoiAlign" in peers
+        for v in peers.values():
+            assert v["max_abs_diff"] < 1e-5 and v["s"] > 0
+    maps, boxes = bench.make_level_inputs(bench.workloads()["W8f_faster_levels"])
+    assert [len(boxes[("box", lv)]) for lv in (2, 3, 4, 5)] == [687, 307, 6, 0]
+    assert maps[2].shape == (1, 256, 96, 120) and maps[5].shape == (1, 256, 12, 15)
+
+
+def test_per_level_boxes_fall_on_their_level():
+    """The W8 boxes land on the level of their row by torchvision's own LevelMapper rule
+    (floor(4 + log2(sqrt(area) / 224) + 1e-6), clamped to 2..5)."""
+    from ort_roi.cli import bench
+
+    for name in ("W8_rcnn_levels", "W8f_faster_levels"):
+        _, boxes = bench.make_level_inputs(bench.workloads()[name])
+        for (_, level), b in boxes.items():
+            area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+            k = np.clip(np.floor(4 + np.log2(np.sqrt(area) / 224) + 1e-6), 2, 5)
+            assert (k == level).all(), (name, level)
 
 
 def test_bench_plot_writes_a_png(tmp_path):

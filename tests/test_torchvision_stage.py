@@ -138,3 +138,31 @@ def test_front_door_fuses_too():
     with torch.no_grad():
         np.testing.assert_allclose(sess.run(None, _feed(native, args))[0], module(*args).numpy(),
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_cli_convert_fuses_unless_told_not_to(tmp_path, capsys):
+    from ort_roi.cli import main as cli
+
+    src = tmp_path / "pooler.onnx"
+    onnx.save(_export(Pooler().eval(), _inputs(), 17), src)
+    assert cli.main(["convert", str(src), str(tmp_path / "fused.onnx")]) == 0
+    assert "PyramidRoIAlign" in capsys.readouterr().out
+    fused = onnx.load(tmp_path / "fused.onnx")
+    assert _ops(fused).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
+    assert cli.main(["convert", str(src), str(tmp_path / "plain.onnx"), "--no-fuse"]) == 0
+    plain = onnx.load(tmp_path / "plain.onnx")
+    assert ("ort_roi", "PyramidRoIAlign_L4") not in _ops(plain)
+    assert _ops(plain).count(("ort_roi", "RoiAlign")) == 4
+    assert cli.main(["convert", str(tmp_path / "fused.onnx"), str(tmp_path / "back.onnx"),
+                     "--to", "onnx"]) == 0
+    assert all(d == "" for d, _ in _ops(onnx.load(tmp_path / "back.onnx")))
+
+
+def test_front_door_without_fusion():
+    module = Pooler().eval()
+    args = _inputs()
+    native = _export(module, args, 17)
+    sess = ort_roi.InferenceSession(native, fuse=False)
+    with torch.no_grad():
+        np.testing.assert_allclose(sess.run(None, _feed(native, args))[0], module(*args).numpy(),
+                                   rtol=1e-5, atol=1e-5)

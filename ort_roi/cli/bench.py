@@ -26,6 +26,7 @@ from typing import Callable
 
 import numpy as np
 import onnxruntime as ort
+import onnx
 from onnx import TensorProto, helper
 
 from .. import __version__
@@ -54,6 +55,81 @@ def make_fpn_inputs(w: dict, seed: int = 0):
     side = rng.uniform(16, 600, (r, 2))
     boxes = np.concatenate([ctr - side / 2, ctr + side / 2], 1).astype(np.float32)
     return feats, boxes
+
+
+#: sqrt(area) of the boxes made for each FPN level (image pixels), inside torchvision's
+#: LevelMapper ranges (P2 < 112, P3 112-224, P4 224-448, P5 >= 448) with a margin.
+LEVEL_SIDES = {2: (8.0, 104.0), 3: (118.0, 212.0), 4: (236.0, 424.0), 5: (470.0, 900.0)}
+
+
+def make_level_inputs(w: dict, seed: int = 0):
+    """A per-level workload (W8): the FPN maps {level: [N, C, ceil(H/s), ceil(W/s)]} and per
+    row (pooler, level) its R boxes [R, 4] (image pixels, float32), each of the level's size
+    (sqrt(area) in LEVEL_SIDES, aspect ratio 1/2 to 2) and, as a model's clipped proposals
+    are, inside the image where its size allows (a box larger than the image is clipped to
+    it only if it would still have its level's size)."""
+    rng = np.random.default_rng(seed)
+    (H, W), N, C = w["image"], w["N"], w["C"]
+    maps = {r["level"]: None for r in w["rows"]}
+    for r in w["rows"]:
+        if maps[r["level"]] is None:
+            s = r["stride"]
+            maps[r["level"]] = rng.standard_normal((N, C, -(-H // s), -(-W // s)),
+                                                   dtype=np.float32)
+    boxes = {}
+    for r in w["rows"]:
+        lo, hi = LEVEL_SIDES[r["level"]]
+        side = rng.uniform(lo, hi, r["R"])
+        ratio = np.exp(rng.uniform(np.log(0.5), np.log(2.0), r["R"]))
+        bw, bh = side * np.sqrt(ratio), side / np.sqrt(ratio)
+        x0 = rng.uniform(0, 1, r["R"]) * np.maximum(W - bw, 0) + np.minimum(W - bw, 0) / 2
+        y0 = rng.uniform(0, 1, r["R"]) * np.maximum(H - bh, 0) + np.minimum(H - bh, 0) / 2
+        boxes[(r["pooler"], r["level"])] = np.stack([x0, y0, x0 + bw, y0 + bh], 1).astype(
+            np.float32)
+    return maps, boxes
+
+
+def _level_cases(w: dict, op: str):
+    """W8: one RoiAlign call of one level's boxes (ort_roi::RoiAlign as convert writes it,
+    against onnxruntime's and torchvision's), or a pooler's whole stage: torchvision's
+    exported MultiScaleRoIAlign (ort_roi/data/torchvision_stage_*.onnx, tools/export_stage.py)
+    fused by convert into one PyramidRoIAlign, against the same graph run natively (the sum
+    of its nodes) and converted without fusion."""
+    maps, boxes = make_level_inputs(w)
+    sr = w["sampling_ratio"]
+    peers: dict[str, Runner | None] = {}
+    if op == "RoiAlign":
+        row = w["row"]
+        X, b, P = maps[row["level"]], boxes[(row["pooler"], row["level"])], row["pooled"]
+        attrs = dict(output_height=P, output_width=P, sampling_ratio=sr,
+                     spatial_scale=1.0 / row["stride"], mode="avg",
+                     coordinate_transformation_mode="half_pixel" if w["aligned"]
+                     else "output_half_pixel")
+        batch = np.zeros(len(b), np.int64)
+        ours = _Ours("RoiAlign", dict(X=X, rois=b, batch_indices=batch.astype(np.int32)),
+                     **attrs)
+        node = helper.make_node("RoiAlign", ["X", "rois", "batch_indices"], ["Y"], **attrs)
+        peers["ORT RoiAlign"] = _ort_native(node, dict(X=X, rois=b, batch_indices=batch))
+        rois = np.concatenate([batch[:, None].astype(np.float32), b], 1)
+        peers["torchvision roi_align"] = _torchvision("roi_align", X, rois, P,
+                                                      1.0 / row["stride"], sr,
+                                                      aligned=bool(w["aligned"]))
+        return ours, peers
+    pooler = w["pooler"]
+    rows = [r for r in w["rows"] if r["pooler"] == pooler]
+    P = rows[0]["pooled"]
+    b = np.concatenate([boxes[(r["pooler"], r["level"])] for r in rows])
+    b = b[np.random.default_rng(1).permutation(len(b))]  # the levels interleaved
+    with resources.files("ort_roi").joinpath(f"data/torchvision_stage_{P}.onnx").open("rb") as f:
+        native = onnx.load(f)
+    feed = {f"p{lvl}": maps[lvl] for lvl in (2, 3, 4, 5)}
+    feed["boxes"] = b
+    fused = _session(convert(native), session_options())
+    unfused = _session(convert(native, fuse=False), session_options())
+    plain = _session(native)
+    peers["ORT, torchvision's stage"] = lambda: plain.run(None, feed)[0]
+    peers["ort_roi, unfused"] = lambda: unfused.run(None, feed)[0]
+    return (lambda: fused.run(None, feed)[0]), peers
 
 
 def _fpn_cases(w: dict, op: str):
@@ -224,6 +300,8 @@ def cases(w: dict, op: str, seed: int = 0) -> tuple[_Ours, dict[str, Runner | No
     """Our runner and the peers' for one workload and op."""
     if "strides" in w:
         return _fpn_cases(w, op)
+    if "rows" in w:
+        return _level_cases(w, op)
     P, s = w["pooled"], w["spatial_scale"]
     X, boxes, counts = make_inputs(w, seed, normalized=(op == "ROIPooling.bilinear"))
     batch = np.repeat(np.arange(len(counts)), counts)
@@ -346,8 +424,20 @@ def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
     if unknown:
         raise ValueError(f"unknown workload {unknown[0]!r} (known: "
                          f"{', '.join(k.split('_')[0] for k in ws)})")
-    todo = [(k, dict(v), op) for k, v in ws.items()
-            if not names or any(named(k, n) for n in names) for op in v["ops"]]
+    todo = []
+    for k, v in ws.items():
+        if names and not any(named(k, n) for n in names):
+            continue
+        for op in v["ops"]:
+            if "rows" not in v:
+                todo.append((k, dict(v), op))
+            elif op == "RoIAlign":  # per-level workloads: a row per level (the ONNX RoiAlign
+                # node torchvision writes, converted), a stage per pooler
+                todo += [(f"{k} {r['pooler']} P{r['level']} ({r['R']})", dict(v, row=r),
+                          "RoiAlign") for r in v["rows"]]
+            else:
+                todo += [(f"{k} {p}", dict(v, pooler=p), op)
+                         for p in dict.fromkeys(r["pooler"] for r in v["rows"])]
     log(f"ort-roi bench on {describe(info)}")
     log(RATIO.format(repeat=repeat) + "\n")
     if scaling:
@@ -363,7 +453,7 @@ def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
         (t_ours, y, rounds), t_floor = times.pop(OURS), times.pop(FLOOR, (None,))[0]
         row = {"workload": wname, "op": op, "ort_roi_s": t_ours, "bridge_floor_s": t_floor,
                "peers": {}}
-        line = (f"{wname:<22} {op:<20} ort_roi {_ms(t_ours):>9}"
+        line = (f"{wname:<32} {op:<24} ort_roi {_ms(t_ours):>9}"
                 + (f" (bridge {_ms(t_floor)})" if t_floor is not None else ""))
         for pname, (t, yp, peer_rounds) in times.items():
             comparable = yp.shape == y.shape and not pname.endswith("only")
@@ -405,9 +495,12 @@ def markdown(results: dict) -> str:
 
 
 def _short(workload: str) -> str:
-    """W1_faster_rcnn_c4 -> W1; the scaling rows keep their R (W2_R100)."""
-    head, _, rest = workload.partition("_")
-    return workload if rest[:1] == "R" and rest[1:].isdigit() else head
+    """W1_faster_rcnn_c4 -> W1; the scaling rows keep their R (W2_R100), the per-level rows
+    their row (W8 box P2 (912))."""
+    name, _, row = workload.partition(" ")
+    head, _, rest = name.partition("_")
+    short = name if rest[:1] == "R" and rest[1:].isdigit() else head
+    return f"{short} {row}" if row else short
 
 
 #: How the plot and tables name the ops: labels that differ by more than case.

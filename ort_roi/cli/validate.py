@@ -206,8 +206,9 @@ def _print_validation(path: str, v: Validation) -> None:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     """Rewrite a graph so that a plain onnxruntime session with ort_roi runs it: ONNX
-    RoiAlign / MaxRoiPool into ort_roi, exporters' nodes with every attribute (--to onnx:
-    ort_roi RoiAlign / ROIPooling max back to ONNX)."""
+    RoiAlign / MaxRoiPool into ort_roi, torchvision's exported MultiScaleRoIAlign stages
+    into one PyramidRoIAlign node each, exporters' nodes with every attribute (--to onnx: ort_roi
+    RoiAlign / ROIPooling max and the fused stages back to standard ONNX)."""
     try:
         m = onnx.load(args.input)
     except Exception as e:  # noqa: BLE001 - a missing file or not a model: say which
@@ -215,7 +216,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     try:
-        done = rewrite(m, to=args.to, roialign_max=args.roialign_max)
+        done = rewrite(m, to=args.to, roialign_max=args.roialign_max, fuse=args.fuse)
         onnx.save(m, args.output)
     except (ValueError, OSError) as e:
         print(f"ort-roi convert: {e}", file=sys.stderr)
@@ -246,4 +247,7 @@ def add_commands(sub) -> None:
     p.add_argument("--roialign-max", choices=("sample", "onnx"), default="sample",
                    help="ONNX RoiAlign mode=max as the largest bilinear sample (sample, the "
                         "default: mmcv, OpenVINO) or as onnxruntime computes it (onnx)")
+    p.add_argument("--no-fuse", dest="fuse", action="store_false",
+                   help="leave torchvision's MultiScaleRoIAlign stages node by node (each "
+                        "RoiAlign still moved) instead of one PyramidRoIAlign node")
     p.set_defaults(fn=cmd_convert)

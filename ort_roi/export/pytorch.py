@@ -28,12 +28,15 @@ from ..specs import DOMAIN, MAX_LEVELS
 
 #: The torchvision ops translated, by their TorchScript names.
 TORCHVISION_OPS = ("roi_align", "roi_pool", "ps_roi_align", "ps_roi_pool")
-OPSET = 11  # the lowest default-domain opset the symbolics are registered for
+#: Default-domain opsets the TorchScript symbolics are registered at: every one the exporter
+#: writes, so that none of torchvision's own (at 11 and 16) is picked instead.
+OPSETS = tuple(range(11, 21))
 
 
 def symbolics() -> dict[str, Callable]:
-    """TorchScript symbolics (``torch.onnx.register_custom_op_symbolic(name, fn, 11)``) of
-    torchvision's RoI ops, writing ort_roi nodes."""
+    """TorchScript symbolics of torchvision's RoI ops, writing ort_roi nodes (register each
+    with ``torch.onnx.register_custom_op_symbolic(name, fn, opset)`` for every opset of
+    ``OPSETS``: torchvision registers its own at 11 and 16)."""
     import torch
     from torch.onnx import symbolic_helper as sh
     from torch.onnx import symbolic_opset11 as opset11
@@ -90,7 +93,7 @@ def translation_table() -> dict[Callable, Callable]:
     custom_translation_table=translation_table())``): torchvision's RoI ops and ort_roi's
     fused MultiScaleRoIAlign op (``fused_multiscale``) as ort_roi nodes."""
     import torch
-    from onnxscript import INT64
+    from onnxscript import INT64, ir
     from onnxscript.onnx_opset import opset18 as op
 
     ours = _ort_roi_opset()
@@ -111,21 +114,27 @@ def translation_table() -> dict[Callable, Callable]:
                              sampling_ratio=max(0, sampling_ratio),
                              spatial_scale=spatial_scale)
 
+    def with_indices(out):
+        """torchvision's ops also return int32 indices (argmax, channel mapping) that only
+        backward reads: zeros of the output's shape, dropped by the exporter when unused."""
+        return out, op.ConstantOfShape(op.Shape(out), value=ir.tensor([0], ir.DataType.INT32))
+
     def roi_pool(input, rois, spatial_scale: float, pooled_height: int, pooled_width: int):
-        return ours.ROIPooling(input, rois, pooled_h=pooled_height, pooled_w=pooled_width,
-                               spatial_scale=spatial_scale, method="max"), None
+        return with_indices(ours.ROIPooling(input, rois, pooled_h=pooled_height,
+                                            pooled_w=pooled_width,
+                                            spatial_scale=spatial_scale, method="max"))
 
     def ps_roi_align(input, rois, spatial_scale: float, pooled_height: int,
                      pooled_width: int, sampling_ratio: int = -1):
-        return ours.TorchvisionPSRoIAlign(input, rois, pooled_height=pooled_height,
-                                          pooled_width=pooled_width,
-                                          spatial_scale=spatial_scale,
-                                          sampling_ratio=sampling_ratio), None
+        return with_indices(ours.TorchvisionPSRoIAlign(input, rois, pooled_height=pooled_height,
+                                                       pooled_width=pooled_width,
+                                                       spatial_scale=spatial_scale,
+                                                       sampling_ratio=sampling_ratio))
 
     def ps_roi_pool(input, rois, spatial_scale: float, pooled_height: int, pooled_width: int):
-        return ours.TorchvisionPSRoIPool(input, rois, pooled_height=pooled_height,
-                                         pooled_width=pooled_width,
-                                         spatial_scale=spatial_scale), None
+        return with_indices(ours.TorchvisionPSRoIPool(input, rois, pooled_height=pooled_height,
+                                                      pooled_width=pooled_width,
+                                                      spatial_scale=spatial_scale))
 
     def pyramid_roi_align(rois, levels, feats, output_size, sampling_ratio: int,
                           scales, aligned: int = 0):
@@ -161,10 +170,11 @@ def _pyramid_op():
     """ort_roi::pyramid_roi_align as a torch custom op (what dynamo traces)."""
     import torch
 
-    @torch.library.custom_op("ort_roi::pyramid_roi_align", mutates_args=())
-    def pyramid_roi_align(rois: torch.Tensor, levels: torch.Tensor, feats: list[torch.Tensor],
-                          output_size: list[int], sampling_ratio: int, scales: list[float],
-                          aligned: int = 0) -> torch.Tensor:
+    @torch.library.custom_op(
+        "ort_roi::pyramid_roi_align", mutates_args=(),
+        schema="(Tensor rois, Tensor levels, Tensor[] feats, SymInt[] output_size, "
+               "int sampling_ratio, float[] scales, int aligned=0) -> Tensor")
+    def pyramid_roi_align(rois, levels, feats, output_size, sampling_ratio, scales, aligned=0):
         return _merge(rois, levels, feats, output_size, sampling_ratio, scales, aligned)
 
     @pyramid_roi_align.register_fake
@@ -235,13 +245,14 @@ def installed(dynamo: bool):
     try:
         if not dynamo:
             for name, fn in symbolics().items():
-                torch.onnx.register_custom_op_symbolic(name, fn, OPSET)
-                registered.append(name)
+                for opset in OPSETS:
+                    torch.onnx.register_custom_op_symbolic(name, fn, opset)
+                    registered.append((name, opset))
         yield
     finally:
         poolers._multiscale_roi_align = original  # noqa: SLF001
-        for name in registered:
-            torch.onnx.unregister_custom_op_symbolic(name, OPSET)
+        for name, opset in registered:
+            torch.onnx.unregister_custom_op_symbolic(name, opset)
         if registered:  # torchvision's own symbolics (RoiAlign, MaxRoiPool), registered again
             from torchvision.ops import _register_onnx_ops  # noqa: SLF001
 

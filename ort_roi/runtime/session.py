@@ -64,20 +64,21 @@ def _load(model) -> onnx.ModelProto:
 
 
 def prepare_model(model: onnx.ModelProto, exact_floats: bool = True,
-                  roialign_max: str = "sample") -> Rewrite:
+                  roialign_max: str = "sample", fuse: bool = True) -> Rewrite:
     """The front door's preparation: the graph-rewrite pass (``graph.rewrite``: native
-    RoiAlign / MaxRoiPool and the multi-level nodes into ort_roi, every node form checked and
-    its attributes explicit) with float attributes as tokens that reach the kernels exactly.
-    Raises RoiOpError naming the node. Works in place; returns what it did."""
+    RoiAlign / MaxRoiPool and the multi-level nodes into ort_roi, torchvision's
+    MultiScaleRoIAlign stages fused when ``fuse``, every node form checked and its attributes
+    explicit) with float attributes as tokens that reach the kernels exactly. Raises
+    RoiOpError naming the node. Works in place; returns what it did."""
     return rewrite(model, "ort_roi", float_token=bridge.float_token if exact_floats else None,
-                   roialign_max=roialign_max)
+                   roialign_max=roialign_max, fuse=fuse)
 
 
 class InferenceSession:
     """An onnxruntime.InferenceSession with the ort_roi ops registered, that raises.
 
     Accepts a path, bytes or ``onnx.ModelProto``. The graph is rewritten as ``ort_roi.convert``
-    does (``roialign_max`` as there; what is worth knowing is issued as a warning naming the
+    does (``roialign_max`` and ``fuse`` as there; what is worth knowing is issued as a warning naming the
     node), omitted optional attributes take their defaults, float attributes reach the
     kernels exactly, and a bad input raises :class:`ort_roi.RoiOpError` (a ValueError)
     naming op, node, input and tensor, from ``run`` instead of returning NaN. ort_roi's ops
@@ -88,9 +89,9 @@ class InferenceSession:
 
     def __init__(self, model, sess_options: ort.SessionOptions | None = None,
                  providers: Sequence[Any] | None = None, *, roialign_max: str = "sample",
-                 **kw: Any):
+                 fuse: bool = True, **kw: Any):
         m = _load(model)
-        for note in prepare_model(m, roialign_max=roialign_max).notes:
+        for note in prepare_model(m, roialign_max=roialign_max, fuse=fuse).notes:
             warnings.warn(note, stacklevel=2)
         so = session_options(sess_options)  # registers the ops on sess_options, once
         try:

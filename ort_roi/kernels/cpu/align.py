@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...geometry import (BoxGeometry, align_bins, axis_weights, bilinear_weights, neighbours,
+from ...geometry import (BoxGeometry, align_bins, bilinear_weights, crop_weights, neighbours,
                          sample_positions, sample_taps)
 from . import strategies, workspace
 from .parallel import for_ranges
@@ -31,24 +31,30 @@ MMCV_EMPTY_MAX = -10000.0
 
 
 def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
-          spatial_scale: float, sampling_ratio: int, geometry: BoxGeometry) -> np.ndarray:
+          spatial_scale: float, sampling_ratio: int, geometry: BoxGeometry,
+          out: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
     """RoIAlign's mean of checked inputs, over an NHWC copy of X, boxes shared among the
-    cores; each call (or box) by the strategy strategies.py picks."""
+    cores; each call (or box) by the strategy strategies.py picks. Box i is written to
+    out[rows[i]] when ``out`` is given (several levels into one output), else to a new
+    [R, C, ph, pw] array (rows 0 .. R-1)."""
     N, C, H, W = X.shape
     R = boxes.shape[0]
-    out = workspace.output((R, C, ph, pw), X.dtype)
+    if out is None:
+        out, rows = workspace.output((R, C, ph, pw), X.dtype), np.arange(R)
     if R == 0 or C == 0:
         return out
     start, bin_size, grid = align_bins(boxes, spatial_scale, geometry, ph, pw, sampling_ratio)
     if strategies.align_is_small(R, C, H, W, ph, pw, int(grid.max())):
-        return _align_small(X, batch, start, bin_size, grid, ph, pw, out)
+        out[rows] = _align_small(X, batch, start, bin_size, grid, ph, pw)
+        return out
     Xn = workspace.nhwc(X)
     by_taps = strategies.align_by_taps(sampling_ratio, bin_size, ph, pw, H, W, C)
-    if by_taps.any():
-        _align_taps(Xn, batch, start, bin_size, sampling_ratio, ph, pw, out,
-                    np.flatnonzero(by_taps))
     if not by_taps.all():
-        _align_crops(Xn, batch, start, bin_size, grid, ph, pw, out, np.flatnonzero(~by_taps))
+        _align_crops(Xn, batch, start, bin_size, grid, ph, pw, out, rows,
+                     np.flatnonzero(~by_taps))
+    if by_taps.any():
+        _align_taps(Xn, batch, start, bin_size, sampling_ratio, ph, pw, out, rows,
+                    np.flatnonzero(by_taps))
     return out
 
 
@@ -60,7 +66,7 @@ def _axis_taps(start, bin_size, g: int, pooled: int, size: int, dtype):
     return idx.reshape(R, pooled * 2 * g), (w / t(g)).astype(dtype).reshape(R, pooled, 2 * g)
 
 
-def _align_taps(Xn, batch, start, bin_size, g: int, ph: int, pw: int, out, which):
+def _align_taps(Xn, batch, start, bin_size, g: int, ph: int, pw: int, out, rows, which):
     """Boxes ``which`` from their taps: with the taps' pixels G [ph, 2g, pw, 2g, C],
     out[c, p, q] = sum_ij wy[p, i] wx[q, j] G[p, i, q, j, c], as two batched products
     (over i for each row of bins, then over j for each bin), a few boxes per step."""
@@ -81,55 +87,67 @@ def _align_taps(Xn, batch, start, bin_size, g: int, ph: int, pw: int, out, which
                 s1 = min(rs.size, s0 + step)
                 n = s1 - s0
                 idx = (ty[s0:s1, :, None] * W + tx[s0:s1, None, :]).ravel()
-                G = np.take(pixels, idx, axis=0).reshape(n * ph, k, nx * C)
+                # into a reused buffer, mode "clip" (the indices are on the map): take()
+                # with mode "raise" and out= buffers the whole gather (3x slower)
+                G = pixels.take(idx, axis=0, mode="clip",
+                                out=workspace.scratch("taps", (idx.size, C), Xn.dtype))
+                G = G.reshape(n * ph, k, nx * C)
                 V = np.matmul(wy[s0:s1].reshape(n * ph, 1, k), G)
                 T = np.matmul(wx[s0:s1, None, :, None, :], V.reshape(n, ph, pw, k, C))
-                out[rs[s0:s1]] = T.reshape(n, ph * pw, C).transpose(0, 2, 1).reshape(
+                out[rows[rs[s0:s1]]] = T.reshape(n, ph * pw, C).transpose(0, 2, 1).reshape(
                     n, C, ph, pw)
 
     for_ranges(which.size, work, min_chunk=step)
 
 
-def _align_crops(Xn, batch, start, bin_size, grid, ph: int, pw: int, out, which):
-    """Boxes ``which`` from their crops: U = Ay[:, crop rows] @ crop ([PH, wc*C]), then for
-    each output row out[r][:, ph, :] = U[ph]^T @ Ax[:, crop cols]^T, written straight into
-    the NCHW output."""
+def _align_crops(Xn, batch, start, bin_size, grid, ph: int, pw: int, out, rows, which):
+    """Boxes ``which`` from their crops, a box at a time, the crop a strided view (no copy):
+    U = Ay[crop rows] @ crop ([PH, wc*C]), then per row of bins out[r][:, p, :] =
+    U[p]^T @ Ax[crop cols]^T, written straight into the NCHW output (one batched call).
+
+    The weights of a chunk of boxes are made first, at the crops' size
+    (geometry.crop_weights), then the threads run only the products, which release the GIL
+    (W8's 78 boxes on P3: the weights made in each thread took 3 of the call's 7 ms). The
+    first product is cut into calls of at most 8 rows and ``strategies.GEMM_MAX``
+    multiply-adds: OpenBLAS runs such small products 2-3x faster than one larger call
+    (measured; see strategies.py)."""
     N, H, W, C = Xn.shape
-    (y1, x1), (bin_h, bin_w), (gh, gw) = start[which].T, bin_size[which].T, grid[which].T
-    chunk = max(1, (1 << 20) // (ph * H + pw * W))  # boxes whose weights are made together
-    rows_y = _gemm_rows(ph)
     explicit = strategies.explicit_grid_max()
+    rows_y = -(-ph // 8) * 8
+    gemm_max = strategies.gemm_max()
+    chunk = max(16, strategies.WEIGHTS_MAX // (rows_y * (H + W)))  # boxes whose weights are made together
 
-    def work(start: int, stop: int) -> None:
-        for c0 in range(start, stop, chunk):
-            c1 = min(stop, c0 + chunk)
-            Ay = np.zeros((c1 - c0, rows_y, H), Xn.dtype)
-            Ay[:, :ph] = axis_weights(y1[c0:c1], bin_h[c0:c1], gh[c0:c1], ph, H, Xn.dtype,
-                                      explicit)
-            Ax = axis_weights(x1[c0:c1], bin_w[c0:c1], gw[c0:c1], pw, W, Xn.dtype, explicit)
-            used_h, used_w = Ay.any(axis=1), Ax.any(axis=1)
-            for i in range(c1 - c0):
-                r = which[c0 + i]
-                rows, cols = np.flatnonzero(used_h[i]), np.flatnonzero(used_w[i])
-                if rows.size == 0 or cols.size == 0:
-                    out[r] = 0
+    for c0 in range(0, which.size, chunk):
+        part = which[c0:c0 + chunk]
+        first, stop, A = crop_weights(start[part], bin_size[part], grid[part], (ph, pw),
+                                      (H, W), Xn.dtype, rows_y, explicit)
+        Ay, AxT = A[:, 0], A[:, 1, :pw].transpose(0, 2, 1)
+        size = stop - first
+        boxes = list(zip(rows[part].tolist(), batch[part].tolist(), first[:, 0].tolist(),
+                         size[:, 0].tolist(), first[:, 1].tolist(), size[:, 1].tolist()))
+        U_cols = int(size[:, 1].max(initial=1)) * C
+
+        def work(a: int, b: int) -> None:
+            U = np.empty((rows_y, U_cols), Xn.dtype)
+            for i in range(a, b):
+                r, n, y0, hc, x0, wc = boxes[i]
+                if hc == 0 or wc == 0:
+                    out[r] = 0  # no sample on the map
                     continue
-                h0, h1, w0, w1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
-                crop = Xn[batch[r], h0:h1, w0:w1].reshape(h1 - h0, (w1 - w0) * C)
-                U = (Ay[i, :, h0:h1] @ crop).reshape(rows_y, w1 - w0, C)[:ph]
-                np.matmul(U.transpose(0, 2, 1), Ax[i, :, w0:w1].T, out=out[r].transpose(1, 0, 2))
+                crop = Xn[n, y0:y0 + hc, x0:x0 + wc]
+                step = max(1, gemm_max // (8 * hc * C))  # crop columns per product
+                for p0 in range(0, rows_y, 8):
+                    for s0 in range(0, wc, step):
+                        s1 = min(wc, s0 + step)
+                        np.matmul(Ay[i, p0:p0 + 8, :hc], crop[:, s0:s1].reshape(hc, -1),
+                                  out=U[p0:p0 + 8, s0 * C:s1 * C])
+                np.matmul(U[:ph, :wc * C].reshape(ph, wc, C).transpose(0, 2, 1), AxT[i, :wc],
+                          out=out[r].transpose(1, 0, 2))
 
-    for_ranges(which.size, work)
-
-
-def _gemm_rows(rows: int) -> int:
-    """Rows of the first GEMM's weights: OpenBLAS's sgemm ran a 7-row product over a large
-    crop 1.3-1.5x slower than the same product with a zero 8th row (measured, C = 256 and
-    1024; 14 rows gained nothing from 16), so such counts get one zero row."""
-    return rows + 1 if rows % 8 == 7 else rows
+        for_ranges(part.size, work)
 
 
-def _align_small(X, batch, start, bin_size, grid, ph: int, pw: int, out):
+def _align_small(X, batch, start, bin_size, grid, ph: int, pw: int):
     """align() for a small problem: every sample's weights on every row / column at once."""
     N, C, H, W = X.shape
     t = X.dtype.type
@@ -143,8 +161,7 @@ def _align_small(X, batch, start, bin_size, grid, ph: int, pw: int, out):
     A = np.where(use[..., None], w, t(0)).sum(axis=3, dtype=np.float64)
     A = (A / np.maximum(grid, 1)[:, :, None, None]).astype(X.dtype)
     Ay, Ax = A[:, 0, :ph, :H], A[:, 1, :pw, :W]
-    np.matmul(Ay[:, None] @ X[batch], Ax.transpose(0, 2, 1)[:, None], out=out)
-    return out
+    return np.matmul(Ay[:, None] @ X[batch], Ax.transpose(0, 2, 1)[:, None])
 
 
 #: Samples x channels gathered per step of the max (bounds the scratch memory).
@@ -210,12 +227,19 @@ def align_levels(X: list, batch, boxes, level, ph: int, pw: int, scales, samplin
                  geometry: BoxGeometry, mode: int, empty: float | None = 0.0):
     """Each box pooled from its level X[level[r]] at scales[level[r]] with RoIAlign's
     arithmetic, the mean (mode 0) or the max from ``empty`` (mode 1); a box on no level
-    (level outside [0, len(X))) gives 0."""
-    out = np.zeros((boxes.shape[0], X[0].shape[1], ph, pw), X[0].dtype)
+    (level outside [0, len(X))) gives 0. Each level's mean is written straight into the
+    boxes' rows of the output."""
+    shape = (boxes.shape[0], X[0].shape[1], ph, pw)
+    # the max's levels come back in their own output arrays (workspace.output): not that one
+    out = workspace.output(shape, X[0].dtype) if mode == 0 else np.empty(shape, X[0].dtype)
+    out[(level < 0) | (level >= len(X))] = 0
     for i in range(len(X)):
         which = np.flatnonzero(level == i)
         if which.size:
             args = (X[i], batch[which], boxes[which], ph, pw, scales[i], sampling_ratio,
                     geometry)
-            out[which] = align(*args) if mode == 0 else align_max(*args, empty=empty)
+            if mode == 0:
+                align(*args, out=out, rows=which)
+            else:
+                out[which] = align_max(*args, empty=empty)
     return out

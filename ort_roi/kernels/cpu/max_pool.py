@@ -141,9 +141,9 @@ def pool_max(X: np.ndarray, batch: np.ndarray, hlo: np.ndarray, hhi: np.ndarray,
             for i, (a, b) in enumerate((a, b) for a in rowy[:, r0:r1] for b in colx[:, r0:r1]):
                 idx = (a + b).ravel()
                 if i == 0:
-                    np.take(F, idx, axis=0, out=acc)
-                else:
-                    np.maximum(acc, np.take(F, idx, axis=0, out=tmp[:m]), out=acc)
+                    np.take(F, idx, axis=0, out=acc, mode="clip")  # the indices are valid;
+                else:  # "clip" spares the copy that mode "raise" makes with out=
+                    np.maximum(acc, np.take(F, idx, axis=0, out=tmp[:m], mode="clip"), out=acc)
             acc = acc.reshape(r1 - r0, PH, PW, cb)
             if has_empty[r0:r1].any():
                 acc[empty[r0:r1]] = 0

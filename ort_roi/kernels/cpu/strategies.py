@@ -32,14 +32,24 @@ NAMES = {"align": ("small", "taps", "crops"), "max_pool": ("small", "table"),
 #: RoIAlign and max pooling: problems whose every (box, channel, bin, pixel) or X rows per
 #: box and samples x pixels fit in this many elements are computed at once ("small").
 SMALL = 1 << 14
-#: RoIAlign: a box is computed from its taps when they number at most this times its crop's
-#: pixels (the taps path has no per-box Python work: W2, 1000 boxes, 72-75 ms at 8 or more,
-#: 86 ms at 2, 134 ms at 0; measured interleaved) ...
-TAPS_RATIO = 8.0
-#: ... and they hold at most this many elements (taps x channels).
+#: RoIAlign: a box is computed from its taps (fixed sampling ratios) when its crop's two
+#: products take more than this many multiply-adds per gathered tap (channels aside). Measured
+#: on a 200 x 272 map, 200 boxes, sampling ratio 2 (crops / taps, us per box): 7 x 7 bins,
+#: 28-pixel boxes 119 / 131, 40-pixel 167 / 120; 14 x 14 bins, 28-pixel 259 / 297, 40-pixel
+#: 372 / 349: the crossovers at 11-15 multiply-adds per tap.
+TAPS_VS_CROPS = 12.0
+#: ... and when its taps hold at most this many elements (taps x channels).
 TAPS_MAX = 1 << 22
+#: RoIAlign's crops: elements of the weights (rows x map side) made at once (bounds memory).
+WEIGHTS_MAX = 1 << 21
 #: Elements of gathered taps per step (a few boxes, about the size of a core's L2 cache).
 TAPS_STEP = 1 << 19
+#: RoIAlign's crops: multiply-adds per call of the first product at most. OpenBLAS (NumPy's,
+#: this machine) runs a product of 8 rows by a crop 2-3x faster in pieces below about a
+#: million multiply-adds than in one call (8 rows x 30 x 30 pixels x 256 channels: 104 us in
+#: one call, 49 us in four; 50 x 50: 318 us against 149 us; 14 or 16 rows: 3.4x the time of
+#: 8); 2**19 was the best of 2**19, 2**20 and one call over crops of 22 to 100 pixels.
+GEMM_MAX = 1 << 19
 #: Max pooling's table: elements over all threads at least TABLE_MIN, up to the size of X plus
 #: the output where those are larger (the memory bound allows that much), at most TABLE_MAX
 #: per thread.
@@ -64,14 +74,14 @@ _local = threading.local()
 def force(**choices: Any):
     """Force strategies or tuning on this thread, by name: ``align`` ("small", "taps",
     "crops"), ``align_weights`` ("explicit", "closed form"), ``taps_step`` (elements),
-    ``max_pool`` ("small", "table"), ``table_ladder`` ("powers of two", "every length"),
+    ``gemm_max`` (multiply-adds), ``max_pool`` ("small", "table"), ``table_ladder`` ("powers of two", "every length"),
     ``table_budget`` (elements), ``table_chunk`` (elements), ``table_run`` (channels),
     ``rotated`` ("regular", "clipped")."""
     for k, v in choices.items():
         if k in NAMES and v not in NAMES[k]:
             raise ValueError(f"{k} must be one of {NAMES[k]}, got {v!r}")
-        if k not in NAMES and k not in ("taps_step", "table_budget", "table_chunk",
-                                        "table_run"):
+        if k not in NAMES and k not in ("taps_step", "gemm_max", "table_budget",
+                                        "table_chunk", "table_run"):
             raise ValueError(f"no strategy or tuning named {k!r}")
     old = dict(getattr(_local, "forced", {}))
     _local.forced = {**old, **choices}
@@ -113,13 +123,18 @@ def align_by_taps(sampling_ratio: int, bin_size: np.ndarray, ph: int, pw: int, H
         return np.full(R, f == "taps" and sampling_ratio > 0)
     if sampling_ratio <= 0:
         return np.zeros(R, bool)
-    n_taps = 2 * sampling_ratio * np.array([ph, pw])
-    span = np.clip(np.ceil(bin_size * [ph, pw]) + 2, 1, [H, W])  # the crop, about
-    return (n_taps.prod() <= TAPS_RATIO * span.prod(axis=1)) & (n_taps.prod() * C <= TAPS_MAX)
+    taps = (2 * sampling_ratio) ** 2 * ph * pw
+    hc, wc = np.clip(np.ceil(bin_size * [ph, pw]) + 2, 1, [H, W]).T  # the crop, about
+    crop_work = (-(-ph // 8) * 8 * hc + ph * pw) * wc  # its products' multiply-adds / C
+    return (crop_work > TAPS_VS_CROPS * taps) & (taps * C <= TAPS_MAX)
 
 
 def taps_step() -> int:
     return forced("taps_step", TAPS_STEP)
+
+
+def gemm_max() -> int:
+    return forced("gemm_max", GEMM_MAX)
 
 
 def explicit_grid_max() -> int:

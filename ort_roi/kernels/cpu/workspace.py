@@ -162,11 +162,20 @@ def reuse_outputs():
         _local.reuse = False
 
 
+#: Elements of X below which its NHWC copy is made by the calling thread alone (handing half
+#: of a small copy to another thread costs more than it saves: a 20 x 20 x 256 map, 65 us
+#: shared, 41 us alone).
+NHWC_ALONE = 1 << 20
+
+
 def nhwc(X: np.ndarray) -> np.ndarray:
-    """X [N, C, H, W] copied to this thread's NHWC scratch array, the copy split over the
-    cores (valid until the thread's next request for it)."""
+    """X [N, C, H, W] copied to this thread's NHWC scratch array, a large copy split over
+    the cores (valid until the thread's next request for it)."""
     N, C, H, W = X.shape
     Xn = scratch("nhwc", (N, H, W, C), X.dtype)
+    if X.size < NHWC_ALONE:
+        np.copyto(Xn, X.transpose(0, 2, 3, 1))
+        return Xn
     for_ranges(H, lambda h0, h1: np.copyto(Xn[:, h0:h1], X[:, :, h0:h1].transpose(0, 2, 3, 1)),
                min_chunk=1)
     return Xn
