@@ -101,3 +101,48 @@ def test_reference_evaluator_runs_the_definitions():
         None, {"X": X, "boxes": np.array([[1, 1, 2, 2], [1.5, 1.5, 3, 3]], np.float32),
                "boxes_num": np.array([2])})[0]
     np.testing.assert_array_equal(y.ravel(), [11, 16])
+
+
+RFCN = os.path.join(MODELS, "torchvision_rfcn_head.onnx")
+
+
+def test_exported_rfcn_head_runs_in_a_plain_session_like_the_definitions():
+    """models/torchvision_rfcn_head.onnx (ort_roi.torch_export of torchvision's ps_roi_align /
+    ps_roi_pool, tools/export_torchvision.py) as users run it: a plain session."""
+    model = onnx.load(RFCN)
+    assert sorted(n.op_type for n in model.graph.node if n.domain == "ort_roi") == [
+        "TorchvisionPSRoIAlign", "TorchvisionPSRoIPool"]
+    onnx.checker.check_model(model, full_check=True)
+    report = compare_with_reference(model, inputs.generate_inputs(model, r=9, seed=4),
+                                    plain=True)
+    assert report.ok, report.summary()
+    cls_prob, bbox_pred = report.outputs.values()
+    assert cls_prob.shape == (9, 4) and bbox_pred.shape == (9, 4)
+    np.testing.assert_allclose(cls_prob.sum(1), 1, rtol=1e-6)
+
+
+def test_exported_rfcn_head_equals_eager_torchvision():
+    """The same head in eager torch, from the file's own weights (the head is
+    tools/export_torchvision.py's rfcn_head)."""
+    torch = pytest.importorskip("torch")
+    tv = pytest.importorskip("torchvision.ops")
+    from onnx import numpy_helper
+
+    model = onnx.load(RFCN)
+    w = {i.name: torch.tensor(numpy_helper.to_array(i)) for i in model.graph.initializer}
+    feed = inputs.generate_inputs(model, r=11, seed=5)
+    feed["rois"][3, 1:] = [200.0, 100.0, 150.0, 60.0]  # inverted
+    feed["rois"][4, 1:] = [-90.0, -40.0, 30.0, 20.0]  # partly off the map
+    x, rois = (torch.from_numpy(feed[k]) for k in ("features", "rois"))
+    with torch.no_grad():
+        scores = tv.ps_roi_align(torch.nn.functional.conv2d(x, w["cls.weight"], w["cls.bias"]),
+                                 rois, 3, 1 / 16, 2)
+        deltas = tv.ps_roi_pool(torch.nn.functional.conv2d(x, w["box.weight"], w["box.bias"]),
+                                rois, 3, 1 / 16)
+        want = [torch.softmax(scores.mean((2, 3)), 1).numpy(), deltas.mean((2, 3)).numpy()]
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(RFCN, ort_roi.session_options(),
+                                providers=["CPUExecutionProvider"])
+    for got, exp in zip(sess.run(None, feed), want):
+        np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-6)

@@ -166,3 +166,34 @@ def test_front_door_without_fusion():
     with torch.no_grad():
         np.testing.assert_allclose(sess.run(None, _feed(native, args))[0], module(*args).numpy(),
                                    rtol=1e-5, atol=1e-5)
+
+
+class TwoPoolers(torch.nn.Module):
+    """A box pooler (7 x 7) and a mask pooler (14 x 14) over the same maps and boxes, as in
+    Mask R-CNN: two stages in one graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.box = MultiScaleRoIAlign(NAMES, 7, 2)
+        self.mask = MultiScaleRoIAlign(NAMES, 14, 2)
+
+    def forward(self, f0, f1, f2, f3, boxes_a, boxes_b):
+        feats = OrderedDict(zip(NAMES, (f0, f1, f2, f3)))
+        return (self.box(feats, [boxes_a, boxes_b], [IMAGE, IMAGE]),
+                self.mask(feats, [boxes_a[:3], boxes_b], [IMAGE, IMAGE]))
+
+
+def test_two_stages_in_one_graph_are_both_fused():
+    module = TwoPoolers().eval()
+    args = _inputs()
+    native = _export(module, args, 17)
+    conv = ort_roi.convert(native)
+    assert _ops(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 2
+    assert ("", "ScatterElements") not in _ops(conv)
+    got = ort.InferenceSession(conv.SerializeToString(), ort_roi.session_options(),
+                               providers=["CPUExecutionProvider"]).run(None, _feed(native, args))
+    with torch.no_grad():
+        want = module(*args)
+    assert got[0].shape[2:] == (7, 7) and got[1].shape[2:] == (14, 14)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5)

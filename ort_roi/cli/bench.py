@@ -92,7 +92,7 @@ def make_level_inputs(w: dict, seed: int = 0):
 def _level_cases(w: dict, op: str):
     """W8: one RoiAlign call of one level's boxes (ort_roi::RoiAlign as convert writes it,
     against onnxruntime's and torchvision's), or a pooler's whole stage: torchvision's
-    exported MultiScaleRoIAlign (ort_roi/data/torchvision_stage_*.onnx, tools/export_stage.py)
+    exported MultiScaleRoIAlign (ort_roi/data/torchvision_stage_*.onnx, tools/export_torchvision.py)
     fused by convert into one PyramidRoIAlign, against the same graph run natively (the sum
     of its nodes) and converted without fusion."""
     maps, boxes = make_level_inputs(w)

@@ -238,8 +238,8 @@ def fuse(model: onnx.ModelProto) -> tuple[list[tuple[str, int]], list[str]]:
         node = helper.make_node(spec.name, [st.rois, st.levels, *st.feats],
                                 [st.merge.output[0]], name=name, domain=DOMAIN,
                                 **{k: st.attrs[k] for k in sorted(st.attrs)})
-        nodes = list(model.graph.node)
-        at = next(i for i, n in enumerate(nodes) if n is st.merge)
+        nodes = list(model.graph.node)  # (copies: an earlier fusion rebuilt the list)
+        at = next(i for i, n in enumerate(nodes) if n.output[:1] == st.merge.output[:1])
         removed = _dead(nodes, plumbing, model.graph, at)
         out = [n for i, n in enumerate(nodes) if i not in removed]
         out.insert(sum(1 for i in range(at) if i not in removed), node)

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""The graphs the project ships that torch exports (torch 2.14.1, torchvision 0.29.1).
+
+    pip install -e '.[torchvision]' && python tools/export_torchvision.py
+
+1. models/torchvision_rfcn_head.onnx: an R-FCN head written with torchvision's
+   position-sensitive ops and exported by ``ort_roi.torch_export`` (TorchScript, opset 17):
+   ``ps_roi_align`` for the class scores, ``ps_roi_pool`` for the box regression (see
+   ``RFCNHead``); a plain onnxruntime session with ``ort_roi.session_options()`` runs it
+   (tests/test_models.py holds it to eager torchvision).
+2. ort_roi/data/torchvision_stage_{7,14}.onnx, torchvision's RoI stage alone, as its
+detection models' exporter writes it: ``torchvision.ops.MultiScaleRoIAlign``
+over four FPN maps (strides 4 to 32, names "0" to "3"), output 7 x 7 (the box head's) and
+14 x 14 (the mask head's), sampling ratio 2, one image, exported by ``torch.onnx.export(...,
+opset_version=17, dynamo=False)`` with the box count and the maps' sizes dynamic. The graph
+holds what Faster / Mask R-CNN's exported heads hold: the boxes to rois, the LevelMapper, per
+level an Equal / Where / Gather / RoiAlign and a ScatterElements merge. ``ort-roi bench W8``
+runs it natively against its fused form (``ort_roi.convert``). torch 2.14.1, torchvision 0.29.1.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import warnings
+from collections import OrderedDict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "..", "ort_roi", "data")
+MODELS = os.path.join(HERE, "..", "models")
+IMAGE = (320, 320)  # the scales follow from the maps' sizes against it: 1/4 .. 1/32
+#: The R-FCN head's features: the example graphs' (a stride-16 map of a 384 x 512 image).
+FEATURES, STRIDE, CLASSES, K = (1, 16, 24, 32), 16, 4, 3
+
+
+def rfcn_head():
+    """R-FCN's head on a stride-16 map: 1x1 convs to K*K*classes class score maps and K*K*4
+    box maps; ``ps_roi_align`` (sampling 2) pools the class maps, ``ps_roi_pool`` the box
+    maps, each bin from its own channel group; a vote (the mean over the K x K bins) gives
+    the class probabilities (softmax) and the box deltas. rois are ``[R, 5]`` rows
+    ``[batch, x1, y1, x2, y2]`` in image pixels (torchvision's)."""
+    import torch
+    from torchvision import ops
+
+    class RFCNHead(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cls = torch.nn.Conv2d(FEATURES[1], K * K * CLASSES, 1)
+            self.box = torch.nn.Conv2d(FEATURES[1], K * K * 4, 1)
+
+        def forward(self, features, rois):
+            scores = ops.ps_roi_align(self.cls(features), rois, K, 1 / STRIDE, 2)
+            deltas = ops.ps_roi_pool(self.box(features), rois, K, 1 / STRIDE)
+            return torch.softmax(scores.mean((2, 3)), 1), deltas.mean((2, 3))
+
+    torch.manual_seed(0)
+    return RFCNHead().eval()
+
+
+def export_rfcn_head() -> bytes:
+    import torch
+
+    import ort_roi
+
+    g = torch.Generator().manual_seed(0)
+    features = torch.randn(*FEATURES, generator=g)
+    xy = torch.rand(8, 2, generator=g) * 300
+    rois = torch.cat([torch.zeros(8, 1), xy, xy + 40 + torch.rand(8, 2, generator=g) * 150], 1)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ort_roi.torch_export(rfcn_head(), (features, rois), buf, opset_version=17,
+                             dynamo=False, input_names=["features", "rois"],
+                             output_names=["cls_prob", "bbox_pred"],
+                             dynamic_axes={"rois": {0: "R"}, "cls_prob": {0: "R"},
+                                           "bbox_pred": {0: "R"}})
+    return buf.getvalue()
+
+
+def export(pooled: int) -> bytes:
+    import torch
+    from torchvision.ops import MultiScaleRoIAlign
+
+    class Stage(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pool = MultiScaleRoIAlign(["0", "1", "2", "3"], pooled, 2)
+
+        def forward(self, p2, p3, p4, p5, boxes):
+            feats = OrderedDict(zip(["0", "1", "2", "3"], (p2, p3, p4, p5)))
+            return self.pool(feats, [boxes], [IMAGE])
+
+    g = torch.Generator().manual_seed(0)
+    maps = [torch.randn(1, 256, IMAGE[0] // s, IMAGE[1] // s, generator=g)
+            for s in (4, 8, 16, 32)]
+    xy = torch.rand(50, 2, generator=g) * 300
+    boxes = torch.cat([xy, xy + torch.rand(50, 2, generator=g) * 300 + 8], 1)
+    names = ["p2", "p3", "p4", "p5"]
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Stage().eval(), (*maps, boxes), buf, opset_version=17, dynamo=False,
+                          input_names=names + ["boxes"], output_names=["pooled"],
+                          dynamic_axes={"boxes": {0: "R"}, "pooled": {0: "R"},
+                                        **{n: {2: f"{n}_h", 3: f"{n}_w"} for n in names}})
+    return buf.getvalue()
+
+
+def main() -> None:
+    import onnx
+
+    written = [(os.path.join(MODELS, "torchvision_rfcn_head.onnx"), export_rfcn_head(),
+                "ort_roi.torch_export")]
+    written += [(os.path.join(OUT, f"torchvision_stage_{p}.onnx"), export(p), "torch.onnx")
+                for p in (7, 14)]
+    for path, data, how in written:
+        model = onnx.load_from_string(data)
+        model.producer_name = f"tools/export_torchvision.py ({how}, TorchScript, opset 17)"
+        onnx.save(model, path)
+        ops = sorted({n.op_type for n in model.graph.node})
+        print(f"{path}: {len(model.graph.node)} nodes ({', '.join(ops)}), "
+              f"{os.path.getsize(path)} bytes")
+
+
+if __name__ == "__main__":
+    main()
