@@ -239,6 +239,18 @@ def test_bench_plot_writes_a_png(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
 
 
+def test_bench_plot_draws_every_peer_of_a_full_run(tmp_path):
+    """A full run has more peers than a 10-colour map (it raised KeyError on the 11th)."""
+    pytest.importorskip("matplotlib")
+    from ort_roi.cli import bench
+
+    peers = {f"peer {i}": {"ratio": 1.0 + i, "s": 0.01} for i in range(14)}
+    results = {"rows": [{"workload": "W1_faster_rcnn_c4", "op": "RoIAlign", "peers": peers}]}
+    png = tmp_path / "all.png"
+    bench.plot(results, str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_bench_plot_labels_keep_the_scaling_rows_apart():
     from ort_roi.cli import bench
 

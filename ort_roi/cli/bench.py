@@ -529,7 +529,8 @@ def plot(results: dict, path: str) -> None:
     data = speedups(results)
     rows = list(dict.fromkeys(label for label, _, _ in data))
     peers = sorted({p for _, p, _ in data})
-    colors = dict(zip(peers, plt.get_cmap("tab10").colors))
+    cmap = plt.get_cmap("tab20")  # a colour per peer (the full bench has more than 10)
+    colors = {p: cmap(i % cmap.N) for i, p in enumerate(peers)}
     per_row = {row: [(p, x) for label, p, x in data if label == row] for row in rows}
     width = 0.8 / max(len(v) for v in per_row.values())
     fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.9), 5))
