@@ -490,7 +490,7 @@ def markdown(results: dict) -> str:
             else:
                 lo, _, hi = v["round_ratios"]
                 lines.append(f"{head} | {p} | {_ms(v['s'])} | {v['ratio']:.2f}x | "
-                             f"{lo:.2f}-{hi:.2f}x | {v['max_abs_diff']:.1e} |")
+                             f"{lo:.2f}-{hi:.2f}x | {_diff(v['max_abs_diff'])} |")
     return "\n".join(lines)
 
 
@@ -501,6 +501,12 @@ def _short(workload: str) -> str:
     head, _, rest = name.partition("_")
     short = name if rest[:1] == "R" and rest[1:].isdigit() else head
     return f"{short} {row}" if row else short
+
+
+def _diff(d: float) -> str:
+    """A max abs difference for the table; '-' where the outputs are not comparable (the
+    'level 0 only' rows pool other maps)."""
+    return "-" if np.isnan(d) else f"{d:.1e}"
 
 
 #: How the plot and tables name the ops: labels that differ by more than case.
@@ -533,7 +539,7 @@ def plot(results: dict, path: str) -> None:
     colors = {p: cmap(i % cmap.N) for i, p in enumerate(peers)}
     per_row = {row: [(p, x) for label, p, x in data if label == row] for row in rows}
     width = 0.8 / max(len(v) for v in per_row.values())
-    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.9), 5))
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.45), 6.5))
     for i, row in enumerate(rows):
         bars = per_row[row]
         x0 = i - width * (len(bars) - 1) / 2
@@ -542,7 +548,7 @@ def plot(results: dict, path: str) -> None:
             ax.text(x0 + j * width, x, f"{x:.1f}", ha="center", va="bottom", fontsize=6)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_yscale("log", base=2)
-    ax.set_xticks(np.arange(len(rows)), [r.replace(" ", "\n", 1) for r in rows], fontsize=7)
+    ax.set_xticks(np.arange(len(rows)), rows, fontsize=7, rotation=40, ha="right")
     ax.set_ylabel("speed-up: peer time / ort_roi time")
     ax.legend([plt.Rectangle((0, 0), 1, 1, color=colors[p]) for p in peers], peers,
               fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
