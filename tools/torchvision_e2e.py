@@ -205,14 +205,16 @@ def run_model(kind: str, repeat: int, thresh0: bool, out_dir: str | None,
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("models", nargs="*", choices=list(SIZES),
-                    help="default: all three")
+    ap.add_argument("models", nargs="*", help=f"of {', '.join(SIZES)} (default: all three)")
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--thresh0", action="store_true", help="box_score_thresh=0 (NMS-bound)")
     ap.add_argument("--profile", action="store_true", help="onnxruntime's profile of each")
     ap.add_argument("--out", help="keep the three graphs (and the profiles) here")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
+    unknown = sorted(set(args.models) - set(SIZES))
+    if unknown:
+        ap.error(f"unknown model(s) {unknown}: choose from {list(SIZES)}")
     results = [run_model(k, args.repeat, args.thresh0, args.out, args.profile)
                for k in args.models or list(SIZES)]
     print("\n| model | detections | native | converted | torch_export | max abs diff |")

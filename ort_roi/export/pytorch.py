@@ -198,10 +198,18 @@ def _pyramid_function():
 
         @staticmethod
         def symbolic(g, rois, levels, output_size, sampling_ratio, scales, aligned, *feats):
-            return g.op(f"{DOMAIN}::PyramidRoIAlign_L{len(feats)}", rois, levels, *feats,
-                        output_height_i=output_size[0], output_width_i=output_size[1],
-                        sampling_ratio_i=max(0, sampling_ratio), aligned_i=aligned,
-                        **{f"spatial_scale_{i}_f": float(s) for i, s in enumerate(scales)})
+            out = g.op(f"{DOMAIN}::PyramidRoIAlign_L{len(feats)}", rois, levels, *feats,
+                       output_height_i=output_size[0], output_width_i=output_size[1],
+                       sampling_ratio_i=max(0, sampling_ratio), aligned_i=aligned,
+                       **{f"spatial_scale_{i}_f": float(s) for i, s in enumerate(scales)})
+            # the output's type and shape [R, C, PH, PW], which the exporter cannot infer
+            # for a custom node (it warned "shape inference ... is missing" otherwise)
+            from torch.onnx import symbolic_helper
+
+            sizes = symbolic_helper._get_tensor_sizes(feats[0])  # noqa: SLF001
+            C = sizes[1] if sizes and len(sizes) == 4 else None
+            out.setType(feats[0].type().with_sizes([None, C, *output_size]))
+            return out
 
     return PyramidRoIAlign
 
