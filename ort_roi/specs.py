@@ -479,8 +479,7 @@ def _pyramid(L: int) -> OpSpec:
             "maps its level names (levels[r], as the graph computes it; a level outside 0 .. "
             "L-1 gives 0), at that map's spatial_scale; the output in the order of the rois. "
             "aligned 0 is torchvision's MultiScaleRoIAlign.",
-        inputs=(Input("rois", "T", "[R, 5]", "rows [batch_id, x1, y1, x2, y2]"),
-                Input("levels", "I", "[R]", "the feature map of each box"))
+        inputs=(_TORCHVISION_ROIS, Input("levels", "I", "[R]", "the feature map of each box"))
         + _levels(L),
         attrs=(_pooled("output_height", 1, "output height"),
                _pooled("output_width", 1, "output width"),

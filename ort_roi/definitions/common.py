@@ -1,5 +1,5 @@
-"""What the definitions share: per-image counts as each box's image, and one bilinear sample
-of every channel."""
+"""What the definitions share: per-image counts as each box's image, one bilinear sample of
+every channel, and the position-sensitive average over integer bins."""
 
 from __future__ import annotations
 
@@ -49,3 +49,24 @@ def weighted_corners(X: np.ndarray, y, x) -> np.ndarray:
         v = w[k] * plane[:, pos[k]]
         best = np.where(best < v, v, best)
     return best
+
+
+def ps_average(X: np.ndarray, rows, cols, out: np.ndarray) -> None:
+    """Position-sensitive average of one box of image X [C, H, W] into out [oc, PH, PW]:
+    bin (ph, pw) covers rows [rows[0][ph], rows[1][ph]) and columns [cols[0][pw],
+    cols[1][pw]); out[c, ph, pw] is the mean of channel (c*PH + ph)*PW + pw over it, summed
+    pixel by pixel, row by row, in T (Paddle's and torchvision's order); 0 for an empty bin."""
+    t = X.dtype.type
+    oc, PH, PW = out.shape
+    for ph in range(PH):
+        for pw in range(PW):
+            h0, h1, w0, w1 = rows[0][ph], rows[1][ph], cols[0][pw], cols[1][pw]
+            if h1 <= h0 or w1 <= w0:
+                out[:, ph, pw] = 0
+                continue
+            channels = (np.arange(oc) * PH + ph) * PW + pw
+            total = np.zeros(oc, X.dtype)
+            for h in range(h0, h1):
+                for w in range(w0, w1):
+                    total += X[channels, h, w]
+            out[:, ph, pw] = total / t((h1 - h0) * (w1 - w0))

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..geometry import psroi_bins
 from ..specs import PSROI_POOL
-from .common import attributes_of, images_of
+from .common import attributes_of, images_of, ps_average
 
 
 @attributes_of(PSROI_POOL)
@@ -26,15 +26,5 @@ def psroi_pool(X, rois, rois_num, *, output_channels, spatial_scale=1.0, pooled_
         with np.errstate(all="ignore"):
             hlo, hhi = psroi_bins(box[:, 1], box[:, 3], s, PH, H)
             wlo, whi = psroi_bins(box[:, 0], box[:, 2], s, PW, W)
-        for ph in range(PH):
-            for pw in range(PW):
-                h0, h1, w0, w1 = hlo[0, ph], hhi[0, ph], wlo[0, pw], whi[0, pw]
-                if h1 <= h0 or w1 <= w0:
-                    continue
-                channels = (np.arange(output_channels) * PH + ph) * PW + pw
-                total = np.zeros(output_channels, X.dtype)
-                for h in range(h0, h1):
-                    for w in range(w0, w1):
-                        total += X[b, channels, h, w]
-                out[r, :, ph, pw] = total / t((h1 - h0) * (w1 - w0))
+        ps_average(X[b], (hlo[0], hhi[0]), (wlo[0], whi[0]), out[r])
     return out

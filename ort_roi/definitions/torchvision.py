@@ -9,7 +9,7 @@ from ..geometry import (ALIGNED, align_bins, box_extent, roi_align_geometry, sam
                         torchvision_psroi_bins, torchvision_sample_grid)
 from ..specs import TV_PS_ROI_ALIGN, TV_PS_ROI_POOL
 from .align import align_box
-from .common import attributes_of, bilinear
+from .common import attributes_of, bilinear, ps_average
 
 
 @attributes_of(TV_PS_ROI_ALIGN)
@@ -49,7 +49,6 @@ def torchvision_ps_roi_pool(X, rois, *, pooled_height=1, pooled_width=1, spatial
     [floor(p * bin), ceil((p + 1) * bin)) from the start, clipped to [0, H - 1]
     (geometry.torchvision_psroi_bins); output (c, ph, pw) the mean of input channel
     (c*PH + ph)*PW + pw over it, summed row by row in T; 0 if empty."""
-    t = X.dtype.type
     H, W = X.shape[2:]
     PH, PW = pooled_height, pooled_width
     oc = X.shape[1] // (PH * PW)
@@ -59,17 +58,7 @@ def torchvision_ps_roi_pool(X, rois, *, pooled_height=1, pooled_width=1, spatial
         with np.errstate(all="ignore"):
             (hlo, hhi), (wlo, whi) = torchvision_psroi_bins(rois[r:r + 1, 1:], spatial_scale,
                                                             PH, PW, H, W)
-        for p in range(PH):
-            for q in range(PW):
-                h0, h1, w0, w1 = hlo[0, p], hhi[0, p], wlo[0, q], whi[0, q]
-                if h1 <= h0 or w1 <= w0:
-                    continue
-                channels = (np.arange(oc) * PH + p) * PW + q
-                total = np.zeros(oc, X.dtype)
-                for h in range(h0, h1):
-                    for w in range(w0, w1):
-                        total += X[b, channels, h, w]
-                out[r, :, p, q] = total / t((h1 - h0) * (w1 - w0))
+        ps_average(X[b], (hlo[0], hhi[0]), (wlo[0], whi[0]), out[r])
     return out
 
 
