@@ -146,3 +146,14 @@ def test_exported_rfcn_head_equals_eager_torchvision():
                                 providers=["CPUExecutionProvider"])
     for got, exp in zip(sess.run(None, feed), want):
         np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-6)
+
+
+def test_the_readme_first_snippet_runs_as_written(monkeypatch, capsys):
+    """README's first Python block (plain onnxruntime), run from the repository's root."""
+    root = os.path.join(os.path.dirname(__file__), "..")
+    with open(os.path.join(root, "README.md")) as f:
+        text = f.read()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(root)
+    exec(compile(code, "README.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == "(2, 3, 28, 28)"
