@@ -99,3 +99,13 @@ def test_the_layout_shows_the_flow():
     cuda = {mod for m in MODULES if m.startswith("ort_roi.kernels.cuda")
             for mod, _ in _imports(m)}
     assert not {m for m in cuda if m.startswith("ort_roi.kernels.cpu")}, cuda
+
+
+def test_every_op_has_one_kernel_and_one_definition():
+    """kernels.KERNELS and definitions.DEFINITIONS, the two registries keyed by spec, cover
+    exactly the spec table's ops (a new op cannot miss either)."""
+    from ort_roi import definitions, kernels, specs
+
+    keys = {s.key for s in specs.all_specs()}
+    assert set(kernels.KERNELS) == keys
+    assert set(definitions.DEFINITIONS) == keys
