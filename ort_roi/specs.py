@@ -100,6 +100,7 @@ class OpSpec:
     boxes_input: int = 1  # the input holding the boxes
     extra_output: tuple[str, str] | None = None  # (name, shape doc) of a second output: rois
     same_types: bool = False  # every T input of one type (one overload per dtype)
+    keypoints: bool = False  # outputs [R, K, 3] and [R, K] (K: X's channels), not pooled maps
     _by_name: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _resolved: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -158,6 +159,20 @@ class OpSpec:
     @property
     def feature(self) -> Input:
         return self.inputs[self.features[0]]
+
+    def output_shapes(self, x_shape, boxes_shape, attrs: Mapping[str, Any]) -> list[list]:
+        """The shape of each output from the input shapes (entries may be None = unknown):
+        [R, C_out, PH, PW] and, with an extra output, the boxes' shape [R, cols]; a
+        keypoint op's [R, K, 3] and [R, K]."""
+        r = boxes_shape[0] if boxes_shape is not None and len(boxes_shape) == 2 else None
+        if self.keypoints:
+            k = x_shape[1] if x_shape is not None and len(x_shape) == 4 else None
+            return [[r, k, 3], [r, k]]
+        first = self.output_shape(x_shape, boxes_shape, attrs)
+        if self.extra_output is None:
+            return [first]
+        return [first, [r, boxes_shape[1] if boxes_shape is not None
+                        and len(boxes_shape) == 2 else None]]
 
     def output_shape(self, x_shape, boxes_shape, attrs: Mapping[str, Any]) -> list:
         """[R, C_out, PH, PW] from the input shapes (entries may be None = unknown)."""
@@ -498,11 +513,37 @@ def _pyramid(L: int) -> OpSpec:
 
 PYRAMID_SPECS = {L: _pyramid(L) for L in range(1, MAX_LEVELS + 1)}
 
+#: The largest roi map HeatmapsToKeypoints upsamples one box's heatmaps to (ceil(w) * ceil(h)
+#: pixels; 8192 x 8192): time grows with it, and onnxruntime's Resize would allocate K of them.
+MAX_KEYPOINT_MAP = 1 << 26
+
+HEATMAPS_TO_KEYPOINTS = OpSpec(
+    name="HeatmapsToKeypoints",
+    source="torchvision heatmaps_to_keypoints (Keypoint R-CNN's decoding, one fused op: "
+           "ort-roi convert, ort_roi.torch_export)",
+    doc="Keypoints from per-box heatmaps, as torchvision's exported graph computes them: box r "
+        "[x1, y1, x2, y2] has w = max(x2 - x1, 1), h = max(y2 - y1, 1); its K heatmaps are "
+        "resized to ceil(h) x ceil(w) with onnxruntime's Resize (cubic, cubic_coeff_a -0.75, "
+        "half_pixel; bit for bit); keypoint k is the first maximum of map k at (x_int, y_int): "
+        "x = (x_int + 0.5) * (w / ceil(w)) + x1, y likewise, and its score is that maximum. "
+        "keypoints[r, k] = (x, y, 1).",
+    inputs=(Input("maps", "T", "[R, K, H, W]", "heatmaps, one set per box"),
+            Input("rois", "T", "[R, 4]", "the boxes [x1, y1, x2, y2] in image coordinates")),
+    attrs=(),
+    pooled=("", ""),
+    features=(0,),
+    output="keypoints",
+    output_shape_doc="[R, K, 3] (x, y, 1)",
+    extra_output=("scores", "[R, K]"),
+    same_types=True,
+    keypoints=True,
+)
+
 #: The ops that compute the nodes other exporters write (see FORMS).
 EXTRA_SPECS: tuple[OpSpec, ...] = (MMCV_ROI_ALIGN, MMCV_ROI_ALIGN_ROTATED, CAFFE2_ROI_ALIGN,
                                    ONNX_ROI_ALIGN, TV_PS_ROI_ALIGN, TV_PS_ROI_POOL,
                                    *EXTRACTOR_SPECS.values(), *MULTI_LEVEL_SPECS.values(),
-                                   *PYRAMID_SPECS.values())
+                                   *PYRAMID_SPECS.values(), HEATMAPS_TO_KEYPOINTS)
 
 
 # --- node forms ------------------------------------------------------------------------------
@@ -581,6 +622,10 @@ FORMS: tuple[NodeForm, ...] = (
     *(NodeForm(DOMAIN, s.name, s, "ort-roi convert (torchvision's exported MultiScaleRoIAlign "
                "stage), ort_roi.torch_export", "torchvision MultiScaleRoIAlign")
       for s in PYRAMID_SPECS.values()),
+    NodeForm(DOMAIN, HEATMAPS_TO_KEYPOINTS.name, HEATMAPS_TO_KEYPOINTS,
+             "ort-roi convert (torchvision's exported keypoint decoding Loop), "
+             "ort_roi.torch_export", "onnxruntime's Resize + ArgMax (torchvision's exported "
+             "Loop, bit for bit); eager torchvision heatmaps_to_keypoints"),
     *(NodeForm(DOMAIN, s.name, s, "ort-roi convert (from mmdeploy::MMCVMultiLevelRoiAlign)",
                "level rule + MMCVRoiAlign per level") for s in MULTI_LEVEL_SPECS.values()),
     NodeForm("mmdeploy", "MMCVRoiAlign", MMCV_ROI_ALIGN,

@@ -413,6 +413,22 @@ def pyramid_cases(seed: int = 14) -> list[dict]:
     return out
 
 
+def keypoint_cases(seed: int) -> list[dict]:
+    """HeatmapsToKeypoints: per-box heatmaps and boxes (zero-size, inverted, thin ones too)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, dtype in enumerate((np.float32, np.float64, np.float32)):
+        R, K = (4, 3, 0)[i], (3, 17, 2)[i]
+        maps = rng.standard_normal((R, K, 7 + i, 9)).astype(dtype)
+        xy = rng.uniform(-10, 60, (R, 2))
+        rois = np.concatenate([xy, xy + np.exp(rng.uniform(-1, 4, (R, 2)))], 1).astype(dtype)
+        if R > 2:
+            rois[:2] = [[5, 5, 5, 5], [30, 20, 10, 4]]  # zero size, inverted
+        out.append(dict(name=f"keypoints_{np.dtype(dtype).name}_{i}", op="HeatmapsToKeypoints",
+                        inputs=dict(maps=maps, rois=rois), attrs={}))
+    return out
+
+
 def form_cases() -> list[tuple[str, dict]]:
     """(domain, case) for every registered node form (a few cases each, both dtypes)."""
     from ort_roi.specs import FORMS
@@ -428,6 +444,7 @@ def form_cases() -> list[tuple[str, dict]]:
         "RoiAlign": pick(onnx_roi_align_cases(29)) + pick(onnx_roi_align_cases(30, "max")),
         "TorchvisionPSRoIAlign": pick(torchvision_ps_cases("TorchvisionPSRoIAlign", 34)),
         "TorchvisionPSRoIPool": pick(torchvision_ps_cases("TorchvisionPSRoIPool", 35)),
+        "HeatmapsToKeypoints": keypoint_cases(37),
     }
     out = []
     for f in FORMS:

@@ -16,6 +16,9 @@ opset_version=17, dynamo=False)`` with the box count and the maps' sizes dynamic
 holds what Faster / Mask R-CNN's exported heads hold: the boxes to rois, the LevelMapper, per
 level an Equal / Where / Gather / RoiAlign and a ScatterElements merge. ``ort-roi bench W8``
 runs it natively against its fused form (``ort_roi.convert``). torch 2.14.1, torchvision 0.29.1.
+3. ort_roi/data/torchvision_loops.json: the body of the Loop torch.onnx writes for
+   ``roi_heads.heatmaps_to_keypoints`` (Keypoint R-CNN's decoding) at opsets 11 to 17, canonical
+   (``ort_roi.graph.loops.body_lines``): what ``ort_roi.convert`` recognises it by.
 """
 
 from __future__ import annotations
@@ -106,8 +109,51 @@ def export(pooled: int) -> bytes:
     return buf.getvalue()
 
 
-def main() -> None:
+def keypoint_loop_bodies() -> dict:
+    """torchvision's keypoint-decoding Loop as torch.onnx writes it, per opset: the boxes'
+    count dynamic (a Keypoint R-CNN's are)."""
     import onnx
+    import torch
+    from torchvision.models.detection import roi_heads
+
+    from ort_roi.graph.fusion import GraphIndex
+    from ort_roi.graph.loops import ROLES, body_lines
+
+    class Decode(torch.nn.Module):
+        def forward(self, maps, rois):
+            return roi_heads.heatmaps_to_keypoints(maps, rois)
+
+    maps, rois = torch.rand(3, 17, 56, 56), torch.tensor([[1.0, 2, 40, 60]]).repeat(3, 1)
+    bodies = {}
+    for opset in range(11, 18):
+        buf = io.BytesIO()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(Decode().eval(), (maps, rois), buf, opset_version=opset,
+                              dynamo=False, input_names=["maps", "rois"],
+                              dynamic_axes={"maps": {0: "R"}, "rois": {0: "R"}})
+        model = onnx.load_from_string(buf.getvalue())
+        loop = next(n for n in model.graph.node if n.op_type == "Loop")
+        lines, outer = body_lines(loop, GraphIndex(model.graph).const)
+        assert len(outer) == len(ROLES), (opset, outer)
+        bodies[f"opset {opset}"] = lines
+    return {"heatmaps_to_keypoints": {
+        "source": f"torch {torch.__version__.split('+')[0]}, torchvision "
+                  f"{__import__('torchvision').__version__.split('+')[0]}, "
+                  "torch.onnx.export(dynamo=False), tools/export_torchvision.py",
+        "roles": list(ROLES), "bodies": bodies}}
+
+
+def main() -> None:
+    import json
+
+    import onnx
+
+    path = os.path.join(OUT, "torchvision_loops.json")
+    with open(path, "w") as f:
+        json.dump(keypoint_loop_bodies(), f, indent=0)
+        f.write("\n")
+    print(f"{path}: {os.path.getsize(path)} bytes")
 
     written = [(os.path.join(MODELS, "torchvision_rfcn_head.onnx"), export_rfcn_head(),
                 "ort_roi.torch_export")]

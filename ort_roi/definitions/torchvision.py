@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import (ALIGNED, align_bins, box_extent, roi_align_geometry, sample_positions,
-                        torchvision_psroi_bins, torchvision_sample_grid)
-from ..specs import TV_PS_ROI_ALIGN, TV_PS_ROI_POOL
+from ..geometry import (ALIGNED, align_bins, box_extent, cubic_resize_taps, roi_align_geometry,
+                        sample_positions, torchvision_psroi_bins, torchvision_sample_grid)
+from ..specs import HEATMAPS_TO_KEYPOINTS, TV_PS_ROI_ALIGN, TV_PS_ROI_POOL
 from .align import align_box
 from .common import attributes_of, bilinear, ps_average
 
@@ -83,3 +83,37 @@ def pyramid_roi_align_levels(rois, levels, *feats, **attrs):
     """``pyramid_roi_align`` with the scales as attributes spatial_scale_0 .. _{L-1}."""
     scales = [attrs.pop(f"spatial_scale_{i}") for i in range(len(feats))]
     return pyramid_roi_align(rois, levels, *feats, spatial_scales=scales, **attrs)
+
+
+@attributes_of(HEATMAPS_TO_KEYPOINTS)
+def heatmaps_to_keypoints(maps, rois):
+    """HeatmapsToKeypoints: box r [x1, y1, x2, y2], w = max(x2 - x1, 1), h likewise; its
+    maps resized to ceil(h) x ceil(w) as onnxruntime's cubic Resize computes each output
+    pixel (4 rows, each the sum of 4 taps times the width weights, then the sum of the rows
+    times the height weights, in that order, in T); keypoint k at the first maximum of map
+    k: x = (x_int + 0.5) * (w / ceil(w)) + x1, y likewise, 1; its score the maximum."""
+    t = maps.dtype.type
+    R, K, H, W = maps.shape
+    keypoints = np.ones((R, K, 3), maps.dtype)
+    scores = np.zeros((R, K), maps.dtype)
+    for r in range(R):
+        x1, y1, x2, y2 = rois[r]
+        w, h = max(x2 - x1, t(1)), max(y2 - y1, t(1))
+        wc, hc = int(np.ceil(w)), int(np.ceil(h))
+        (xt, xw), (yt, yw) = cubic_resize_taps(wc, W), cubic_resize_taps(hc, H)
+        roi_map = np.zeros((K, hc, wc), maps.dtype)
+        for y in range(hc):
+            total = t(0)
+            for i in range(4):
+                row = t(0)
+                for j in range(4):
+                    row = row + maps[r][:, yt[i][y], xt[j]] * xw[j].astype(t)
+                total = total + row * t(yw[i][y])
+            roi_map[:, y, :] = total
+        for k in range(K):
+            at = int(np.argmax(roi_map[k]))
+            y_int, x_int = divmod(at, wc)
+            keypoints[r, k, 0] = (t(0.5) + t(x_int)) * (w / t(wc)) + x1
+            keypoints[r, k, 1] = (t(0.5) + t(y_int)) * (h / t(hc)) + y1
+            scores[r, k] = roi_map[k, y_int, x_int]
+    return keypoints, scores

@@ -8,6 +8,7 @@
 | ``ops.ps_roi_align``             | ``TorchvisionPSRoIAlign``                                 |
 | ``ops.ps_roi_pool``              | ``TorchvisionPSRoIPool``                                  |
 | ``ops.MultiScaleRoIAlign`` (2-6 maps) | ``PyramidRoIAlign_L{n}``: the whole stage in one node, the level of each box computed by the graph's own LevelMapper nodes |
+| ``models.detection.roi_heads.heatmaps_to_keypoints`` | ``HeatmapsToKeypoints`` (Keypoint R-CNN's decoding: no per-box Loop) |
 
 ``torch_export`` is ``torch.onnx.export`` with these installed, for both exporters: TorchScript
 (``dynamo=False``, what exports whole torchvision detection models) and dynamo (onnxscript
@@ -98,6 +99,7 @@ def translation_table() -> dict[Callable, Callable]:
 
     ours = _ort_roi_opset()
     _pyramid_op()  # registers torch.ops.ort_roi.pyramid_roi_align
+    _keypoints_op()  # and torch.ops.ort_roi.heatmaps_to_keypoints
 
     def boxes_and_batch(rois):
         boxes = op.Slice(rois, [1], [5], [1])
@@ -144,8 +146,12 @@ def translation_table() -> dict[Callable, Callable]:
                     aligned=aligned, **{f"spatial_scale_{i}": float(s)
                                         for i, s in enumerate(scales)})
 
+    def heatmaps_to_keypoints(maps, rois):
+        return ours.HeatmapsToKeypoints(maps, rois, _outputs=2)
+
     tv = torch.ops.torchvision
-    return {tv.roi_align.default: roi_align, tv.roi_pool.default: roi_pool,
+    return {torch.ops.ort_roi.heatmaps_to_keypoints.default: heatmaps_to_keypoints,
+            tv.roi_align.default: roi_align, tv.roi_pool.default: roi_pool,
             tv.ps_roi_align.default: ps_roi_align, tv.ps_roi_pool.default: ps_roi_pool,
             torch.ops.ort_roi.pyramid_roi_align.default: pyramid_roi_align}
 
@@ -214,6 +220,83 @@ def _pyramid_function():
     return PyramidRoIAlign
 
 
+def _decode(maps, rois):
+    """torchvision's heatmaps_to_keypoints, its eager path (traced, it would take its export
+    path, a scripted Loop, which the exporter cannot lower inside a Function)."""
+    import torchvision
+    from torchvision.models.detection import roi_heads
+
+    fn = getattr(roi_heads.heatmaps_to_keypoints, "original", roi_heads.heatmaps_to_keypoints)
+    is_tracing = torchvision._is_tracing  # noqa: SLF001
+    torchvision._is_tracing = lambda: False  # noqa: SLF001
+    try:
+        return fn(maps, rois)
+    finally:
+        torchvision._is_tracing = is_tracing  # noqa: SLF001
+
+
+@functools.lru_cache(maxsize=None)
+def _keypoints_op():
+    """ort_roi::heatmaps_to_keypoints as a torch custom op (what dynamo traces)."""
+    import torch
+
+    @torch.library.custom_op("ort_roi::heatmaps_to_keypoints", mutates_args=(),
+                             schema="(Tensor maps, Tensor rois) -> (Tensor, Tensor)")
+    def heatmaps_to_keypoints(maps, rois):
+        return tuple(t.contiguous() for t in _decode(maps, rois))
+
+    @heatmaps_to_keypoints.register_fake
+    def _(maps, rois):
+        R, K = maps.shape[0], maps.shape[1]
+        return maps.new_empty((R, K, 3)), maps.new_empty((R, K))
+
+    return heatmaps_to_keypoints
+
+
+@functools.lru_cache(maxsize=None)
+def _keypoints_function():
+    """Keypoint R-CNN's decoding for the TorchScript exporter: an autograd Function whose
+    symbolic writes HeatmapsToKeypoints."""
+    import torch
+
+    class HeatmapsToKeypoints(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, maps, rois):
+            return _decode(maps, rois)
+
+        @staticmethod
+        def symbolic(g, maps, rois):
+            from torch.onnx import symbolic_helper
+
+            keypoints, scores = g.op(f"{DOMAIN}::HeatmapsToKeypoints", maps, rois, outputs=2)
+            sizes = symbolic_helper._get_tensor_sizes(maps)  # noqa: SLF001
+            K = sizes[1] if sizes and len(sizes) == 4 else None
+            keypoints.setType(maps.type().with_sizes([None, K, 3]))
+            scores.setType(maps.type().with_sizes([None, K]))
+            return keypoints, scores
+
+    return HeatmapsToKeypoints
+
+
+def fused_keypoints(dynamo: bool) -> Callable:
+    """A stand-in for ``torchvision.models.detection.roi_heads.heatmaps_to_keypoints`` that
+    computes the same and exports as one HeatmapsToKeypoints node."""
+    from torchvision.models.detection import roi_heads
+
+    original = roi_heads.heatmaps_to_keypoints
+
+    def heatmaps_to_keypoints(maps, rois):
+        if dynamo:
+            import torch
+
+            _keypoints_op()
+            return torch.ops.ort_roi.heatmaps_to_keypoints(maps, rois)
+        return _keypoints_function().apply(maps, rois)
+
+    heatmaps_to_keypoints.original = original
+    return heatmaps_to_keypoints
+
+
 def fused_multiscale(dynamo: bool) -> Callable:
     """A stand-in for ``torchvision.ops.poolers._multiscale_roi_align`` that computes the same
     and exports as one PyramidRoIAlign node (2 to 6 feature maps; others as torchvision)."""
@@ -242,13 +325,17 @@ def fused_multiscale(dynamo: bool) -> Callable:
 
 @contextlib.contextmanager
 def installed(dynamo: bool):
-    """ort_roi's translations in place for one export: the fused MultiScaleRoIAlign and (for
-    TorchScript) the symbolics; torchvision's own come back afterwards."""
+    """ort_roi's translations in place for one export: the fused MultiScaleRoIAlign and
+    keypoint decoding and (for TorchScript) the symbolics; torchvision's own come back
+    afterwards."""
     import torch
+    from torchvision.models.detection import roi_heads
     from torchvision.ops import poolers
 
     original = poolers._multiscale_roi_align  # noqa: SLF001
     poolers._multiscale_roi_align = fused_multiscale(dynamo)  # noqa: SLF001
+    decode = roi_heads.heatmaps_to_keypoints
+    roi_heads.heatmaps_to_keypoints = fused_keypoints(dynamo)
     registered = []
     try:
         if not dynamo:
@@ -259,6 +346,7 @@ def installed(dynamo: bool):
         yield
     finally:
         poolers._multiscale_roi_align = original  # noqa: SLF001
+        roi_heads.heatmaps_to_keypoints = decode
         for name, opset in registered:
             torch.onnx.unregister_custom_op_symbolic(name, opset)
         if registered:  # torchvision's own symbolics (RoiAlign, MaxRoiPool), registered again
@@ -269,8 +357,9 @@ def installed(dynamo: bool):
 
 def torch_export(model, args: tuple = (), f=None, **kwargs: Any):
     """``torch.onnx.export(model, args, f, **kwargs)`` with ort_roi's translations installed:
-    torchvision's roi_align, roi_pool, ps_roi_align, ps_roi_pool and MultiScaleRoIAlign (one
-    fused node per stage) are written as ort_roi nodes that a plain onnxruntime session with
+    torchvision's roi_align, roi_pool, ps_roi_align, ps_roi_pool, MultiScaleRoIAlign (one
+    fused node per stage) and Keypoint R-CNN's heatmaps_to_keypoints (one node, no per-box
+    Loop) are written as ort_roi nodes that a plain onnxruntime session with
     ``ort_roi.session_options()`` runs. Every keyword goes to torch.onnx.export, ``dynamo``
     included (its default is torch's); with dynamo, a ``custom_translation_table`` of yours
     is kept (yours win). Returns what torch.onnx.export returns."""

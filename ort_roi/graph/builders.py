@@ -103,11 +103,12 @@ def single_op_model(op: str, dtype: Any = np.float32, count_dtype: Any = np.int3
     types = {"T": dtype, "I": count_dtype}
     inputs = [tensor(i.name, types[i.type], None) for i in s.inputs]
     values = s.resolve(attrs)
-    shape = ["R", values[s.channels_attr] if s.channels_attr else "C",
-             values[s.pooled[0]], values[s.pooled[1]]]
-    outs = [tensor(s.output, dtype, shape)]
-    if s.extra_output:
-        outs.append(tensor(s.extra_output[0], dtype, ["R", 4]))
+    if s.keypoints:
+        shapes = [["R", "K", 3], ["R", "K"]]
+    else:
+        shapes = [["R", values[s.channels_attr] if s.channels_attr else "C",
+                   values[s.pooled[0]], values[s.pooled[1]]], ["R", 4]]
+    outs = [tensor(name, dtype, shape) for name, shape in zip(outputs, shapes)]
     return make_model([node], inputs, outs, name=f"{s.name}_graph")
 
 

@@ -44,7 +44,9 @@ class Stage:
     attrs: dict
 
 
-class _Graph:
+class GraphIndex:
+    """A graph indexed: the producer and consumers of each tensor, its constants."""
+
     def __init__(self, graph: onnx.GraphProto):
         self.graph = graph
         self.producer = {o: n for n in graph.node for o in n.output if o}
@@ -87,7 +89,7 @@ class _Graph:
 def find_stages(model: onnx.ModelProto) -> tuple[list[Stage], list[str]]:
     """Every MultiScaleRoIAlign stage of the main graph, and a note for each subgraph that
     starts like one (a zero tensor scattered into by RoiAlign results) but does not match."""
-    g = _Graph(model.graph)
+    g = GraphIndex(model.graph)
     stages, notes = [], []
     for node in model.graph.node:
         if node.op_type != "ScatterElements" or node.domain not in ("", "ai.onnx"):
@@ -109,7 +111,7 @@ def find_stages(model: onnx.ModelProto) -> tuple[list[Stage], list[str]]:
     return stages, notes
 
 
-def _chain(g: _Graph, first: onnx.NodeProto) -> list[onnx.NodeProto]:
+def _chain(g: GraphIndex, first: onnx.NodeProto) -> list[onnx.NodeProto]:
     """The ScatterElements merging the levels, from the one reading the zeros on."""
     chain = [first]
     while True:
@@ -121,7 +123,7 @@ def _chain(g: _Graph, first: onnx.NodeProto) -> list[onnx.NodeProto]:
         chain.append(nxt[0])
 
 
-def _level_of(g: _Graph, index: str, levels: str | None) -> tuple[int, str, str]:
+def _level_of(g: GraphIndex, index: str, levels: str | None) -> tuple[int, str, str]:
     """The level a selection of boxes is: index -> (plumbing) -> NonZero(Equal(levels, l)).
     Returns (l, the levels tensor, the NonZero's output)."""
     nz = g.made_by(g.strip(index, _INDEX_PLUMBING | {"Expand"}), "NonZero")
@@ -136,7 +138,7 @@ def _level_of(g: _Graph, index: str, levels: str | None) -> tuple[int, str, str]
     raise NoMatch(f"Equal {node_label(eq)!r} does not compare with a constant level")
 
 
-def _selected_rows(g: _Graph, name: str) -> tuple[str, str]:
+def _selected_rows(g: GraphIndex, name: str) -> tuple[str, str]:
     """rows -> Gather(axis 0) of the rois by a selection: (the rois, the selection)."""
     gather = g.made_by(name, "Gather")
     if int(given_attrs(gather).get("axis", 0)) != 0:
@@ -144,7 +146,7 @@ def _selected_rows(g: _Graph, name: str) -> tuple[str, str]:
     return gather.input[0], gather.input[1]
 
 
-def _columns(g: _Graph, name: str, want: list[int]) -> str:
+def _columns(g: GraphIndex, name: str, want: list[int]) -> str:
     """A Gather (axis 1) or Slice of columns ``want`` of a [k, 5] tensor: the tensor."""
     n = g.producer.get(name)
     if n is not None and n.op_type == "Gather" and int(given_attrs(n).get("axis", 0)) == 1:
@@ -163,7 +165,7 @@ def _columns(g: _Graph, name: str, want: list[int]) -> str:
     raise NoMatch(f"{name!r} is not columns {want} of the selected rois")
 
 
-def _match(g: _Graph, chain: list[onnx.NodeProto], onnx_opset: int) -> Stage:
+def _match(g: GraphIndex, chain: list[onnx.NodeProto], onnx_opset: int) -> Stage:
     if not 1 < len(chain) <= MAX_LEVELS:
         raise NoMatch(f"{len(chain)} levels merged: ort_roi fuses 2 to {MAX_LEVELS}")
     levels, rois, found = None, None, {}
@@ -210,7 +212,7 @@ def _match(g: _Graph, chain: list[onnx.NodeProto], onnx_opset: int) -> Stage:
     return Stage(chain[-1], rois, levels, feats, attrs)
 
 
-def _ancestors(g: _Graph, names: list[str]) -> set[int]:
+def _ancestors(g: GraphIndex, names: list[str]) -> set[int]:
     """Indices (in the graph) of the nodes every tensor in ``names`` is computed from."""
     index = {id(n): i for i, n in enumerate(g.graph.node)}
     seen, todo = set(), list(names)
@@ -229,7 +231,7 @@ def fuse(model: onnx.ModelProto) -> tuple[list[tuple[str, int]], list[str]]:
     stages, notes = find_stages(model)
     done = []
     for st in stages:
-        g = _Graph(model.graph)
+        g = GraphIndex(model.graph)
         kept = _ancestors(g, [st.rois, st.levels, *st.feats])
         plumbing = _ancestors(g, [st.merge.output[0]]) - kept
         spec = PYRAMID_SPECS[len(st.feats)]

@@ -83,7 +83,7 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
         rl = role.get(name)
         if rl is None or not d:
             continue
-        if rl.kind in ("features", "counts") and d[0]:
+        if rl.kind in ("features", "counts") and d[0] and not rl.spec.keypoints:
             n = n or d[0]
         if rl.kind in ("boxes", "batch", "levels") and d[0]:
             r_ = r_ or d[0]
@@ -121,7 +121,8 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
                 a = rl.attrs
                 c = a[rl.spec.channels_attr] * a.get(rl.spec.pooled[0], 1) * a.get(
                     rl.spec.pooled[1], 1)
-            default = [n, c, max(1, FEAT_H >> level), max(1, FEAT_W >> level)]
+            first = r if rl is not None and rl.spec.keypoints else n  # keypoints: per box
+            default = [first, c, max(1, FEAT_H >> level), max(1, FEAT_W >> level)]
             shape = ([v or default[i] for i, v in enumerate(d)] if d and len(d) == 4
                      else [v or 1 for v in d] if d else default)
             out[vi.name] = rng.standard_normal(shape).astype(dtype)

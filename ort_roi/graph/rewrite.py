@@ -17,7 +17,7 @@ from onnx import helper
 
 from ..errors import RoiOpError, node_label
 from ..specs import DOMAIN, FORMS, OPSET_VERSION, NodeForm, OpSpec, form
-from . import fusion
+from . import fusion, loops
 from .nodes import given_attrs, iter_nodes, node_attrs, opset
 
 
@@ -65,6 +65,10 @@ def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
         fused, notes = fusion.fuse(model)
         done.moved += [(name, f"torchvision MultiScaleRoIAlign stage ({n} nodes)",
                         f"{DOMAIN}::PyramidRoIAlign") for name, n in fused]
+        done.notes += notes
+        fused, notes = loops.fuse_loops(model)  # and its keypoint decoding, one node
+        done.moved += [(name, "torchvision keypoint decoding Loop",
+                        f"{DOMAIN}::HeatmapsToKeypoints") for name, _ in fused]
         done.notes += notes
     if to == "onnx":  # and back, as standard ONNX
         unfused, notes = fusion.unfuse_all(model)

@@ -41,6 +41,15 @@ def _infer(spec: OpSpec):
         bdims = list(boxes.tensor_type.shape.dim) if boxes.tensor_type.HasField("shape") else None
         _check_dims(spec, attrs, xdims, bdims)
         r = bdims[0] if bdims else None
+        if spec.keypoints:  # [R, K, 3] and [R, K]
+            for i, shape in enumerate(([r, xdims[1] if xdims else None, 3],
+                                       [r, xdims[1] if xdims else None])):
+                t = TypeProto()
+                t.tensor_type.elem_type = x.tensor_type.elem_type
+                for d in shape:
+                    _copy_dim(t.tensor_type.shape.dim.add(), d)
+                ctx.set_output_type(i, t)
+            return
         c = None if spec.channels_attr else (xdims[1] if xdims and len(xdims) == 4 else None)
         if spec.channels_per_bin:  # position-sensitive: C / (PH * PW), where C is known
             bins = attrs[spec.pooled[0]] * attrs[spec.pooled[1]]
@@ -50,17 +59,23 @@ def _infer(spec: OpSpec):
             new = dims.add()
             if i == 1 and spec.channels_attr:
                 new.dim_value = attrs[spec.channels_attr]
-            elif isinstance(d, int):
-                new.dim_value = d
-            elif d is not None and d.HasField("dim_value"):
-                new.dim_value = d.dim_value
-            elif d is not None and d.HasField("dim_param"):
-                new.dim_param = d.dim_param
+            else:
+                _copy_dim(new, d)
         ctx.set_output_type(0, out)
         if spec.extra_output:  # the rois, as they came in
             ctx.set_output_type(1, boxes)
 
     return infer
+
+
+def _copy_dim(new, d) -> None:
+    """Set a new dimension from an int or a known dimension (unknown: left unset)."""
+    if isinstance(d, int):
+        new.dim_value = d
+    elif d is not None and d.HasField("dim_value"):
+        new.dim_value = d.dim_value
+    elif d is not None and d.HasField("dim_param"):
+        new.dim_param = d.dim_param
 
 
 def _check_dims(spec: OpSpec, attrs: dict, xdims, bdims) -> None:

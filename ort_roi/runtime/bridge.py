@@ -172,13 +172,14 @@ def _fallback(spec: OpSpec, feed, text: Mapping[str, str], dtype: np.dtype) -> t
             return 0
     shapes = [getattr(f, "shape", None) for f in feed]
     get = lambda i: shapes[i] if i < len(shapes) else None  # noqa: E731
-    shape = spec.output_shape(get(spec.features[0]), get(spec.boxes_input), text)
-    shape = [dim(d) for d in shape]
-    try:
-        y = np.full(shape, np.nan, dtype)
-    except (MemoryError, ValueError):
-        y = np.full((0, 0, 0, 0), np.nan, dtype)
-    return (y,) if spec.extra_output is None else (y, np.full((y.shape[0], 4), np.nan, dtype))
+    out = []
+    for shape in spec.output_shapes(get(spec.features[0]), get(spec.boxes_input), text):
+        shape = [dim(d) for d in shape]
+        try:
+            out.append(np.full(shape, np.nan, dtype))
+        except (MemoryError, ValueError):
+            out.append(np.full([0] * len(shape), np.nan, dtype))
+    return tuple(out)
 
 
 def _run(k_id: int, feed, text: Mapping[str, str]):
