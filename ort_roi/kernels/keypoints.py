@@ -55,7 +55,7 @@ def decode_box(maps: np.ndarray, h: int, w: int):
         flat = block.reshape(K, -1)
         at = flat.argmax(axis=1)
         value = flat[np.arange(K), at]
-        better = (value > best) | ((y0 == 0) & ~(value <= best))  # the first block always
+        better = (value > best) | (y0 == 0)  # later blocks only when strictly larger
         best = np.where(better, value, best)
         pos = np.where(better, at + y0 * w, pos)
     return pos, best
