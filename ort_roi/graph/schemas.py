@@ -41,9 +41,8 @@ def _infer(spec: OpSpec):
         bdims = list(boxes.tensor_type.shape.dim) if boxes.tensor_type.HasField("shape") else None
         _check_dims(spec, attrs, xdims, bdims)
         r = bdims[0] if bdims else None
-        if spec.keypoints:  # [R, K, 3] and [R, K]
-            for i, shape in enumerate(([r, xdims[1] if xdims else None, 3],
-                                       [r, xdims[1] if xdims else None])):
+        if spec.keypoints:  # [R, K, 3] and [R, K], as the spec says
+            for i, shape in enumerate(spec.output_shapes(xdims, bdims, attrs)):
                 t = TypeProto()
                 t.tensor_type.elem_type = x.tensor_type.elem_type
                 for d in shape:
