@@ -520,3 +520,26 @@ def cubic_resize_taps(out: int, size: int, a: float = -0.75):
     first = start.astype(np.int64) - 1
     taps = [np.clip(first + k, 0, size - 1) for k in range(4)]
     return taps, weights
+
+
+# --- onnxruntime's linear Resize (torchvision's mask pasting) ------------------------------
+
+def linear_resize_taps(out: int, size: int, index: np.ndarray):
+    """onnxruntime's Resize along one axis (mode linear, coordinate_transformation_mode
+    half_pixel, output size given), at output positions ``index``: position i reads input
+    (i + 0.5) / scale - 0.5 (i itself when scale is 1), scale = float32(out) /
+    float32(size), clamped to [0, size - 1], all in float32; taps i1 = its integer part and
+    i2 = min(i1 + 1, size - 1), weights d1 = |pos - i1| (of i2) and d2 = |pos - i2| (of i1),
+    both 0.5 where i1 = i2 (upsample.h, SetupUpsampleBilinear). Returns (i1, i2, d1, d2)."""
+    f = np.float32
+    scale = f(out) / f(size)
+    pos = np.asarray(index).astype(f)
+    if scale != f(1):
+        pos = (pos + f(0.5)) / scale - f(0.5)
+    pos = np.clip(pos, f(0), f(size - 1))
+    i1 = np.minimum(pos.astype(np.int64), size - 1)
+    i2 = np.minimum(i1 + 1, size - 1)
+    d1, d2 = np.abs(pos - i1.astype(f)), np.abs(pos - i2.astype(f))
+    same = i1 == i2
+    d1[same] = d2[same] = f(0.5)
+    return i1, i2, d1, d2

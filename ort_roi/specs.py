@@ -100,7 +100,9 @@ class OpSpec:
     boxes_input: int = 1  # the input holding the boxes
     extra_output: tuple[str, str] | None = None  # (name, shape doc) of a second output: rois
     same_types: bool = False  # every T input of one type (one overload per dtype)
-    keypoints: bool = False  # outputs [R, K, 3] and [R, K] (K: X's channels), not pooled maps
+    #: what the op outputs: "pooled" maps [R, C, PH, PW]; "keypoints" [R, K, 3] and [R, K]
+    #: (K: X's channels); "image" masks [R, height, width] (the image's size an input)
+    kind: str = "pooled"
     _by_name: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _resolved: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -153,6 +155,11 @@ class OpSpec:
         return (self.domain, self.name)
 
     @property
+    def per_box(self) -> bool:
+        """True when the feature input holds one item per box (keypoint maps, masks)."""
+        return self.kind != "pooled"
+
+    @property
     def boxes(self) -> Input:
         return self.inputs[self.boxes_input]
 
@@ -163,11 +170,14 @@ class OpSpec:
     def output_shapes(self, x_shape, boxes_shape, attrs: Mapping[str, Any]) -> list[list]:
         """The shape of each output from the input shapes (entries may be None = unknown):
         [R, C_out, PH, PW] and, with an extra output, the boxes' shape [R, cols]; a
-        keypoint op's [R, K, 3] and [R, K]."""
+        keypoint op's [R, K, 3] and [R, K]; an image op's [R, height, width] (its size is an
+        input's value: None)."""
         r = boxes_shape[0] if boxes_shape is not None and len(boxes_shape) == 2 else None
-        if self.keypoints:
+        if self.kind == "keypoints":
             k = x_shape[1] if x_shape is not None and len(x_shape) == 4 else None
             return [[r, k, 3], [r, k]]
+        if self.kind == "image":
+            return [[r, None, None]]
         first = self.output_shape(x_shape, boxes_shape, attrs)
         if self.extra_output is None:
             return [first]
@@ -536,14 +546,43 @@ HEATMAPS_TO_KEYPOINTS = OpSpec(
     output_shape_doc="[R, K, 3] (x, y, 1)",
     extra_output=("scores", "[R, K]"),
     same_types=True,
-    keypoints=True,
+    kind="keypoints",
+)
+
+#: The largest image PasteMasks pastes into (height * width; 8192 x 8192), and the most
+#: pixels of all its masks together (2 GiB of float32): the image size is an input.
+MAX_MASK_IMAGE = 1 << 26
+MAX_MASK_OUTPUT = 1 << 29
+#: Box coordinates PasteMasks accepts: [-2^31, 2^31) (image pixels).
+MAX_MASK_COORD = 1 << 31
+
+PASTE_MASKS = OpSpec(
+    name="PasteMasks",
+    source="torchvision paste_masks_in_image (Mask R-CNN's mask pasting, one fused op: "
+           "ort-roi convert, ort_roi.torch_export)",
+    doc="Each box's mask pasted into an image of zeros, as torchvision's exported graph "
+        "computes it: box r [x1, y1, x2, y2] (integer, inclusive) has w = max(x2 - x1 + 1, 1), "
+        "h = max(y2 - y1 + 1, 1); channel 0 of its mask is resized to h x w with onnxruntime's "
+        "Resize (linear, half_pixel; bit for bit) and its part inside the image, rows "
+        "max(y1, 0) .. min(y2 + 1, height) and columns max(x1, 0) .. min(x2 + 1, width), is "
+        "written there; nothing where that part is empty.",
+    inputs=(Input("masks", "T", "[R, C, M_h, M_w]", "one mask per box (channel 0 is pasted)"),
+            Input("boxes", "I", "[R, 4]", "integer boxes [x1, y1, x2, y2] in image pixels"),
+            Input("image_size", "I", "[2]", "(height, width) of the image")),
+    attrs=(),
+    pooled=("", ""),
+    output="image_masks",
+    output_shape_doc="[R, height, width]",
+    same_types=True,
+    kind="image",
 )
 
 #: The ops that compute the nodes other exporters write (see FORMS).
 EXTRA_SPECS: tuple[OpSpec, ...] = (MMCV_ROI_ALIGN, MMCV_ROI_ALIGN_ROTATED, CAFFE2_ROI_ALIGN,
                                    ONNX_ROI_ALIGN, TV_PS_ROI_ALIGN, TV_PS_ROI_POOL,
                                    *EXTRACTOR_SPECS.values(), *MULTI_LEVEL_SPECS.values(),
-                                   *PYRAMID_SPECS.values(), HEATMAPS_TO_KEYPOINTS)
+                                   *PYRAMID_SPECS.values(), HEATMAPS_TO_KEYPOINTS,
+                                   PASTE_MASKS)
 
 
 # --- node forms ------------------------------------------------------------------------------
@@ -626,6 +665,10 @@ FORMS: tuple[NodeForm, ...] = (
              "ort-roi convert (torchvision's exported keypoint decoding Loop), "
              "ort_roi.torch_export", "onnxruntime's Resize + ArgMax (torchvision's exported "
              "Loop, bit for bit); eager torchvision heatmaps_to_keypoints"),
+    NodeForm(DOMAIN, PASTE_MASKS.name, PASTE_MASKS,
+             "ort-roi convert (torchvision's exported mask pasting Loop), ort_roi.torch_export",
+             "onnxruntime's Resize + the Loop's slices (torchvision's exported Loop, bit for "
+             "bit); eager torchvision paste_masks_in_image"),
     *(NodeForm(DOMAIN, s.name, s, "ort-roi convert (from mmdeploy::MMCVMultiLevelRoiAlign)",
                "level rule + MMCVRoiAlign per level") for s in MULTI_LEVEL_SPECS.values()),
     NodeForm("mmdeploy", "MMCVRoiAlign", MMCV_ROI_ALIGN,

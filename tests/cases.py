@@ -429,6 +429,27 @@ def keypoint_cases(seed: int) -> list[dict]:
     return out
 
 
+def mask_cases(seed: int) -> list[dict]:
+    """PasteMasks: padded masks and integer boxes, inside the image, across its edges,
+    beyond it, zero-size and inverted; float32 and float64, int64 and int32 boxes, R = 0."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, (dtype, itype) in enumerate(((np.float32, np.int64), (np.float64, np.int32),
+                                        (np.float32, np.int32), (np.float64, np.int64))):
+        R, M = (6, 4, 0, 3)[i], (30, 9, 30, 1)[i]
+        height, width = (37, 23, 5, 8)[i], (41, 29, 6, 3)[i]
+        masks = rng.random((R, 1 + i % 2, M, M)).astype(dtype)
+        xy = rng.uniform(-20, 45, (R, 2))
+        boxes = np.floor(np.concatenate([xy, xy + np.exp(rng.uniform(-1, 4, (R, 2)))], 1))
+        if R > 3:
+            boxes[:3] = [[5, 5, 5, 5], [30, 20, 10, 4], [-60, -50, -40, -45]]
+        out.append(dict(name=f"masks_{np.dtype(dtype).name}_{i}", op="PasteMasks",
+                        inputs=dict(masks=masks, boxes=boxes.astype(itype),
+                                    image_size=np.array([height, width], itype)),
+                        attrs={}))
+    return out
+
+
 def form_cases() -> list[tuple[str, dict]]:
     """(domain, case) for every registered node form (a few cases each, both dtypes)."""
     from ort_roi.specs import FORMS
@@ -445,6 +466,7 @@ def form_cases() -> list[tuple[str, dict]]:
         "TorchvisionPSRoIAlign": pick(torchvision_ps_cases("TorchvisionPSRoIAlign", 34)),
         "TorchvisionPSRoIPool": pick(torchvision_ps_cases("TorchvisionPSRoIPool", 35)),
         "HeatmapsToKeypoints": keypoint_cases(37),
+        "PasteMasks": mask_cases(38),
     }
     out = []
     for f in FORMS:

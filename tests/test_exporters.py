@@ -313,7 +313,8 @@ def test_every_registered_form_runs_in_a_plain_session_and_has_a_schema():
                                                                           **case["attrs"])
         want = want[0] if isinstance(want, tuple) else want
         np.testing.assert_array_equal(got, want)
-        assert [d.dim_value for d in dims][2:] == list(got.shape[2:])
+        if ort_roi.specs.spec(case["op"], domain).kind != "image":  # its size: an input's value
+            assert [d.dim_value for d in dims][2:] == list(got.shape[2:])
     assert {(d, c["op"]) for d, c in C.form_cases()} == {f.key for f in FORMS if f.registered}
 
 

@@ -16,9 +16,12 @@ opset_version=17, dynamo=False)`` with the box count and the maps' sizes dynamic
 holds what Faster / Mask R-CNN's exported heads hold: the boxes to rois, the LevelMapper, per
 level an Equal / Where / Gather / RoiAlign and a ScatterElements merge. ``ort-roi bench W8``
 runs it natively against its fused form (``ort_roi.convert``). torch 2.14.1, torchvision 0.29.1.
-3. ort_roi/data/torchvision_loops.json: the body of the Loop torch.onnx writes for
-   ``roi_heads.heatmaps_to_keypoints`` (Keypoint R-CNN's decoding) at opsets 11 to 17, canonical
-   (``ort_roi.graph.loops.body_lines``): what ``ort_roi.convert`` recognises it by.
+3. ort_roi/data/torchvision_loops.json: the bodies of the Loops torch.onnx writes for
+   ``roi_heads.heatmaps_to_keypoints`` (Keypoint R-CNN's decoding) and
+   ``roi_heads.paste_masks_in_image`` (Mask R-CNN's mask pasting) at opsets 11 to 17,
+   canonical (``ort_roi.graph.loops.body_lines``; the image size that the mask Loop holds as
+   constants written as the placeholders {height} and {width}): what ``ort_roi.convert``
+   recognises them by.
 """
 
 from __future__ import annotations
@@ -112,36 +115,92 @@ def export(pooled: int) -> bytes:
 def keypoint_loop_bodies() -> dict:
     """torchvision's keypoint-decoding Loop as torch.onnx writes it, per opset: the boxes'
     count dynamic (a Keypoint R-CNN's are)."""
-    import onnx
     import torch
     from torchvision.models.detection import roi_heads
 
-    from ort_roi.graph.fusion import GraphIndex
-    from ort_roi.graph.loops import ROLES, body_lines
+    from ort_roi.graph.loops import ROLES
 
     class Decode(torch.nn.Module):
         def forward(self, maps, rois):
             return roi_heads.heatmaps_to_keypoints(maps, rois)
 
     maps, rois = torch.rand(3, 17, 56, 56), torch.tensor([[1.0, 2, 40, 60]]).repeat(3, 1)
+    bodies = _loop_bodies(Decode().eval(), (maps, rois), {"maps": {0: "R"}, "rois": {0: "R"}},
+                          ROLES)
+    return {"heatmaps_to_keypoints": {"source": _source(), "roles": list(ROLES),
+                                      "bodies": bodies}}
+
+
+def _loop_bodies(module, args, dynamic: dict, roles: tuple) -> dict:
+    """The canonical body of the one Loop of ``module``'s export, per opset 11-17."""
+    import onnx
+    import torch
+
+    from ort_roi.graph.fusion import GraphIndex
+    from ort_roi.graph.loops import body_lines
+
     bodies = {}
     for opset in range(11, 18):
         buf = io.BytesIO()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(Decode().eval(), (maps, rois), buf, opset_version=opset,
-                              dynamo=False, input_names=["maps", "rois"],
-                              dynamic_axes={"maps": {0: "R"}, "rois": {0: "R"}})
+            torch.onnx.export(module, args, buf, opset_version=opset, dynamo=False,
+                              input_names=list(dynamic), dynamic_axes=dynamic)
         model = onnx.load_from_string(buf.getvalue())
         loop = next(n for n in model.graph.node if n.op_type == "Loop")
         lines, outer = body_lines(loop, GraphIndex(model.graph).const)
-        assert len(outer) == len(ROLES), (opset, outer)
+        assert len(outer) == len(roles), (opset, outer)
         bodies[f"opset {opset}"] = lines
-    return {"heatmaps_to_keypoints": {
-        "source": f"torch {torch.__version__.split('+')[0]}, torchvision "
-                  f"{__import__('torchvision').__version__.split('+')[0]}, "
-                  "torch.onnx.export(dynamo=False), tools/export_torchvision.py",
-        "roles": list(ROLES), "bodies": bodies}}
+    return bodies
+
+
+def mask_loop_bodies() -> dict:
+    """torchvision's mask-pasting Loop as torch.onnx writes it, per opset: the boxes' count
+    dynamic, the image size a constant (Mask R-CNN's exports hold it so), written as
+    placeholders; checked by exporting at a second size."""
+    import re
+
+    import torch
+    from torchvision.models.detection import roi_heads
+
+    from ort_roi.graph.loops import MASK_ROLES, unify
+
+    class Paste(torch.nn.Module):
+        def __init__(self, size):
+            super().__init__()
+            self.size = size
+
+        def forward(self, masks, boxes):
+            return roi_heads.paste_masks_in_image(masks, boxes, self.size)
+
+    masks = torch.rand(3, 1, 28, 28)
+    boxes = torch.tensor([[1.0, 2, 30, 40]]).repeat(3, 1)
+    dynamic = {"masks": {0: "R"}, "boxes": {0: "R"}}
+    size, check = (37, 53), (41, 59)  # values no other constant of the body has
+    bodies = _loop_bodies(Paste(size), (masks, boxes), dynamic, MASK_ROLES)
+    for key, lines in bodies.items():
+        assert not any(re.search(r"=(41|59)\b", ln) for ln in lines), key
+        bodies[key] = [re.sub(r"=37\b", "={height}", re.sub(r"=53\b", "={width}", ln))
+                       for ln in lines]
+    again = _loop_bodies(Paste(check), (masks, boxes), dynamic, MASK_ROLES)
+    for key, lines in again.items():  # every constant of the size is a placeholder
+        assert unify(lines, bodies[key]) == dict(zip(("height", "width"), check)), key
+    return {"source": _source(), "roles": list(MASK_ROLES), "params": ["height", "width"],
+            "bodies": bodies}
+
+
+def _source() -> str:
+    import torch
+    import torchvision
+
+    return (f"torch {torch.__version__.split('+')[0]}, torchvision "
+            f"{torchvision.__version__.split('+')[0]}, torch.onnx.export(dynamo=False), "
+            "tools/export_torchvision.py")
+
+
+def loop_bodies() -> dict:
+    """Every Loop ``ort_roi.convert`` fuses, as torchvision_loops.json holds them."""
+    return {**keypoint_loop_bodies(), "paste_masks_in_image": mask_loop_bodies()}
 
 
 def main() -> None:
@@ -151,7 +210,7 @@ def main() -> None:
 
     path = os.path.join(OUT, "torchvision_loops.json")
     with open(path, "w") as f:
-        json.dump(keypoint_loop_bodies(), f, indent=0)
+        json.dump(loop_bodies(), f, indent=0)
         f.write("\n")
     print(f"{path}: {os.path.getsize(path)} bytes")
 

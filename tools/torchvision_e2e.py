@@ -15,9 +15,11 @@ are the image's sides):
 1. ``torch.onnx.export(..., opset_version=17, dynamo=False)``: the native graph, run by a plain
    ``onnxruntime.InferenceSession``;
 2. that graph through ``ort_roi.convert`` (each MultiScaleRoIAlign stage fused into one
-   PyramidRoIAlign node), run by a plain session with ``ort_roi.session_options()``;
-3. ``ort_roi.torch_export`` of the same model (the stage written as PyramidRoIAlign by the
-   exporter), run the same way.
+   PyramidRoIAlign node, Keypoint R-CNN's decoding Loop into HeatmapsToKeypoints, Mask
+   R-CNN's pasting Loop into PasteMasks), run by a plain session with
+   ``ort_roi.session_options()``;
+3. ``ort_roi.torch_export`` of the same model (the same nodes written by the exporter), run
+   the same way.
 
 It checks that no ScatterElements merge is left in the RoI heads and that the detections equal
 the native graph's (max abs difference of every output), then times the three sessions in one
@@ -36,6 +38,7 @@ import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 import warnings
 
@@ -192,13 +195,15 @@ def run_model(kind: str, repeat: int, thresh0: bool, out_dir: str | None,
     if profile:
         res["profile"] = {}
         for k, m in models.items():
-            prefix = os.path.join(out_dir or ".", f"profile_{kind}_{k}")
+            prefix = os.path.join(out_dir or tempfile.gettempdir(), f"profile_{kind}_{k}")
             s = make_session(m, k != "native", prefix)
             runs = 3
             for _ in range(runs + 1):
                 s.run(None, feed)
             path = s.end_profiling()
             res["profile"][k] = profile_summary(path, runs + 1)
+            if not out_dir:  # kept only with --out
+                os.remove(path)
     log(json.dumps(res, indent=1))
     return res
 

@@ -11,14 +11,15 @@ The semantics in words: docs/semantics.md.
 from ..specs import (CAFFE2_ROI_ALIGN, EXTRACTOR_SPECS, MMCV_ROI_ALIGN, MMCV_ROI_ALIGN_ROTATED,
                      MULTI_LEVEL_SPECS, ONNX_ROI_ALIGN, PSROI_POOL, PYRAMID_SPECS, ROI_ALIGN,
                      ROI_POOL, ROI_POOLING, TV_PS_ROI_ALIGN, TV_PS_ROI_POOL,
-                     HEATMAPS_TO_KEYPOINTS)
+                     HEATMAPS_TO_KEYPOINTS, PASTE_MASKS)
 from .align import caffe2_roi_align, mmcv_roi_align, onnx_roi_align, roi_align
 from .multilevel import (multi_level_roi_align, multi_level_roi_align_levels,
                          roi_feature_extractor, roi_feature_extractor_levels)
 from .pooling import roi_pool, roi_pooling
 from .psroi import psroi_pool
 from .rotated import mmcv_roi_align_rotated
-from .torchvision import (heatmaps_to_keypoints, pyramid_roi_align, pyramid_roi_align_levels, torchvision_ps_roi_align,
+from .torchvision import (heatmaps_to_keypoints, paste_masks, pyramid_roi_align,
+                          pyramid_roi_align_levels, torchvision_ps_roi_align,
                           torchvision_ps_roi_pool)
 
 #: The definition of every op (spec key: domain, name).
@@ -31,10 +32,10 @@ DEFINITIONS = {
     **{s.key: roi_feature_extractor_levels for s in EXTRACTOR_SPECS.values()},
     **{s.key: multi_level_roi_align_levels for s in MULTI_LEVEL_SPECS.values()},
     **{s.key: pyramid_roi_align_levels for s in PYRAMID_SPECS.values()},
-    HEATMAPS_TO_KEYPOINTS.key: heatmaps_to_keypoints,
+    HEATMAPS_TO_KEYPOINTS.key: heatmaps_to_keypoints, PASTE_MASKS.key: paste_masks,
 }
 
-__all__ = ["DEFINITIONS", "heatmaps_to_keypoints", "caffe2_roi_align", "mmcv_roi_align", "mmcv_roi_align_rotated",
+__all__ = ["DEFINITIONS", "heatmaps_to_keypoints", "paste_masks", "caffe2_roi_align", "mmcv_roi_align", "mmcv_roi_align_rotated",
            "multi_level_roi_align", "onnx_roi_align", "psroi_pool", "pyramid_roi_align",
            "roi_align", "roi_feature_extractor", "roi_pool", "roi_pooling",
            "torchvision_ps_roi_align", "torchvision_ps_roi_pool"]

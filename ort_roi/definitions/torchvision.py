@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import (ALIGNED, align_bins, box_extent, cubic_resize_taps, roi_align_geometry,
-                        sample_positions, torchvision_psroi_bins, torchvision_sample_grid)
-from ..specs import HEATMAPS_TO_KEYPOINTS, TV_PS_ROI_ALIGN, TV_PS_ROI_POOL
+from ..geometry import (ALIGNED, align_bins, box_extent, cubic_resize_taps, linear_resize_taps,
+                        roi_align_geometry, sample_positions, torchvision_psroi_bins,
+                        torchvision_sample_grid)
+from ..specs import HEATMAPS_TO_KEYPOINTS, PASTE_MASKS, TV_PS_ROI_ALIGN, TV_PS_ROI_POOL
 from .align import align_box
 from .common import attributes_of, bilinear, ps_average
 
@@ -117,3 +118,35 @@ def heatmaps_to_keypoints(maps, rois):
             keypoints[r, k, 1] = (t(0.5) + t(y_int)) * (h / t(hc)) + y1
             scores[r, k] = roi_map[k, y_int, x_int]
     return keypoints, scores
+
+
+@attributes_of(PASTE_MASKS)
+def paste_masks(masks, boxes, image_size):
+    """PasteMasks: an image of image_size = (height, width); box r [x1, y1, x2, y2] (integers,
+    inclusive), w = max(x2 - x1 + 1, 1), h
+    likewise; channel 0 of its mask resized to h x w as onnxruntime's linear Resize computes
+    each pixel (dx2*dy2*X11 + dx1*dy2*X21 + dx2*dy1*X12 + dx1*dy1*X22, the weights' products
+    in float32, the sum in T, in that order); then, as torchvision's paste_mask_in_image, the
+    image rows max(y1, 0) .. min(y2 + 1, height) and columns max(x1, 0) .. min(x2 + 1, width)
+    take the resized mask's rows and columns there (none when either range is empty)."""
+    t = masks.dtype.type
+    height, width = (int(v) for v in image_size)
+    out = np.zeros((masks.shape[0], height, width), masks.dtype)
+    for r in range(masks.shape[0]):
+        x1, y1, x2, y2 = (int(v) for v in boxes[r])
+        w, h = max(x2 - x1 + 1, 1), max(y2 - y1 + 1, 1)
+        m = masks[r, 0]
+        iy1, iy2, dy1, dy2 = linear_resize_taps(h, m.shape[0], np.arange(h))
+        ix1, ix2, dx1, dx2 = linear_resize_taps(w, m.shape[1], np.arange(w))
+        resized = np.zeros((h, w), masks.dtype)
+        for y in range(h):
+            for x in range(w):
+                resized[y, x] = (t(dx2[x] * dy2[y]) * m[iy1[y], ix1[x]]
+                                 + t(dx1[x] * dy2[y]) * m[iy1[y], ix2[x]]
+                                 + t(dx2[x] * dy1[y]) * m[iy2[y], ix1[x]]
+                                 + t(dx1[x] * dy1[y]) * m[iy2[y], ix2[x]])
+        top, bottom = max(y1, 0), min(y2 + 1, height)
+        left, right = max(x1, 0), min(x2 + 1, width)
+        if bottom > top and right > left:
+            out[r, top:bottom, left:right] = resized[top - y1:bottom - y1, left - x1:right - x1]
+    return out

@@ -9,6 +9,7 @@
 | ``ops.ps_roi_pool``              | ``TorchvisionPSRoIPool``                                  |
 | ``ops.MultiScaleRoIAlign`` (2-6 maps) | ``PyramidRoIAlign_L{n}``: the whole stage in one node, the level of each box computed by the graph's own LevelMapper nodes |
 | ``models.detection.roi_heads.heatmaps_to_keypoints`` | ``HeatmapsToKeypoints`` (Keypoint R-CNN's decoding: no per-box Loop) |
+| ``models.detection.roi_heads.paste_masks_in_image`` | ``PasteMasks`` (Mask R-CNN's mask pasting: no per-box Loop, no growing Concat) |
 
 ``torch_export`` is ``torch.onnx.export`` with these installed, for both exporters: TorchScript
 (``dynamo=False``, what exports whole torchvision detection models) and dynamo (onnxscript
@@ -100,6 +101,7 @@ def translation_table() -> dict[Callable, Callable]:
     ours = _ort_roi_opset()
     _pyramid_op()  # registers torch.ops.ort_roi.pyramid_roi_align
     _keypoints_op()  # and torch.ops.ort_roi.heatmaps_to_keypoints
+    _paste_op()  # and torch.ops.ort_roi.paste_masks
 
     def boxes_and_batch(rois):
         boxes = op.Slice(rois, [1], [5], [1])
@@ -149,8 +151,16 @@ def translation_table() -> dict[Callable, Callable]:
     def heatmaps_to_keypoints(maps, rois):
         return ours.HeatmapsToKeypoints(maps, rois, _outputs=2)
 
+    def paste_masks(masks, boxes, height, width):
+        if isinstance(height, int) and isinstance(width, int):
+            size = op.Constant(value=ir.tensor([height, width], ir.DataType.INT64))
+        else:  # the image's size a dynamic dimension
+            size = op.Concat(op.Reshape(height, [1]), op.Reshape(width, [1]), axis=0)
+        return ours.PasteMasks(masks, boxes, size)
+
     tv = torch.ops.torchvision
     return {torch.ops.ort_roi.heatmaps_to_keypoints.default: heatmaps_to_keypoints,
+            torch.ops.ort_roi.paste_masks.default: paste_masks,
             tv.roi_align.default: roi_align, tv.roi_pool.default: roi_pool,
             tv.ps_roi_align.default: ps_roi_align, tv.ps_roi_pool.default: ps_roi_pool,
             torch.ops.ort_roi.pyramid_roi_align.default: pyramid_roi_align}
@@ -297,6 +307,89 @@ def fused_keypoints(dynamo: bool) -> Callable:
     return heatmaps_to_keypoints
 
 
+def _paste(masks, boxes, height: int, width: int):
+    """torchvision's pasting of each mask, as its export path computes it (its eager path
+    fails on a box beyond the image), without that path's Loop (scripted when traced, it
+    would stay in the graph): [R, height, width]."""
+    import torch
+    from torchvision.models.detection import roi_heads
+
+    h, w = (torch.tensor(v, dtype=torch.int64) for v in (height, width))
+    res = [roi_heads._onnx_paste_mask_in_image(m[0], b, h, w)  # noqa: SLF001
+           for m, b in zip(masks, boxes)]
+    return torch.stack(res) if res else masks.new_zeros((0, height, width))
+
+
+@functools.lru_cache(maxsize=None)
+def _paste_op():
+    """ort_roi::paste_masks as a torch custom op (what dynamo traces): torchvision's pasting
+    of masks already padded into boxes already integer."""
+    import torch
+
+    @torch.library.custom_op("ort_roi::paste_masks", mutates_args=(),
+                             schema="(Tensor masks, Tensor boxes, SymInt height, SymInt width) "
+                                    "-> Tensor")
+    def paste_masks(masks, boxes, height, width):
+        return _paste(masks, boxes, height, width)
+
+    @paste_masks.register_fake
+    def _(masks, boxes, height, width):
+        return masks.new_empty((masks.shape[0], height, width))
+
+    return paste_masks
+
+
+@functools.lru_cache(maxsize=None)
+def _paste_function():
+    """Mask R-CNN's mask pasting for the TorchScript exporter: an autograd Function whose
+    symbolic writes PasteMasks, the image size (two int64 scalars) as its [2] input."""
+    import torch
+
+    class PasteMasks(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, masks, boxes, im_h, im_w):
+            return _paste(masks, boxes, int(im_h), int(im_w))
+
+        @staticmethod
+        def symbolic(g, masks, boxes, im_h, im_w):
+            one = g.op("Constant", value_t=torch.tensor([1]))
+            size = g.op("Concat", g.op("Reshape", im_h, one), g.op("Reshape", im_w, one),
+                        axis_i=0)
+            out = g.op(f"{DOMAIN}::PasteMasks", masks, boxes, size)
+            out.setType(masks.type().with_sizes([None, None, None]))
+            return out
+
+    return PasteMasks
+
+
+def fused_paste_masks(dynamo: bool) -> Callable:
+    """A stand-in that computes what torchvision's mask pasting does and exports as one
+    PasteMasks node: for TorchScript, of ``roi_heads._onnx_paste_masks_in_image_loop`` (what
+    its traced ``paste_masks_in_image`` calls); for dynamo, of ``paste_masks_in_image``."""
+    from torchvision.models.detection import roi_heads
+
+    if dynamo:
+        original = roi_heads.paste_masks_in_image
+
+        def paste_masks_in_image(masks, boxes, img_shape, padding=1):
+            import torch
+
+            _paste_op()
+            masks, scale = roi_heads.expand_masks(masks, padding=padding)
+            boxes = roi_heads.expand_boxes(boxes, scale).to(dtype=torch.int64)
+            return torch.ops.ort_roi.paste_masks(masks, boxes, *img_shape)[:, None]
+
+        paste_masks_in_image.original = original
+        return paste_masks_in_image
+    original = roi_heads._onnx_paste_masks_in_image_loop  # noqa: SLF001
+
+    def paste_masks_loop(masks, boxes, im_h, im_w):
+        return _paste_function().apply(masks, boxes, im_h, im_w)
+
+    paste_masks_loop.original = original
+    return paste_masks_loop
+
+
 def fused_multiscale(dynamo: bool) -> Callable:
     """A stand-in for ``torchvision.ops.poolers._multiscale_roi_align`` that computes the same
     and exports as one PyramidRoIAlign node (2 to 6 feature maps; others as torchvision)."""
@@ -325,17 +418,23 @@ def fused_multiscale(dynamo: bool) -> Callable:
 
 @contextlib.contextmanager
 def installed(dynamo: bool):
-    """ort_roi's translations in place for one export: the fused MultiScaleRoIAlign and
-    keypoint decoding and (for TorchScript) the symbolics; torchvision's own come back
-    afterwards."""
+    """ort_roi's translations in place for one export: the fused MultiScaleRoIAlign,
+    keypoint decoding and mask pasting and (for TorchScript) the symbolics; torchvision's own
+    come back afterwards."""
     import torch
-    from torchvision.models.detection import roi_heads
+    from torchvision.models.detection import roi_heads, transform
     from torchvision.ops import poolers
 
     original = poolers._multiscale_roi_align  # noqa: SLF001
     poolers._multiscale_roi_align = fused_multiscale(dynamo)  # noqa: SLF001
     decode = roi_heads.heatmaps_to_keypoints
     roi_heads.heatmaps_to_keypoints = fused_keypoints(dynamo)
+    # the mask pasting: where each exporter's path through torchvision looks it up
+    pasting = ([(roi_heads, "paste_masks_in_image"), (transform, "paste_masks_in_image")]
+               if dynamo else [(roi_heads, "_onnx_paste_masks_in_image_loop")])
+    paste, pasted = fused_paste_masks(dynamo), [getattr(m, n) for m, n in pasting]
+    for m, n in pasting:
+        setattr(m, n, paste)
     registered = []
     try:
         if not dynamo:
@@ -347,6 +446,8 @@ def installed(dynamo: bool):
     finally:
         poolers._multiscale_roi_align = original  # noqa: SLF001
         roi_heads.heatmaps_to_keypoints = decode
+        for (m, n), fn in zip(pasting, pasted):
+            setattr(m, n, fn)
         for name, opset in registered:
             torch.onnx.unregister_custom_op_symbolic(name, opset)
         if registered:  # torchvision's own symbolics (RoiAlign, MaxRoiPool), registered again
@@ -358,8 +459,8 @@ def installed(dynamo: bool):
 def torch_export(model, args: tuple = (), f=None, **kwargs: Any):
     """``torch.onnx.export(model, args, f, **kwargs)`` with ort_roi's translations installed:
     torchvision's roi_align, roi_pool, ps_roi_align, ps_roi_pool, MultiScaleRoIAlign (one
-    fused node per stage) and Keypoint R-CNN's heatmaps_to_keypoints (one node, no per-box
-    Loop) are written as ort_roi nodes that a plain onnxruntime session with
+    fused node per stage), Keypoint R-CNN's heatmaps_to_keypoints and Mask R-CNN's
+    paste_masks_in_image (one node each, no per-box Loop) are written as ort_roi nodes that a plain onnxruntime session with
     ``ort_roi.session_options()`` runs. Every keyword goes to torch.onnx.export, ``dynamo``
     included (its default is torch's); with dynamo, a ``custom_translation_table`` of yours
     is kept (yours win). Returns what torch.onnx.export returns."""

@@ -103,8 +103,10 @@ def single_op_model(op: str, dtype: Any = np.float32, count_dtype: Any = np.int3
     types = {"T": dtype, "I": count_dtype}
     inputs = [tensor(i.name, types[i.type], None) for i in s.inputs]
     values = s.resolve(attrs)
-    if s.keypoints:
+    if s.kind == "keypoints":
         shapes = [["R", "K", 3], ["R", "K"]]
+    elif s.kind == "image":
+        shapes = [["R", "height", "width"]]
     else:
         shapes = [["R", values[s.channels_attr] if s.channels_attr else "C",
                    values[s.pooled[0]], values[s.pooled[1]]], ["R", 4]]

@@ -213,7 +213,8 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto], onnx_opset: int) -> Stage
 
 
 def _ancestors(g: GraphIndex, names: list[str]) -> set[int]:
-    """Indices (in the graph) of the nodes every tensor in ``names`` is computed from."""
+    """Indices (in the graph) of the nodes every tensor in ``names`` is computed from (what
+    their subgraphs read included)."""
     index = {id(n): i for i, n in enumerate(g.graph.node)}
     seen, todo = set(), list(names)
     while todo:
@@ -221,8 +222,30 @@ def _ancestors(g: GraphIndex, names: list[str]) -> set[int]:
         if n is None or index[id(n)] in seen:
             continue
         seen.add(index[id(n)])
-        todo.extend(n.input)
+        todo.extend(_reads(n))
     return seen
+
+
+def splice(model: onnx.ModelProto, old: onnx.NodeProto, new: list[onnx.NodeProto],
+           keep: list[str]) -> int:
+    """Put ``new`` in the place of node ``old`` of the main graph, in place, and drop the
+    nodes (and initializers) that computed only what ``old`` read: those not also computing
+    ``keep`` (the new nodes' inputs) or anything else still read. Returns how many nodes
+    went."""
+    g = GraphIndex(model.graph)
+    plumbing = _ancestors(g, list(old.output)) - _ancestors(g, keep)
+    nodes = list(model.graph.node)  # (copies: an earlier fusion rebuilt the list)
+    at = next(i for i, n in enumerate(nodes) if n.output[:1] == old.output[:1])
+    removed = _dead(nodes, plumbing, model.graph, at)
+    out = [n for i, n in enumerate(nodes) if i not in removed]
+    out[sum(1 for i in range(at) if i not in removed):0] = new
+    read = {name for n in out for name in _reads(n)} | {o.name for o in model.graph.output}
+    gone = {name for i in removed for name in _reads(nodes[i])} - read
+    for t in [t for t in model.graph.initializer if t.name in gone]:
+        model.graph.initializer.remove(t)
+    del model.graph.node[:]
+    model.graph.node.extend(out)
+    return len(removed)
 
 
 def fuse(model: onnx.ModelProto) -> tuple[list[tuple[str, int]], list[str]]:
@@ -231,23 +254,13 @@ def fuse(model: onnx.ModelProto) -> tuple[list[tuple[str, int]], list[str]]:
     stages, notes = find_stages(model)
     done = []
     for st in stages:
-        g = GraphIndex(model.graph)
-        kept = _ancestors(g, [st.rois, st.levels, *st.feats])
-        plumbing = _ancestors(g, [st.merge.output[0]]) - kept
         spec = PYRAMID_SPECS[len(st.feats)]
         prefix = st.merge.name.rsplit("/", 1)[0] if "/" in st.merge.name else st.merge.name
         name = f"{prefix}/{spec.name}" if prefix else spec.name
-        node = helper.make_node(spec.name, [st.rois, st.levels, *st.feats],
-                                [st.merge.output[0]], name=name, domain=DOMAIN,
-                                **{k: st.attrs[k] for k in sorted(st.attrs)})
-        nodes = list(model.graph.node)  # (copies: an earlier fusion rebuilt the list)
-        at = next(i for i, n in enumerate(nodes) if n.output[:1] == st.merge.output[:1])
-        removed = _dead(nodes, plumbing, model.graph, at)
-        out = [n for i, n in enumerate(nodes) if i not in removed]
-        out.insert(sum(1 for i in range(at) if i not in removed), node)
-        del model.graph.node[:]
-        model.graph.node.extend(out)
-        done.append((name, len(removed)))
+        inputs = [st.rois, st.levels, *st.feats]
+        node = helper.make_node(spec.name, inputs, [st.merge.output[0]], name=name,
+                                domain=DOMAIN, **{k: st.attrs[k] for k in sorted(st.attrs)})
+        done.append((name, splice(model, st.merge, [node], inputs)))
     return done, notes
 
 

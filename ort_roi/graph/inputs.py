@@ -39,8 +39,8 @@ class Role:
             return "features"
         if i == self.spec.boxes_input:
             return "boxes"
-        if self.input.name == "levels":
-            return "levels"
+        if self.input.name in ("levels", "image_size"):
+            return self.input.name
         return "batch" if self.input.shape == "[R]" else "counts"
 
     @property
@@ -69,6 +69,13 @@ def _dims(vi: onnx.ValueInfoProto) -> list | None:
     return [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
 
 
+def _first_param(vi: onnx.ValueInfoProto) -> str | None:
+    """The name of the first dimension, where it is symbolic."""
+    t = vi.type.tensor_type
+    dims = t.shape.dim if t.HasField("shape") else []
+    return dims[0].dim_param or None if len(dims) else None
+
+
 def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs for every graph input (initializers excepted) that fit their declarations."""
     rng = np.random.default_rng(seed)
@@ -83,7 +90,7 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
         rl = role.get(name)
         if rl is None or not d:
             continue
-        if rl.kind in ("features", "counts") and d[0] and not rl.spec.keypoints:
+        if rl.kind in ("features", "counts") and d[0] and not rl.spec.per_box:
             n = n or d[0]
         if rl.kind in ("boxes", "batch", "levels") and d[0]:
             r_ = r_ or d[0]
@@ -93,20 +100,31 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
     batch = np.repeat(np.arange(n), counts)
     normalized = any(rl.attrs.get("method") in ("bilinear", b"bilinear") for rl in role.values())
 
+    kinds = {}
+    for vi in graph_inputs:
+        d, rl = dims[vi.name], role.get(vi.name)
+        kinds[vi.name] = rl.kind if rl is not None else None
+        if kinds[vi.name] is None and d is not None and len(d) == 2 and d[1] in (4, 5, 6):
+            kinds[vi.name] = "boxes"  # rows of boxes on their way to a RoI node, most likely
+    # an input read by no RoI node whose first dimension is named as the boxes' is per box
+    per_box = {_first_param(vi) for vi in graph_inputs
+               if kinds[vi.name] in ("boxes", "batch", "levels")} - {None}
+
     out = {}
     for vi in graph_inputs:
         dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-        d, rl = dims[vi.name], role.get(vi.name)
-        kind = rl.kind if rl is not None else None
-        if kind is None and d is not None and len(d) == 2 and d[1] in (4, 5, 6):
-            kind = "boxes"  # rows of boxes on their way to a RoI node, most likely
-        if kind is None:  # read by no RoI node: its declared shape (open sizes 1)
+        d, rl, kind = dims[vi.name], role.get(vi.name), kinds[vi.name]
+        if kind is None:  # read by no RoI node: its declared shape (open sizes 1; r per box)
             shape = [v or 1 for v in d] if d is not None else [1]
+            if d and d[0] is None and _first_param(vi) in per_box:
+                shape[0] = r
             out[vi.name] = rng.standard_normal(shape).astype(dtype)
         elif kind == "counts":
             out[vi.name] = counts.astype(dtype)
         elif kind == "batch":
             out[vi.name] = batch.astype(dtype)
+        elif kind == "image_size":  # the image the boxes are in
+            out[vi.name] = np.array([FEAT_H * STRIDE, FEAT_W * STRIDE]).astype(dtype)
         elif kind == "levels":  # one of the feature maps each
             out[vi.name] = rng.integers(0, len(rl.spec.features), r).astype(dtype)
         elif kind == "boxes":
@@ -121,7 +139,7 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
                 a = rl.attrs
                 c = a[rl.spec.channels_attr] * a.get(rl.spec.pooled[0], 1) * a.get(
                     rl.spec.pooled[1], 1)
-            first = r if rl is not None and rl.spec.keypoints else n  # keypoints: per box
+            first = r if rl is not None and rl.spec.per_box else n  # keypoints, masks: per box
             default = [first, c, max(1, FEAT_H >> level), max(1, FEAT_W >> level)]
             shape = ([v or default[i] for i, v in enumerate(d)] if d and len(d) == 4
                      else [v or 1 for v in d] if d else default)

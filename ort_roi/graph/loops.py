@@ -1,16 +1,17 @@
-"""torchvision's keypoint decoding, fused: the Loop torch.onnx writes for
-``roi_heads.heatmaps_to_keypoints`` becomes one HeatmapsToKeypoints node.
+"""torchvision's per-box Loops, fused: the Loops torch.onnx writes for Keypoint R-CNN's
+``roi_heads.heatmaps_to_keypoints`` and Mask R-CNN's ``paste_masks_in_image`` become one
+HeatmapsToKeypoints / PasteMasks node each.
 
-Traced for export, torchvision decodes the keypoints box by box in a Loop
-(``_onnx_heatmaps_to_keypoints_loop``): each iteration resizes the box's heatmaps with a cubic
-Resize, takes their ArgMax and appends the result to tensors that grow by Concat. In a
-Keypoint R-CNN this Loop is about a fifth of the model's time (onnxruntime's cubic Resize,
-one thread). ``fuse_loops`` recognises the Loop by its body, compared node by node with the
-bodies torch.onnx writes (``ort_roi/data/torchvision_loops.json``, made by
-``tools/export_torchvision.py --loops``: torch 2.14.1 / torchvision 0.29.1, opsets 11-17), and by
-the tensors it reads (the boxes' columns, widths and their ceilings, as torchvision computes
-them); a Loop that reads like one (a cubic Resize and an ArgMax in its body) but does not
-match exactly is left as it is, with a note saying why.
+Traced for export, torchvision decodes keypoints and pastes masks box by box in a Loop
+(``_onnx_heatmaps_to_keypoints_loop``, ``_onnx_paste_masks_in_image_loop``): each iteration
+resizes the box's maps (cubic / linear Resize) and appends the result to tensors that grow by
+Concat. In a Keypoint R-CNN the first Loop is about a fifth of the model's time, in a Mask
+R-CNN the second (with its Concat) about a fifth. ``fuse_loops`` recognises each Loop by its
+body, compared node by node with the bodies torch.onnx writes
+(``ort_roi/data/torchvision_loops.json``, made by ``tools/export_torchvision.py``: torch
+2.14.1 / torchvision 0.29.1, opsets 11-17; the image size of the mask Loop, a constant of its
+body, is a placeholder there), and by the tensors it reads; a Loop that reads like one but
+does not match exactly is left as it is, with a note saying why.
 """
 
 from __future__ import annotations
@@ -18,24 +19,33 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
+from dataclasses import dataclass
 from importlib import resources
+from typing import Callable
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import node_label
-from ..specs import DOMAIN, HEATMAPS_TO_KEYPOINTS
-from .fusion import NoMatch, GraphIndex
+from ..specs import DOMAIN, HEATMAPS_TO_KEYPOINTS, PASTE_MASKS
+from .fusion import GraphIndex, NoMatch, splice
 from .nodes import given_attrs
 
-#: What the Loop's outer-scope tensors are, in the order its body first reads them.
+#: What the keypoint Loop's outer-scope tensors are, in the order its body first reads them.
 ROLES = ("maps", "widths_ceil", "heights_ceil", "widths", "heights", "offset_x", "offset_y",
          "num_keypoints")
+#: And the mask Loop's: the padded masks and the integer boxes.
+MASK_ROLES = ("masks", "boxes")
 
 
 def _value(a: np.ndarray) -> str:
+    """A constant by its value: an integer scalar (or one-element array) literally, so that
+    a reference body can hold a placeholder for it; anything else by a hash of its bytes."""
     a = np.ascontiguousarray(a)
+    if a.dtype.kind in "iu" and a.size == 1:
+        return f"c:{a.dtype}{list(a.shape)}={int(a.ravel()[0])}"
     return f"c:{a.dtype}{list(a.shape)}:{hashlib.sha1(a.tobytes()).hexdigest()[:12]}"
 
 
@@ -83,26 +93,49 @@ def body_lines(loop: onnx.NodeProto, const) -> tuple[list[str], list[str]]:
 
 
 @functools.lru_cache(maxsize=None)
-def references() -> dict[str, list[str]]:
-    """The bodies torch.onnx writes for torchvision's keypoint Loop: {"opset N": lines}."""
+def references() -> dict[str, dict]:
+    """The bodies torch.onnx writes for torchvision's Loops: {Loop: {"bodies": {"opset N":
+    lines}, "params": placeholders}}."""
     text = resources.files("ort_roi").joinpath("data/torchvision_loops.json").read_text()
-    return json.loads(text)["heatmaps_to_keypoints"]["bodies"]
+    return json.loads(text)
 
 
-def _reads_like_keypoints(loop: onnx.NodeProto) -> bool:
-    body = next((a.g for a in loop.attribute if a.name == "body"), None)
-    if body is None:
-        return False
-    ops = {n.op_type for n in body.node}
-    cubic = any(n.op_type == "Resize" and given_attrs(n).get("mode") == "cubic"
-                for n in body.node)
-    return cubic and "ArgMax" in ops
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 
-def _first_difference(lines: list[str]) -> str:
+@functools.lru_cache(maxsize=None)
+def _pattern(line: str) -> re.Pattern:
+    parts = _PLACEHOLDER.split(line)  # text, name, text, name, ..., text
+    return re.compile("".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}_{i}>-?[0-9]+)"
+                              for i, p in enumerate(parts)) + r"\Z")
+
+
+def unify(lines: list[str], ref: list[str]) -> dict[str, int] | None:
+    """The placeholder values ({name} in ``ref``) under which ``lines`` is ``ref``, or None
+    (a placeholder takes one value throughout)."""
+    if len(lines) != len(ref):
+        return None
+    bound: dict[str, int] = {}
+    for got, want in zip(lines, ref):
+        if got == want:
+            continue
+        if "{" not in want:
+            return None
+        m = _pattern(want).match(got)
+        if m is None:
+            return None
+        for key, v in m.groupdict().items():
+            name = key.rsplit("_", 1)[0]
+            if bound.setdefault(name, int(v)) != int(v):
+                return None
+    return bound
+
+
+def _first_difference(lines: list[str], bodies: dict[str, list[str]]) -> str:
     best = None
-    for key, ref in references().items():
-        k = next((i for i, (a, b) in enumerate(zip(lines, ref)) if a != b),
+    for key, ref in bodies.items():
+        k = next((i for i, (a, b) in enumerate(zip(lines, ref))
+                  if a != b and ("{" not in b or not _pattern(b).match(a))),
                  min(len(lines), len(ref)))
         if best is None or k > best[0]:
             best = (k, key, ref)
@@ -110,6 +143,16 @@ def _first_difference(lines: list[str]) -> str:
     got = lines[k] if k < len(lines) else "(end)"
     want = ref[k] if k < len(ref) else "(end)"
     return f"body node {k} is {got!r} where torch.onnx's ({key}) has {want!r}"
+
+
+def _body(loop: onnx.NodeProto):
+    return next((a.g for a in loop.attribute if a.name == "body"), None)
+
+
+def _resizes(loop: onnx.NodeProto, mode: str) -> bool:
+    body = _body(loop)
+    return body is not None and any(n.op_type == "Resize" and given_attrs(n).get("mode") == mode
+                                    for n in body.node)
 
 
 def _column(g: GraphIndex, name: str, col: int) -> str:
@@ -136,24 +179,35 @@ def _size(g: GraphIndex, name: str, hi: int, lo: int, rois: str) -> None:
         raise NoMatch(f"{name!r} is not columns {hi} - {lo} of the boxes {rois!r}")
 
 
-def _empty(g: GraphIndex, name: str) -> bool:
-    """A tensor of 0 rows: a constant, or ConstantOfShape(Concat([0], ...))."""
+def _empty(g: GraphIndex, name: str, shape: tuple | None = None) -> bool:
+    """A tensor of 0 rows (of ``shape`` when given): a constant, or
+    ConstantOfShape(Concat([0], ...))."""
     v = g.const(name)
     if v is not None:
-        return v.ndim >= 1 and v.shape[0] == 0
+        return v.ndim >= 1 and v.shape[0] == 0 and (shape is None or v.shape == shape)
     n = g.producer.get(name)
-    if n is None or n.op_type != "ConstantOfShape":
+    if n is None or n.op_type != "ConstantOfShape" or shape is not None:
         return False
-    shape = g.producer.get(n.input[0])
-    first = g.const(shape.input[0]) if shape is not None and shape.op_type == "Concat" else None
+    dims = g.producer.get(n.input[0])
+    first = g.const(dims.input[0]) if dims is not None and dims.op_type == "Concat" else None
     return first is not None and first.size == 1 and int(first.ravel()[0]) == 0
 
 
-def match(g: GraphIndex, loop: onnx.NodeProto) -> tuple[str, str]:
+def _runs(g: GraphIndex, loop: onnx.NodeProto, items: str) -> None:
+    """The Loop runs once per row of ``items``: trip count Shape(items)[0], no condition or a
+    true one."""
+    trips = g.made_by(loop.input[0], "Gather")
+    first = g.const(trips.input[1])
+    if (first is None or first.size != 1 or int(first) != 0
+            or g.made_by(trips.input[0], "Shape").input[0] != items):
+        raise NoMatch(f"its trip count is not the number of rows of {items!r}")
+    cond = g.const(loop.input[1]) if loop.input[1] else np.array(True)
+    if cond is None or cond.size != 1 or not bool(cond.ravel()[0]):
+        raise NoMatch("its condition is not a constant true")
+
+
+def _match_keypoints(g: GraphIndex, loop, outer: list[str], params) -> tuple[list[str], dict]:
     """(maps, rois) of torchvision's keypoint Loop; raises NoMatch saying why not."""
-    lines, outer = body_lines(loop, g.const)
-    if lines not in references().values():
-        raise NoMatch(_first_difference(lines))
     t = dict(zip(ROLES, outer))
     rois = _column(g, t["offset_x"], 0)
     if _column(g, t["offset_y"], 1) != rois:
@@ -163,45 +217,105 @@ def match(g: GraphIndex, loop: onnx.NodeProto) -> tuple[str, str]:
     for ceil, side in (("widths_ceil", "widths"), ("heights_ceil", "heights")):
         if g.made_by(t[ceil], "Ceil").input[0] != t[side]:
             raise NoMatch(f"{ceil} is not Ceil({side})")
-    trips = g.made_by(loop.input[0], "Gather")
-    first = g.const(trips.input[1])
-    if (first is None or first.size != 1 or int(first) != 0
-            or g.made_by(trips.input[0], "Shape").input[0] != rois):
-        raise NoMatch("its trip count is not the number of boxes")
+    _runs(g, loop, rois)
     for name in loop.input[2:]:  # the growing results start empty: [0, ...]
         if not _empty(g, name):
             raise NoMatch(f"its loop-carried {name!r} does not start empty")
-    return t["maps"], rois
+    return [t["maps"], rois], {}
 
 
-def fuse_loops(model: onnx.ModelProto) -> tuple[list[tuple[str, int]], list[str]]:
-    """Replace every keypoint-decoding Loop of torchvision's in the main graph, in place,
-    with a HeatmapsToKeypoints node (and the Transpose to the Loop's [R, 3, K] layout);
-    returns ([(the new node's name, 1)], notes on Loops that read like one but do not
-    match)."""
-    g = GraphIndex(model.graph)
-    done, notes, out = [], [], []
-    for node in model.graph.node:
-        if node.op_type != "Loop" or node.domain not in ("", "ai.onnx") \
-                or not _reads_like_keypoints(node):
-            out.append(node)
+def _match_masks(g: GraphIndex, loop, outer: list[str], params) -> tuple[list[str], dict]:
+    """(masks, boxes) and the image size of torchvision's mask-pasting Loop."""
+    t = dict(zip(MASK_ROLES, outer))
+    height, width = params["height"], params["width"]
+    if height < 1 or width < 1:
+        raise NoMatch(f"its image size {height} x {width} is empty")
+    _runs(g, loop, t["masks"])
+    if not _empty(g, loop.input[2], (0, height, width)):
+        raise NoMatch(f"its loop-carried {loop.input[2]!r} does not start as zeros(0, "
+                      f"{height}, {width})")
+    cast = g.made_by(t["boxes"], "Cast")
+    if int(given_attrs(cast).get("to", 0)) != onnx.TensorProto.INT64:
+        raise NoMatch(f"its boxes {t['boxes']!r} are not cast to int64")
+    return [t["masks"], t["boxes"]], dict(image_size=np.array([height, width], np.int64))
+
+
+@dataclass(frozen=True)
+class LoopForm:
+    """One of torchvision's per-box Loops: how to recognise it and the node it becomes."""
+
+    key: str  # its entry in torchvision_loops.json
+    what: str  # what it computes, for notes
+    spec: object  # the op it becomes
+    roles: tuple[str, ...]
+    reads_like: Callable[[onnx.NodeProto], bool]
+    match: Callable  # (GraphIndex, loop, outer, placeholders) -> (inputs, constant inputs)
+    transpose: bool  # the op's first output is the Loop's transposed (keypoints)
+
+
+LOOPS = (
+    LoopForm("heatmaps_to_keypoints", "torchvision's keypoint decoding",
+             HEATMAPS_TO_KEYPOINTS, ROLES,
+             lambda n: _resizes(n, "cubic") and "ArgMax" in {m.op_type for m in _body(n).node},
+             _match_keypoints, True),
+    LoopForm("paste_masks_in_image", "torchvision's mask pasting", PASTE_MASKS, MASK_ROLES,
+             lambda n: _resizes(n, "linear") and "ConstantOfShape" in {
+                 m.op_type for m in _body(n).node}, _match_masks, False),
+)
+
+
+def match(g: GraphIndex, loop: onnx.NodeProto, form: LoopForm = LOOPS[0]):
+    """(the op's inputs from the graph, {name: value} of its constant inputs after them) for
+    a Loop of ``form``; raises NoMatch saying why not."""
+    lines, outer = body_lines(loop, g.const)
+    bodies = references()[form.key]["bodies"]
+    params = next((p for p in (unify(lines, ref) for ref in bodies.values()) if p is not None),
+                  None)
+    if params is None or len(outer) != len(form.roles):
+        raise NoMatch(_first_difference(lines, bodies))
+    return form.match(g, loop, outer, params)
+
+
+def _replacement(node: onnx.NodeProto, form: LoopForm, inputs, values):
+    """(the op's node's name, the nodes in the Loop's place: the Constants of its
+    ``values`` inputs, the node, the Transpose of a transposed form)."""
+    base = node.name or node.output[0]
+    name = f"{base}/{form.spec.name}"
+    consts = [helper.make_node("Constant", [], [f"{name}_{k}"], name=f"{name}_{k}",
+                               value=numpy_helper.from_array(v, f"{name}_{k}"))
+              for k, v in values.items()]
+    inputs = [*inputs, *(c.output[0] for c in consts)]
+    outputs = list(node.output)
+    after = []
+    if form.transpose:  # the op's first output, transposed to the Loop's
+        outputs[0] = f"{name}_{form.spec.output}"
+        after = [helper.make_node("Transpose", [outputs[0]], [node.output[0]],
+                                  name=f"{base}/Transpose", perm=[0, 2, 1])]
+    op = helper.make_node(form.spec.name, inputs, outputs, name=name, domain=DOMAIN)
+    return name, [*consts, op, *after]
+
+
+def fuse_loops(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """Replace every keypoint-decoding and mask-pasting Loop of torchvision's in the main
+    graph, in place, with a HeatmapsToKeypoints node (and the Transpose to the Loop's
+    [R, 3, K] layout) or a PasteMasks node, dropping what only the Loop read; returns
+    ([(the new node's name, what it replaced, its op)], notes on Loops that read like one
+    but do not match)."""
+    done, notes = [], []
+    firsts = [n.output[0] for n in model.graph.node
+              if n.op_type == "Loop" and n.domain in ("", "ai.onnx")]
+    for first in firsts:  # (found again each time: a splice rebuilds the node list)
+        loop = next(n for n in model.graph.node if n.output[:1] == [first])
+        form = next((f for f in LOOPS if f.reads_like(loop)), None)
+        if form is None:
             continue
         try:
-            maps, rois = match(g, node)
+            inputs, values = match(GraphIndex(model.graph), loop, form)
         except NoMatch as e:
-            notes.append(f"node {node_label(node)!r} (Loop) reads like torchvision's keypoint "
-                         f"decoding but does not match it exactly ({e}); left as it is")
-            out.append(node)
+            notes.append(f"node {node_label(loop)!r} (Loop) reads like {form.what} but "
+                         f"does not match it exactly ({e}); left as it is")
             continue
-        base = node.name or node.output[0]
-        name = f"{base}/{HEATMAPS_TO_KEYPOINTS.name}"
-        keypoints = f"{name}_keypoints"
-        out.append(helper.make_node(HEATMAPS_TO_KEYPOINTS.name, [maps, rois],
-                                    [keypoints, node.output[1]], name=name, domain=DOMAIN))
-        out.append(helper.make_node("Transpose", [keypoints], [node.output[0]],
-                                    name=f"{base}/Transpose", perm=[0, 2, 1]))
-        done.append((name, 1))
-    if done:
-        del model.graph.node[:]
-        model.graph.node.extend(out)
+        name, new = _replacement(loop, form, inputs, values)
+        splice(model, loop, new, inputs)
+        done.append((name, f"{form.what} Loop", f"{DOMAIN}::{form.spec.name}"))
     return done, notes

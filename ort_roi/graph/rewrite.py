@@ -66,9 +66,8 @@ def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
         done.moved += [(name, f"torchvision MultiScaleRoIAlign stage ({n} nodes)",
                         f"{DOMAIN}::PyramidRoIAlign") for name, n in fused]
         done.notes += notes
-        fused, notes = loops.fuse_loops(model)  # and its keypoint decoding, one node
-        done.moved += [(name, "torchvision keypoint decoding Loop",
-                        f"{DOMAIN}::HeatmapsToKeypoints") for name, _ in fused]
+        fused, notes = loops.fuse_loops(model)  # and its per-box Loops, one node each
+        done.moved += fused
         done.notes += notes
     if to == "onnx":  # and back, as standard ONNX
         unfused, notes = fusion.unfuse_all(model)

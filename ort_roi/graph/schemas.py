@@ -7,7 +7,7 @@ attributes, types) and ``onnx.shape_inference.infer_shapes`` gives [R, C_out, PH
 from __future__ import annotations
 
 import onnx
-from onnx import TypeProto
+from onnx import TypeProto, numpy_helper
 from onnx.defs import OpSchema
 
 from ..errors import RoiOpError
@@ -41,8 +41,11 @@ def _infer(spec: OpSpec):
         bdims = list(boxes.tensor_type.shape.dim) if boxes.tensor_type.HasField("shape") else None
         _check_dims(spec, attrs, xdims, bdims)
         r = bdims[0] if bdims else None
-        if spec.keypoints:  # [R, K, 3] and [R, K], as the spec says
-            for i, shape in enumerate(spec.output_shapes(xdims, bdims, attrs)):
+        if spec.kind != "pooled":  # keypoints, image masks: as the spec says
+            shapes = spec.output_shapes(xdims, bdims, attrs)
+            if spec.kind == "image":  # (height, width) where the image size is a constant
+                shapes[0][1:] = _image_size(ctx, spec)
+            for i, shape in enumerate(shapes):
                 t = TypeProto()
                 t.tensor_type.elem_type = x.tensor_type.elem_type
                 for d in shape:
@@ -65,6 +68,14 @@ def _infer(spec: OpSpec):
             ctx.set_output_type(1, boxes)
 
     return infer
+
+
+def _image_size(ctx, spec: OpSpec) -> list:
+    """The value of an image op's image_size input, where the graph holds it (else unknown)."""
+    i = next(k for k, inp in enumerate(spec.inputs) if inp.name == "image_size")
+    data = ctx.get_input_data(i) if ctx.has_input(i) else None
+    size = numpy_helper.to_array(data).ravel().tolist() if data is not None else []
+    return [int(v) for v in size] if len(size) == 2 else [None, None]
 
 
 def _copy_dim(new, d) -> None:

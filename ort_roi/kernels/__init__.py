@@ -10,9 +10,10 @@ of the backend table (dispatch.py: kernels/cpu or kernels/cuda).
 from ..specs import (CAFFE2_ROI_ALIGN, EXTRACTOR_SPECS, MMCV_ROI_ALIGN, MMCV_ROI_ALIGN_ROTATED,
                      MULTI_LEVEL_SPECS, ONNX_ROI_ALIGN, PSROI_POOL, PYRAMID_SPECS, ROI_ALIGN,
                      ROI_POOL, ROI_POOLING, TV_PS_ROI_ALIGN, TV_PS_ROI_POOL,
-                     HEATMAPS_TO_KEYPOINTS)
+                     HEATMAPS_TO_KEYPOINTS, PASTE_MASKS)
 from .caffe2_roi_align import caffe2_roi_align
 from .keypoints import heatmaps_to_keypoints
+from .masks import paste_masks
 from .mmcv_roi_align import mmcv_roi_align
 from .multi_level import (multi_level_roi_align, multi_level_roi_align_levels,
                           roi_feature_extractor, roi_feature_extractor_levels)
@@ -35,13 +36,14 @@ KERNELS = {
     **{s.key: roi_feature_extractor_levels for s in EXTRACTOR_SPECS.values()},
     **{s.key: multi_level_roi_align_levels for s in MULTI_LEVEL_SPECS.values()},
     **{s.key: pyramid_roi_align_levels for s in PYRAMID_SPECS.values()},
-    HEATMAPS_TO_KEYPOINTS.key: heatmaps_to_keypoints,
+    HEATMAPS_TO_KEYPOINTS.key: heatmaps_to_keypoints, PASTE_MASKS.key: paste_masks,
 }
 
 __all__ = ["roi_pooling", "roi_pool", "psroi_pool", "roi_align", "mmcv_roi_align",
            "mmcv_roi_align_rotated", "caffe2_roi_align", "onnx_roi_align",
            "roi_feature_extractor", "multi_level_roi_align", "pyramid_roi_align",
            "torchvision_ps_roi_align", "torchvision_ps_roi_pool", "heatmaps_to_keypoints",
+           "paste_masks",
            # the kernels of the fixed-arity multi-level ops (strides as attributes)
            "roi_feature_extractor_levels", "multi_level_roi_align_levels",
            "pyramid_roi_align_levels", "KERNELS"]
