@@ -218,9 +218,9 @@ def test_a_loop_that_does_not_match_exactly_is_left_as_it_is_and_said_why():
     assert "Loop" in [n.op_type for n in conv.graph.node]
 
 
-def test_a_dynamic_image_size_keeps_the_loop_and_says_why():
-    """Exported with the image's size dynamic, the Loop reads it from the graph (not a
-    constant of its body): convert leaves it (a limitation, in the README)."""
+def _export_dynamic_size(fn, masks, boxes):
+    """A module pasting into an image whose size is the graph's (its height and width
+    dynamic), exported by ``fn``; returns (the model, the module)."""
     torch, _ = _torch()
     from torchvision.models.detection import roi_heads
 
@@ -228,17 +228,24 @@ def test_a_dynamic_image_size_keeps_the_loop_and_says_why():
         def forward(self, image, masks, boxes):
             return roi_heads.paste_masks_in_image(masks, boxes, image.shape[-2:])
 
-    masks, boxes = _detections(8, 3)
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(Paste().eval(), (torch.zeros(3, *SIZE), torch.from_numpy(masks),
-                                           torch.from_numpy(boxes)), buf, opset_version=17,
-                          dynamo=False, input_names=["image", "masks", "boxes"],
-                          dynamic_axes={"image": {1: "H", 2: "W"}, **_DYNAMIC})
+        fn(Paste().eval(), (torch.zeros(3, *SIZE), torch.from_numpy(masks),
+                            torch.from_numpy(boxes)), buf, opset_version=17, dynamo=False,
+           input_names=["image", "masks", "boxes"],
+           dynamic_axes={"image": {1: "H", 2: "W"}, **_DYNAMIC})
+    return onnx.load_from_string(buf.getvalue()), Paste().eval()
+
+
+def test_a_dynamic_image_size_keeps_the_loop_and_says_why():
+    """Exported with the image's size dynamic, the Loop reads it from the graph (not a
+    constant of its body): convert leaves it (a limitation, in the README)."""
+    torch, _ = _torch()
+    native, _ = _export_dynamic_size(torch.onnx.export, *_detections(8, 3))
     with pytest.warns(UserWarning, match="reads like torchvision's mask pasting but does not "
                                          "match it exactly"):
-        conv = ort_roi.convert(onnx.load_from_string(buf.getvalue()))
+        conv = ort_roi.convert(native)
     assert "Loop" in [n.op_type for n in conv.graph.node]
 
 
@@ -271,29 +278,16 @@ def test_torch_export_writes_one_node_equal_to_eager(exporter):
 def test_torch_export_with_a_dynamic_image_size():
     """TorchScript: the image size reaches the node as a computed [2] input."""
     torch, _ = _torch()
-    from torchvision.models.detection import roi_heads
-
-    class Paste(torch.nn.Module):
-        def forward(self, image, masks, boxes):
-            return roi_heads.paste_masks_in_image(masks, boxes, image.shape[-2:])
-
     masks, boxes = _detections(12, 4)
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ort_roi.torch_export(Paste().eval(), (torch.zeros(3, *SIZE), torch.from_numpy(masks),
-                                              torch.from_numpy(boxes)), buf, opset_version=17,
-                             dynamo=False, input_names=["image", "masks", "boxes"],
-                             dynamic_axes={"image": {1: "H", 2: "W"}, **_DYNAMIC})
-    model = onnx.load_from_string(buf.getvalue())
+    model, module = _export_dynamic_size(ort_roi.torch_export, masks, boxes)
     assert ("ort_roi", OP) in [(n.domain, n.op_type) for n in model.graph.node]
     s = ort.InferenceSession(model.SerializeToString(), ort_roi.session_options(),
                              providers=["CPUExecutionProvider"])
     image = np.zeros((3, 41, 70), np.float32)
     got = s.run(None, {"image": image, "masks": masks, "boxes": boxes})[0]
     with torch.no_grad():
-        eager = Paste()(torch.from_numpy(image), torch.from_numpy(masks),
-                        torch.from_numpy(boxes)).numpy()
+        eager = module(torch.from_numpy(image), torch.from_numpy(masks),
+                       torch.from_numpy(boxes)).numpy()
     assert got.shape == eager.shape == (4, 1, 41, 70)
     np.testing.assert_allclose(got, eager, atol=1e-5)
 
