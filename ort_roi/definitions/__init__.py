@@ -35,7 +35,7 @@ DEFINITIONS = {
     HEATMAPS_TO_KEYPOINTS.key: heatmaps_to_keypoints, PASTE_MASKS.key: paste_masks,
 }
 
-__all__ = ["DEFINITIONS", "heatmaps_to_keypoints", "paste_masks", "caffe2_roi_align", "mmcv_roi_align", "mmcv_roi_align_rotated",
-           "multi_level_roi_align", "onnx_roi_align", "psroi_pool", "pyramid_roi_align",
-           "roi_align", "roi_feature_extractor", "roi_pool", "roi_pooling",
-           "torchvision_ps_roi_align", "torchvision_ps_roi_pool"]
+__all__ = ["DEFINITIONS", "caffe2_roi_align", "heatmaps_to_keypoints", "mmcv_roi_align",
+           "mmcv_roi_align_rotated", "multi_level_roi_align", "onnx_roi_align", "paste_masks",
+           "psroi_pool", "pyramid_roi_align", "roi_align", "roi_feature_extractor", "roi_pool",
+           "roi_pooling", "torchvision_ps_roi_align", "torchvision_ps_roi_pool"]

@@ -460,8 +460,8 @@ def torch_export(model, args: tuple = (), f=None, **kwargs: Any):
     """``torch.onnx.export(model, args, f, **kwargs)`` with ort_roi's translations installed:
     torchvision's roi_align, roi_pool, ps_roi_align, ps_roi_pool, MultiScaleRoIAlign (one
     fused node per stage), Keypoint R-CNN's heatmaps_to_keypoints and Mask R-CNN's
-    paste_masks_in_image (one node each, no per-box Loop) are written as ort_roi nodes that a plain onnxruntime session with
-    ``ort_roi.session_options()`` runs. Every keyword goes to torch.onnx.export, ``dynamo``
+    paste_masks_in_image (one node each, no per-box Loop) are written as ort_roi nodes that
+    a plain onnxruntime session with ``ort_roi.session_options()`` runs. Every keyword goes to torch.onnx.export, ``dynamo``
     included (its default is torch's); with dynamo, a ``custom_translation_table`` of yours
     is kept (yours win). Returns what torch.onnx.export returns."""
     import inspect
