@@ -29,7 +29,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import node_label
-from ..specs import DOMAIN, HEATMAPS_TO_KEYPOINTS, PASTE_MASKS
+from ..specs import DOMAIN, HEATMAPS_TO_KEYPOINTS, PASTE_MASKS, OpSpec
 from .fusion import GraphIndex, NoMatch, splice
 from .nodes import given_attrs
 
@@ -55,7 +55,7 @@ def body_lines(loop: onnx.NodeProto, const) -> tuple[list[str], list[str]]:
     exporter put it, or the n-th outer tensor), then the body's outputs. Returns (lines,
     the outer tensors in order of first use). ``const(name)`` gives the value of a constant
     of the enclosing graph, else None."""
-    body = next(a.g for a in loop.attribute if a.name == "body")
+    body = _body(loop)
     names = {i.name: f"in{k}" for k, i in enumerate(body.input)}
     names.update({t.name: _value(numpy_helper.to_array(t)) for t in body.initializer})
     outer: list[str] = []
@@ -246,7 +246,7 @@ class LoopForm:
 
     key: str  # its entry in torchvision_loops.json
     what: str  # what it computes, for notes
-    spec: object  # the op it becomes
+    spec: OpSpec  # the op it becomes
     roles: tuple[str, ...]
     reads_like: Callable[[onnx.NodeProto], bool]
     match: Callable  # (GraphIndex, loop, outer, placeholders) -> (inputs, constant inputs)
@@ -264,7 +264,7 @@ LOOPS = (
 )
 
 
-def match(g: GraphIndex, loop: onnx.NodeProto, form: LoopForm = LOOPS[0]):
+def match(g: GraphIndex, loop: onnx.NodeProto, form: LoopForm):
     """(the op's inputs from the graph, {name: value} of its constant inputs after them) for
     a Loop of ``form``; raises NoMatch saying why not."""
     lines, outer = body_lines(loop, g.const)
