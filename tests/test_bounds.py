@@ -128,7 +128,7 @@ def test_closed_form_weights_equal_the_explicit_samples(grid_side, dtype):
                                rtol=tol * 10, atol=tol * 10)
 
 
-@pytest.mark.parametrize("align_path", ["small", "crops", "taps"])
+@pytest.mark.parametrize("align_path", ["small", "crops", "taps", "planes"])
 @pytest.mark.parametrize("v", [1e30, -1e30, 3.4e38])
 def test_huge_coordinates_do_not_overflow_index_arithmetic(v, align_path):
     """Each RoIAlign strategy (the taps one once took a huge box's sample as index -2**63)."""

@@ -2,6 +2,7 @@
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from unittest import mock
 
 import pytest
@@ -27,32 +28,63 @@ def test_ranges_cover_every_index_once(workers, n):
     assert sorted(seen) == list(range(n))
 
 
-def test_caller_takes_the_first_range(workers):
+def test_caller_takes_the_first_chunk_and_chunks_are_shared(workers):
     where = {}
 
     def fn(a, b):
-        where[a] = threading.current_thread() is threading.main_thread()
+        where[a] = (b, threading.current_thread() is threading.main_thread())
 
     _parallel.for_ranges(64, fn, min_chunk=8)
-    assert len(where) == workers
-    assert where.pop(0) is True
-    assert not any(where.values())
+    if workers == 1:  # one thread: one call
+        assert where == {0: (64, True)}
+        return
+    chunks = sorted(where)
+    assert chunks == list(range(0, 64, 8))  # at least min_chunk, CHUNKS_PER_WORKER a worker
+    assert all(where[a][0] == a + 8 for a in chunks)
+    assert where[0][1] is True
 
 
-def test_an_error_waits_for_the_other_ranges_then_raises(workers):
+def test_the_caller_does_what_no_worker_got_to_and_waits_for_none(workers):
+    """A worker thread that cannot start (here: the pool's only thread is busy) is
+    cancelled: the calling thread takes every chunk and returns without waiting."""
     if workers == 1:
-        pytest.skip("one range")
+        pytest.skip("one thread")
+    gate = threading.Event()
+    pool = ThreadPoolExecutor(1)
+    pool.submit(gate.wait)
+    where = []
+    try:
+        with mock.patch.object(_parallel, "_executor", lambda: pool):
+            t = time.perf_counter()
+            _parallel.for_ranges(64, lambda a, b: where.append(
+                (a, threading.current_thread() is threading.main_thread())), min_chunk=8)
+            took = time.perf_counter() - t
+    finally:
+        gate.set()
+        pool.shutdown()
+    assert sorted(a for a, _ in where) == list(range(0, 64, 8))
+    assert all(main for _, main in where)
+    assert took < 5  # the blocked worker was not waited for (it would wait forever)
+
+
+def test_an_error_stops_the_chunks_waits_for_those_running_then_raises(workers):
+    if workers == 1:
+        pytest.skip("one thread")
     done = []
 
     def fn(a, b):
         if a == 0:
-            raise ValueError("first range")
+            time.sleep(0.01)  # a worker has started its chunk by then
+            raise ValueError("first chunk")
         time.sleep(0.05)
         done.append(a)
 
-    with pytest.raises(ValueError, match="first range"):
-        _parallel.for_ranges(64, fn, min_chunk=8)
-    assert len(done) == workers - 1  # the workers finished before the caller raised
+    with pytest.raises(ValueError, match="first chunk"):
+        _parallel.for_ranges(64, fn, min_chunk=1)
+    finished = len(done)
+    time.sleep(0.2)
+    assert len(done) == finished  # every chunk that ran was done before the caller raised
+    assert finished < 63  # and the rest were not taken
 
     def worker_fails(a, b):
         if a > 0:

@@ -103,13 +103,14 @@ def test_psroi_pool(data, ph, pw, oc, s):
                  D.psroi_pool(X, boxes, counts, **a), False)
 
 
-@pytest.mark.parametrize("strategy", ["small", "crops", "taps"])
+@pytest.mark.parametrize("strategy", ["small", "crops", "taps", "planes"])
 @SETTINGS
 @given(p=problem(), ph=pooled, pw=pooled, s=scales, sr=st.sampled_from([-1, 0, 1, 2, 3]),
        aligned=st.sampled_from([0, 1]))
 def test_roi_align(strategy, p, ph, pw, s, sr, aligned):
-    """RoIAlign's strategies: small problems at once, boxes from their crops, and (fixed
-    sampling ratio) boxes from their taps, a step of one or several boxes."""
+    """RoIAlign's strategies: small problems at once, boxes from their crops, (fixed
+    sampling ratio) boxes from their taps, a step of one or several boxes, and boxes
+    straight from the NCHW planes."""
     X, boxes, counts = p
     a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s, sampling_ratio=sr,
              aligned=aligned)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import platform
 import statistics
 import sys
@@ -388,7 +389,8 @@ def round_ratios(peer: list[float], ours: list[float]) -> list[float]:
 
 RATIO = ("ratio = peer time / ort_roi time (> 1: ort_roi is faster); each time the median of "
          "{repeat} rounds after a warm-up, ort_roi and its peers timed back to back in every "
-         "round, in this one process; 'a-b' the least and largest ratio of one round")
+         "round, in this one process (OpenMP threads of the peers passive: OMP_WAIT_POLICY="
+         "PASSIVE unless set); 'a-b' the least and largest ratio of one round")
 
 
 def machine() -> dict:
@@ -564,6 +566,11 @@ def main(args: argparse.Namespace) -> int:
         print("ort-roi bench: --plot needs matplotlib: pip install 'ort-roi[plot]'",
               file=sys.stderr)
         return 2
+    # torch's (and Paddle's) OpenMP threads spin after each of their ops, by default for up
+    # to ~200 ms, and take the second core from whatever the round times next (measured:
+    # ours on W8f's 6-box P4 row 2.7 ms after torchvision's roi_align, 1.3 ms with this):
+    # passive, each runner starts with the cores free. Set before the peers load OpenMP.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         results = run(args.workloads, args.repeat, args.scaling)
     except ValueError as e:  # an unknown workload name

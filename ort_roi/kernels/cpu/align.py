@@ -14,6 +14,9 @@ NHWC copy of X:
 - "taps", for a fixed sampling ratio g: bin p's weights are nonzero on at most 2g rows (each
   sample's two neighbours), so a box needs only ph*2g rows by pw*2g columns of pixels,
   gathered and reduced a few boxes at a time;
+- "planes": the crops' weights applied to X as it is (NCHW), no copy: per box
+  T = Ax[crop cols] @ X[b] as [C*H, wc]^T over every row, then Ay[crop rows] @ T^T; for a
+  few boxes on a small map, where the NHWC copy would cost more than the box;
 - "small": a small problem in one pass over dense weights (a handful of NumPy calls).
 """
 
@@ -46,6 +49,9 @@ def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
     start, bin_size, grid = align_bins(boxes, spatial_scale, geometry, ph, pw, sampling_ratio)
     if strategies.align_is_small(R, C, H, W, ph, pw, int(grid.max())):
         out[rows] = _align_small(X, batch, start, bin_size, grid, ph, pw)
+        return out
+    if strategies.align_by_planes(sampling_ratio, bin_size, ph, pw, H, W):
+        _align_planes(X, batch, start, bin_size, grid, ph, pw, out, rows)
         return out
     Xn = workspace.nhwc(X)
     by_taps = strategies.align_by_taps(sampling_ratio, bin_size, ph, pw, H, W, C)
@@ -144,7 +150,35 @@ def _align_crops(Xn, batch, start, bin_size, grid, ph: int, pw: int, out, rows, 
                 np.matmul(U[:ph, :wc * C].reshape(ph, wc, C).transpose(0, 2, 1), AxT[i, :wc],
                           out=out[r].transpose(1, 0, 2))
 
-        for_ranges(part.size, work)
+        for_ranges(part.size, work, min_chunk=1)
+
+
+def _align_planes(X, batch, start, bin_size, grid, ph: int, pw: int, out, rows):
+    """Every box from the NCHW planes of its image, no copy of X: with the crop's weights
+    (geometry.crop_weights), T = Ax[:, crop cols] @ X[b][:, :, crop cols]^T over every row
+    ([pw, C*H]; a box's columns of the planes are a strided 2-D view, its rows are not),
+    then U = Ay[:, crop rows] @ T[:, :, crop rows]^T ([ph, pw*C]), copied into out[r]
+    transposed."""
+    N, C, H, W = X.shape
+    first, stop, A = crop_weights(start, bin_size, grid, (ph, pw), (H, W), X.dtype, 0,
+                                  strategies.explicit_grid_max())
+    size = stop - first
+    boxes = list(zip(rows.tolist(), batch.tolist(), first[:, 0].tolist(), size[:, 0].tolist(),
+                     first[:, 1].tolist(), size[:, 1].tolist()))
+
+    def work(a: int, b: int) -> None:
+        T = np.empty((pw, C * H), X.dtype)
+        U = np.empty((ph, pw * C), X.dtype)
+        for i in range(a, b):
+            r, n, y0, hc, x0, wc = boxes[i]
+            if hc == 0 or wc == 0:
+                out[r] = 0  # no sample on the map
+                continue
+            np.matmul(A[i, 1, :pw, :wc], X[n].reshape(C * H, W)[:, x0:x0 + wc].T, out=T)
+            np.matmul(A[i, 0, :ph, :hc], T.reshape(pw * C, H)[:, y0:y0 + hc].T, out=U)
+            out[r] = U.reshape(ph, pw, C).transpose(2, 0, 1)
+
+    for_ranges(len(boxes), work, min_chunk=1)
 
 
 def _align_small(X, batch, start, bin_size, grid, ph: int, pw: int):

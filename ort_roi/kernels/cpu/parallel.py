@@ -101,24 +101,50 @@ def workers() -> int:
     return _WORKERS
 
 
+#: Chunks per worker that for_ranges cuts its range into (the threads take them in turn).
+CHUNKS_PER_WORKER = 4
+
+
 def for_ranges(n: int, fn: Callable[[int, int], None], min_chunk: int = 16) -> None:
-    """Call fn(start, stop) over [0, n) split into one contiguous range per worker; the
-    calling thread takes the first range itself (handing all of them to pool threads cost
-    W5 and W4 10-18% per call here: one more thread to wake and a wait)."""
+    """Call fn(start, stop) over contiguous chunks covering [0, n) once each, shared by the
+    workers: each thread takes the next chunk until none is left, the calling thread too,
+    with OpenBLAS at one thread meanwhile.
+
+    Taken, not dealt: on this 2-vCPU VM another thread often holds the second core
+    (onnxruntime's intra-op workers spin after each of their parallel ops), and a kernel
+    that had dealt half of its boxes to a worker waited for that worker to be scheduled, up
+    to a 4 ms scheduler tick (W8f's 6-box P4 row: calls of 1 ms or 5 ms, 5 ms in the median
+    next to onnxruntime's RoiAlign). Taken in chunks, the calling thread does the work that
+    no other thread got to, and a worker that has not started by then is cancelled, not
+    waited for. OpenBLAS's own threads would be waited for the same way: it runs one thread
+    per call inside (the calls here are small), our threads share the boxes."""
     parts = min(_WORKERS, max(1, n // min_chunk))
     if parts <= 1:
-        fn(0, n)
+        with _SingleThreadBlas():
+            fn(0, n)
         return
-    bounds = [n * i // parts for i in range(parts + 1)]
+    size = max(min_chunk, -(-n // (parts * CHUNKS_PER_WORKER)))
+    starts = iter(range(0, n, size))  # next() of a range iterator is atomic under the GIL
+    failed = []
+
+    def take() -> None:
+        for a in starts:
+            if failed:
+                return
+            try:
+                fn(a, min(n, a + size))
+            except BaseException as e:  # noqa: BLE001 - raised by the calling thread
+                failed.append(e)
+                return
+
     with _SingleThreadBlas():
-        futures = [_executor().submit(fn, a, b) for a, b in zip(bounds[1:-1], bounds[2:])]
-        try:
-            fn(bounds[0], bounds[1])  # the first range in the calling thread
-        finally:
-            for f in futures:
-                f.exception()  # every worker is done before anything is raised
+        futures = [_executor().submit(take) for _ in range(parts - 1)]
+        take()  # the calling thread takes chunks too
         for f in futures:
-            f.result()
+            if not f.cancel():  # one that has started finishes its chunk
+                f.result()
+    if failed:
+        raise failed[0]
 
 
 def for_channel_blocks(C: int, block: int, fn: Callable[[int, int], None]) -> None:

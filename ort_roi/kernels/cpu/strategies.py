@@ -4,8 +4,10 @@ them). Every choice the NumPy kernels make is made here.
 
 - RoIAlign's mean (``align``): "small" (a small problem at once: every sample's weights on
   every row and column), "taps" (a fixed sampling ratio g: each box from its ph*2g x pw*2g
-  bilinear taps, a few boxes per step) or "crops" (each box from its crop of the map, two
-  GEMMs with the bins' mean weights, in closed form for grids over ``EXPLICIT_GRID_MAX``).
+  bilinear taps, a few boxes per step), "crops" (each box from its crop of an NHWC copy of
+  the map, two GEMMs with the bins' mean weights, in closed form for grids over
+  ``EXPLICIT_GRID_MAX``) or "planes" (the same weights applied to the NCHW map as it is:
+  no copy, for a few boxes on a small map).
 - Max pooling (``max_pool``): "small" (masks over the whole map) or "table" (a table of window
   maxima, its lengths a ladder: "powers of two" or "every length").
 - Rotated RoIAlign (``rotated``): "regular" (every sample of a few boxes at once) or
@@ -22,7 +24,7 @@ import numpy as np
 
 from ...geometry import EXPLICIT_GRID_MAX
 
-NAMES = {"align": ("small", "taps", "crops"), "max_pool": ("small", "table"),
+NAMES = {"align": ("small", "taps", "crops", "planes"), "max_pool": ("small", "table"),
          "rotated": ("regular", "clipped"),
          "table_ladder": ("powers of two", "every length"),
          "align_weights": ("explicit", "closed form")}
@@ -40,6 +42,12 @@ SMALL = 1 << 14
 TAPS_VS_CROPS = 12.0
 #: ... and when its taps hold at most this many elements (taps x channels).
 TAPS_MAX = 1 << 22
+#: RoIAlign: the NHWC copy that "crops" and "taps" start from, per element of X, in
+#: multiply-adds of their products. Measured on a 24 x 30 x 256 map (W8f's P4): the copy
+#: 90 us, a box's products 1.1 M multiply-adds in 70-80 us: about 12 multiply-adds per
+#: element. A call whose boxes would cost more from the copy (its cost included) than from
+#: the planes is computed from the planes.
+NHWC_COPY = 12.0
 #: RoIAlign's crops: elements of the weights (rows x map side) made at once (bounds memory).
 WEIGHTS_MAX = 1 << 21
 #: Elements of gathered taps per step (a few boxes, about the size of a core's L2 cache).
@@ -73,7 +81,7 @@ _local = threading.local()
 @contextmanager
 def force(**choices: Any):
     """Force strategies or tuning on this thread, by name: ``align`` ("small", "taps",
-    "crops"), ``align_weights`` ("explicit", "closed form"), ``taps_step`` (elements),
+    "crops", "planes"), ``align_weights`` ("explicit", "closed form"), ``taps_step`` (elements),
     ``gemm_max`` (multiply-adds), ``max_pool`` ("small", "table"), ``table_ladder`` ("powers of two", "every length"),
     ``table_budget`` (elements), ``table_chunk`` (elements), ``table_run`` (channels),
     ``rotated`` ("regular", "clipped")."""
@@ -124,9 +132,36 @@ def align_by_taps(sampling_ratio: int, bin_size: np.ndarray, ph: int, pw: int, H
     if sampling_ratio <= 0:
         return np.zeros(R, bool)
     taps = (2 * sampling_ratio) ** 2 * ph * pw
-    hc, wc = np.clip(np.ceil(bin_size * [ph, pw]) + 2, 1, [H, W]).T  # the crop, about
-    crop_work = (-(-ph // 8) * 8 * hc + ph * pw) * wc  # its products' multiply-adds / C
+    crop_work = _crop_work(bin_size, ph, pw, H, W)
     return (crop_work > TAPS_VS_CROPS * taps) & (taps * C <= TAPS_MAX)
+
+
+def _crop_sides(bin_size: np.ndarray, ph: int, pw: int, H: int, W: int):
+    """The boxes' crops (rows, columns), about."""
+    return np.clip(np.ceil(bin_size * [ph, pw]) + 2, 1, [H, W]).T
+
+
+def _crop_work(bin_size: np.ndarray, ph: int, pw: int, H: int, W: int) -> np.ndarray:
+    """Multiply-adds per channel of each box's two products from its crop."""
+    hc, wc = _crop_sides(bin_size, ph, pw, H, W)
+    return (-(-ph // 8) * 8 * hc + ph * pw) * wc
+
+
+def align_by_planes(sampling_ratio: int, bin_size: np.ndarray, ph: int, pw: int, H: int,
+                    W: int) -> bool:
+    """RoIAlign's mean, for the whole call: from the NCHW planes (True) or from an NHWC copy
+    of the map ("crops" and "taps", False). From the planes a box's first product runs over
+    every row of the map (the planes' rows are not a strided crop), so it pays only where
+    the copy would cost more: a few boxes on a small map (W8's coarse levels)."""
+    f = forced("align")
+    if f is not None:
+        return f == "planes"
+    hc, wc = _crop_sides(bin_size, ph, pw, H, W)
+    planes = float((pw * wc * H + ph * pw * hc).sum())  # the products' multiply-adds / C
+    work = _crop_work(bin_size, ph, pw, H, W)
+    if sampling_ratio > 0:
+        work = np.minimum(work, TAPS_VS_CROPS * (2 * sampling_ratio) ** 2 * ph * pw)
+    return planes < NHWC_COPY * H * W + float(work.sum())
 
 
 def taps_step() -> int:
