@@ -2,6 +2,7 @@
 
 import time
 import tracemalloc
+from unittest import mock
 
 import numpy as np
 import onnxruntime as ort
@@ -198,3 +199,18 @@ def test_cached_buffers_stay_within_a_process_wide_budget_and_can_be_released():
     assert _workspace.cached_bytes() <= old
     assert ort_roi.release_memory() > 0 and _workspace.cached_bytes() == 0
     run()  # and everything still works
+
+
+def test_planes_make_the_weights_of_a_chunk_of_boxes_at_a_time():
+    """The "planes" strategy bounds its weights as the crops do (WEIGHTS_MAX): chunks of 16
+    boxes here, the same output as the crops."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2, 3, 17, 23)).astype(np.float32)
+    corner = rng.uniform(-3, 20, (70, 2))
+    boxes = np.concatenate([corner, corner + rng.uniform(0, 15, (70, 2))], 1).astype(np.float32)
+    a = dict(pooled_height=5, pooled_width=4, sampling_ratio=2)
+    with mock.patch.object(strategies, "WEIGHTS_MAX", 1000), force(align="planes"):
+        got = kernels.roi_align(X, boxes, np.array([30, 40]), **a)
+    with force(align="crops"):
+        want = kernels.roi_align(X, boxes, np.array([30, 40]), **a)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

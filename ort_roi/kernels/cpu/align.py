@@ -158,27 +158,30 @@ def _align_planes(X, batch, start, bin_size, grid, ph: int, pw: int, out, rows):
     (geometry.crop_weights), T = Ax[:, crop cols] @ X[b][:, :, crop cols]^T over every row
     ([pw, C*H]; a box's columns of the planes are a strided 2-D view, its rows are not),
     then U = Ay[:, crop rows] @ T[:, :, crop rows]^T ([ph, pw*C]), copied into out[r]
-    transposed."""
+    transposed. The weights of a chunk of boxes are made at once (bounded as the crops')."""
     N, C, H, W = X.shape
-    first, stop, A = crop_weights(start, bin_size, grid, (ph, pw), (H, W), X.dtype, 0,
-                                  strategies.explicit_grid_max())
-    size = stop - first
-    boxes = list(zip(rows.tolist(), batch.tolist(), first[:, 0].tolist(), size[:, 0].tolist(),
-                     first[:, 1].tolist(), size[:, 1].tolist()))
+    chunk = max(16, strategies.WEIGHTS_MAX // (max(ph, pw) * (H + W)))  # weights made at once
+    for c0 in range(0, rows.size, chunk):
+        part = slice(c0, c0 + chunk)
+        first, stop, A = crop_weights(start[part], bin_size[part], grid[part], (ph, pw),
+                                      (H, W), X.dtype, 0, strategies.explicit_grid_max())
+        size = stop - first
+        boxes = list(zip(rows[part].tolist(), batch[part].tolist(), first[:, 0].tolist(),
+                         size[:, 0].tolist(), first[:, 1].tolist(), size[:, 1].tolist()))
 
-    def work(a: int, b: int) -> None:
-        T = np.empty((pw, C * H), X.dtype)
-        U = np.empty((ph, pw * C), X.dtype)
-        for i in range(a, b):
-            r, n, y0, hc, x0, wc = boxes[i]
-            if hc == 0 or wc == 0:
-                out[r] = 0  # no sample on the map
-                continue
-            np.matmul(A[i, 1, :pw, :wc], X[n].reshape(C * H, W)[:, x0:x0 + wc].T, out=T)
-            np.matmul(A[i, 0, :ph, :hc], T.reshape(pw * C, H)[:, y0:y0 + hc].T, out=U)
-            out[r] = U.reshape(ph, pw, C).transpose(2, 0, 1)
+        def work(a: int, b: int) -> None:
+            T = np.empty((pw, C * H), X.dtype)
+            U = np.empty((ph, pw * C), X.dtype)
+            for i in range(a, b):
+                r, n, y0, hc, x0, wc = boxes[i]
+                if hc == 0 or wc == 0:
+                    out[r] = 0  # no sample on the map
+                    continue
+                np.matmul(A[i, 1, :pw, :wc], X[n].reshape(C * H, W)[:, x0:x0 + wc].T, out=T)
+                np.matmul(A[i, 0, :ph, :hc], T.reshape(pw * C, H)[:, y0:y0 + hc].T, out=U)
+                out[r] = U.reshape(ph, pw, C).transpose(2, 0, 1)
 
-    for_ranges(len(boxes), work, min_chunk=1)
+        for_ranges(len(boxes), work, min_chunk=1)
 
 
 def _align_small(X, batch, start, bin_size, grid, ph: int, pw: int):
