@@ -106,6 +106,24 @@ def _align_taps(Xn, batch, start, bin_size, g: int, ph: int, pw: int, out, rows,
     for_ranges(which.size, work, min_chunk=step)
 
 
+def _weight_chunks(start, bin_size, grid, ph: int, pw: int, size: tuple[int, int], dtype,
+                   rows_y: int, which, rows, batch):
+    """Boxes ``which`` a chunk at a time, the weights of a chunk made at once and bounded by
+    ``strategies.WEIGHTS_MAX`` entries: yields (A, boxes), A the chunk's crop weights
+    [n, 2, max(rows_y, ph, pw), S] (geometry.crop_weights) and boxes[i] = (output row, image,
+    y0, hc, x0, wc), the crop of the chunk's i-th box."""
+    H, W = size
+    chunk = max(16, strategies.WEIGHTS_MAX // (max(rows_y, ph, pw) * (H + W)))
+    explicit = strategies.explicit_grid_max()
+    for c0 in range(0, which.size, chunk):
+        part = which[c0:c0 + chunk]
+        first, stop, A = crop_weights(start[part], bin_size[part], grid[part], (ph, pw), size,
+                                      dtype, rows_y, explicit)
+        n = stop - first
+        yield A, list(zip(rows[part].tolist(), batch[part].tolist(), first[:, 0].tolist(),
+                          n[:, 0].tolist(), first[:, 1].tolist(), n[:, 1].tolist()))
+
+
 def _align_crops(Xn, batch, start, bin_size, grid, ph: int, pw: int, out, rows, which):
     """Boxes ``which`` from their crops, a box at a time, the crop a strided view (no copy):
     U = Ay[crop rows] @ crop ([PH, wc*C]), then per row of bins out[r][:, p, :] =
@@ -118,20 +136,12 @@ def _align_crops(Xn, batch, start, bin_size, grid, ph: int, pw: int, out, rows, 
     multiply-adds: OpenBLAS runs such small products 2-3x faster than one larger call
     (measured; see strategies.py)."""
     N, H, W, C = Xn.shape
-    explicit = strategies.explicit_grid_max()
     rows_y = -(-ph // 8) * 8
     gemm_max = strategies.gemm_max()
-    chunk = max(16, strategies.WEIGHTS_MAX // (rows_y * (H + W)))  # boxes whose weights are made together
-
-    for c0 in range(0, which.size, chunk):
-        part = which[c0:c0 + chunk]
-        first, stop, A = crop_weights(start[part], bin_size[part], grid[part], (ph, pw),
-                                      (H, W), Xn.dtype, rows_y, explicit)
+    for A, boxes in _weight_chunks(start, bin_size, grid, ph, pw, (H, W), Xn.dtype, rows_y,
+                                   which, rows, batch):
         Ay, AxT = A[:, 0], A[:, 1, :pw].transpose(0, 2, 1)
-        size = stop - first
-        boxes = list(zip(rows[part].tolist(), batch[part].tolist(), first[:, 0].tolist(),
-                         size[:, 0].tolist(), first[:, 1].tolist(), size[:, 1].tolist()))
-        U_cols = int(size[:, 1].max(initial=1)) * C
+        U_cols = max([1] + [box[5] for box in boxes]) * C
 
         def work(a: int, b: int) -> None:
             U = np.empty((rows_y, U_cols), Xn.dtype)
@@ -150,7 +160,7 @@ def _align_crops(Xn, batch, start, bin_size, grid, ph: int, pw: int, out, rows, 
                 np.matmul(U[:ph, :wc * C].reshape(ph, wc, C).transpose(0, 2, 1), AxT[i, :wc],
                           out=out[r].transpose(1, 0, 2))
 
-        for_ranges(part.size, work, min_chunk=1)
+        for_ranges(len(boxes), work, min_chunk=1)
 
 
 def _align_planes(X, batch, start, bin_size, grid, ph: int, pw: int, out, rows):
@@ -158,16 +168,10 @@ def _align_planes(X, batch, start, bin_size, grid, ph: int, pw: int, out, rows):
     (geometry.crop_weights), T = Ax[:, crop cols] @ X[b][:, :, crop cols]^T over every row
     ([pw, C*H]; a box's columns of the planes are a strided 2-D view, its rows are not),
     then U = Ay[:, crop rows] @ T[:, :, crop rows]^T ([ph, pw*C]), copied into out[r]
-    transposed. The weights of a chunk of boxes are made at once (bounded as the crops')."""
+    transposed. The weights of a chunk of boxes are made at once (_weight_chunks)."""
     N, C, H, W = X.shape
-    chunk = max(16, strategies.WEIGHTS_MAX // (max(ph, pw) * (H + W)))  # weights made at once
-    for c0 in range(0, rows.size, chunk):
-        part = slice(c0, c0 + chunk)
-        first, stop, A = crop_weights(start[part], bin_size[part], grid[part], (ph, pw),
-                                      (H, W), X.dtype, 0, strategies.explicit_grid_max())
-        size = stop - first
-        boxes = list(zip(rows[part].tolist(), batch[part].tolist(), first[:, 0].tolist(),
-                         size[:, 0].tolist(), first[:, 1].tolist(), size[:, 1].tolist()))
+    for A, boxes in _weight_chunks(start, bin_size, grid, ph, pw, (H, W), X.dtype, 0,
+                                   np.arange(rows.size), rows, batch):
 
         def work(a: int, b: int) -> None:
             T = np.empty((pw, C * H), X.dtype)
