@@ -132,7 +132,7 @@ def align_by_taps(sampling_ratio: int, bin_size: np.ndarray, ph: int, pw: int, H
     if sampling_ratio <= 0:
         return np.zeros(R, bool)
     taps = (2 * sampling_ratio) ** 2 * ph * pw
-    crop_work = _crop_work(bin_size, ph, pw, H, W)
+    crop_work = _crop_work(*_crop_sides(bin_size, ph, pw, H, W), ph, pw)
     return (crop_work > TAPS_VS_CROPS * taps) & (taps * C <= TAPS_MAX)
 
 
@@ -141,9 +141,8 @@ def _crop_sides(bin_size: np.ndarray, ph: int, pw: int, H: int, W: int):
     return np.clip(np.ceil(bin_size * [ph, pw]) + 2, 1, [H, W]).T
 
 
-def _crop_work(bin_size: np.ndarray, ph: int, pw: int, H: int, W: int) -> np.ndarray:
-    """Multiply-adds per channel of each box's two products from its crop."""
-    hc, wc = _crop_sides(bin_size, ph, pw, H, W)
+def _crop_work(hc: np.ndarray, wc: np.ndarray, ph: int, pw: int) -> np.ndarray:
+    """Multiply-adds per channel of each box's two products from its crop (hc x wc)."""
     return (-(-ph // 8) * 8 * hc + ph * pw) * wc
 
 
@@ -158,7 +157,7 @@ def align_by_planes(sampling_ratio: int, bin_size: np.ndarray, ph: int, pw: int,
         return f == "planes"
     hc, wc = _crop_sides(bin_size, ph, pw, H, W)
     planes = float((pw * wc * H + ph * pw * hc).sum())  # the products' multiply-adds / C
-    work = _crop_work(bin_size, ph, pw, H, W)
+    work = _crop_work(hc, wc, ph, pw)
     if sampling_ratio > 0:
         work = np.minimum(work, TAPS_VS_CROPS * (2 * sampling_ratio) ** 2 * ph * pw)
     return planes < NHWC_COPY * H * W + float(work.sum())
