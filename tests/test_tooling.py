@@ -474,3 +474,24 @@ def test_cupy_fallback_warning_is_printed_once():
     except ImportError:
         pass
     assert r.stderr.count("backend 'cupy' requested but unavailable") == 1, r.stderr
+
+
+def test_bench_help_lists_every_workload_and_explains_the_rows(capsys):
+    """``ort-roi bench --help`` names each workload of workloads.json with its shape and ops,
+    and says what a row's columns are."""
+    from ort_roi.cli import bench
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["bench", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for name, w in bench.workloads().items():
+        line = next(ln for ln in out.splitlines() if f" {name}: " in ln)
+        assert line.split()[0] == name.split("_")[0]
+        assert line.endswith("; " + ", ".join(w["ops"]))
+    assert "W1_faster_rcnn_c4: N=1 C=1024 38x50 map, R=300, 14x14;" in out
+    assert "box P2 912, box P3 78, box P4 10, box P5 0, mask P2 59" in out
+    for words in ("peer time / ort_roi time", "the least and largest ratio of a single round",
+                  "largest absolute difference", "bridge", "fused multi-level stage",
+                  "pip install 'ort-roi[parity]'"):
+        assert words in out

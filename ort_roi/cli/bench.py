@@ -587,10 +587,59 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _workload_line(name: str, w: dict) -> str:
+    """One line of ``bench --help`` for a workload of workloads.json: its shape and ops."""
+    short = name.split("_")[0]
+    if "rows" in w:  # per-level loads: a row per (pooler, level), a stage per pooler
+        loads = ", ".join(f"{r['pooler']} P{r['level']} {r['R']}" for r in w["rows"])
+        shape = (f"C={w['C']}, {w['image'][0]}x{w['image'][1]} image, boxes per level: "
+                 f"{loads}")
+    elif "strides" in w:
+        shape = (f"C={w['C']}, {w['image'][0]}x{w['image'][1]} image, FPN strides "
+                 f"{'/'.join(map(str, w['strides']))}, R={w['R']}, {w['pooled']}x{w['pooled']}")
+    else:
+        shape = (f"N={w['N']} C={w['C']} {w['H']}x{w['W']} map, R={w['R']}, "
+                 f"{w['pooled']}x{w['pooled']}")
+    return f"  {short:<4} {name}: {shape}; {', '.join(w['ops'])}"
+
+
+def _epilog() -> str:
+    """``bench --help``'s epilog: the workloads (read from workloads.json) and the rows."""
+    lines = ["workloads (ort_roi/data/workloads.json; name one by its W number):"]
+    lines += [_workload_line(k, v) for k, v in workloads().items()]
+    lines += [
+        "",
+        "ops: RoIAlign is Paddle's roi_align (ort_roi::RoIAlign); RoiAlign the ONNX node as",
+        "`ort-roi convert` writes it (ort_roi::RoiAlign) against onnxruntime's own RoiAlign;",
+        "ROIPooling.max / .bilinear, PSROIPool: ours against the peers' same op; W7: the",
+        "exporters' multi-level nodes, converted. W8 and W8f: one RoiAlign call per",
+        "'POOLER Pn (R)' row (a level of torchvision's Mask / Faster R-CNN with R boxes), and",
+        "per pooler the 'fused multi-level stage': torchvision's exported MultiScaleRoIAlign",
+        "as convert fuses it, against the same graph run natively and converted unfused.",
+        "",
+        "each row: WORKLOAD OP, ort_roi's time (and, in brackets, 'bridge': the same session",
+        "with a kernel that hands back a ready output: what onnxruntime-extensions' bridge",
+        "costs alone), then per peer: its time, xRATIO = peer time / ort_roi time (> 1:",
+        "ort_roi is faster), (LO-HI) the least and largest ratio of a single round, and",
+        "diff: the largest absolute difference of its output from ours. Times are medians",
+        "of --repeat rounds after a warm-up, every runner timed once per round, in turn.",
+        "Peers: onnxruntime always; OpenVINO, Paddle (pip install 'ort-roi[parity]') and",
+        "torchvision (pip install 'ort-roi[torchvision]') when installed. A table of the",
+        "same follows the rows. Measured results: docs/benchmarks.md.",
+    ]
+    return "\n".join(lines)
+
+
 def add_command(sub) -> None:
-    p = sub.add_parser("bench", help="time the standard workloads against the peers")
-    p.add_argument("workloads", nargs="*", help="W1 W2 ... (default: all)")
-    p.add_argument("--repeat", type=int, default=5)
+    p = sub.add_parser("bench", help="time the standard workloads against the peers",
+                       description="Time the standard workloads: ort_roi's ops in a plain "
+                       "onnxruntime session, side by side\nwith onnxruntime's native ops and "
+                       "the installed peers, in one process.",
+                       epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("workloads", nargs="*",
+                   help="W1 W2 ... (default: all; listed below)")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="timed rounds per row (default 5); each time is their median")
     p.add_argument("--scaling", action="store_true", help="also W2 with R = 100, 1000, 4000")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--plot", help="write a PNG bar chart here")
