@@ -254,9 +254,10 @@ def test_environment_variable_selects_the_backend():
 # -- on a GPU ---------------------------------------------------------------------------------
 
 def _gpu():
-    cupy = pytest.importorskip("cupy")
+    cupy = pytest.importorskip("cupy",
+                               reason="needs CuPy and an NVIDIA GPU: pip install 'ort-roi[cupy]'")
     if not backend.gpu_available()[0]:
-        pytest.skip("no CUDA device")
+        pytest.skip("no CUDA device (the GPU tests need one and pip install 'ort-roi[cupy]')")
     return cupy
 
 

@@ -27,7 +27,8 @@ from ort_roi.cli import main as cli
 from ort_roi.kernels.cpu.strategies import force
 from ort_roi.specs import FORMS
 
-needs_openvino = pytest.mark.skipif(not O.openvino_available(), reason="openvino not installed")
+needs_openvino = pytest.mark.skipif(not O.openvino_available(),
+                                    reason="needs openvino: pip install 'ort-roi[parity]'")
 
 
 def _plain(model):

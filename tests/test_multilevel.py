@@ -24,7 +24,8 @@ from ort_roi.cli import main as cli
 from ort_roi.runtime.bridge import GUARD_ATTR
 from ort_roi import geometry as G
 
-needs_openvino = pytest.mark.skipif(not O.openvino_available(), reason="openvino not installed")
+needs_openvino = pytest.mark.skipif(not O.openvino_available(),
+                                    reason="needs openvino: pip install 'ort-roi[parity]'")
 
 
 def _tol(dtype):

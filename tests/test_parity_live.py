@@ -13,8 +13,10 @@ import oracles as O
 from conftest import ordered, run_plain, tolerance
 
 SEEDS = (101, 202)
-needs_paddle = pytest.mark.skipif(not O.paddle_available(), reason="paddle not installed")
-needs_openvino = pytest.mark.skipif(not O.openvino_available(), reason="openvino not installed")
+needs_paddle = pytest.mark.skipif(not O.paddle_available(),
+                                  reason="needs paddle: pip install 'ort-roi[parity]'")
+needs_openvino = pytest.mark.skipif(not O.openvino_available(),
+                                    reason="needs openvino: pip install 'ort-roi[parity]'")
 
 
 def _check(case, expected):

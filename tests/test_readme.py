@@ -160,3 +160,31 @@ def test_commands_split():
         "pip install .", "ort-roi demo", "python -m pytest -q"]
     assert [c for c in _commands("pip install . && ort-roi demo") if not c.startswith(NOT_RUN)] \
         == ["ort-roi demo"]
+
+
+def test_every_skip_for_a_missing_extra_names_the_extra():
+    """A test that skips because an optional module is missing says which extra brings it
+    (the Quick start promises it): every ``pytest.importorskip`` of an extra's module and every
+    ``skipif`` on paddle / openvino has ``reason="... pip install 'ort-roi[EXTRA]'"``."""
+    import ast
+
+    seen = 0
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            reason = next((k.value.value for k in node.keywords if k.arg == "reason"
+                           and isinstance(k.value, ast.Constant)), "")
+            if node.func.attr == "importorskip":
+                extra = EXTRAS.get(node.args[0].value.split(".")[0])
+            elif node.func.attr == "skipif":
+                cond = ast.unparse(node.args[0]) if node.args else ""
+                extra = next((EXTRAS[m] for m in ("paddle", "openvino", "cupy", "torch")
+                              if m in cond), None)
+            else:
+                continue
+            if extra:
+                seen += 1
+                assert f"pip install 'ort-roi[{extra}]'" in reason, \
+                    f"{path.name}:{node.lineno}: skip reason {reason!r} names no extra"
+    assert seen >= 20

@@ -233,7 +233,7 @@ def test_per_level_boxes_fall_on_their_level():
 
 
 def test_bench_plot_writes_a_png(tmp_path):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="needs matplotlib: pip install 'ort-roi[plot]'")
     png = tmp_path / "bench.png"
     assert cli.main(["bench", "W6", "--repeat", "1", "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
@@ -241,7 +241,7 @@ def test_bench_plot_writes_a_png(tmp_path):
 
 def test_bench_plot_draws_every_peer_of_a_full_run(tmp_path):
     """A full run has more peers than a 10-colour map (it raised KeyError on the 11th)."""
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="needs matplotlib: pip install 'ort-roi[plot]'")
     from ort_roi.cli import bench
 
     peers = {f"peer {i}": {"ratio": 1.0 + i, "s": 0.01} for i in range(14)}

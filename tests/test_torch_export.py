@@ -16,9 +16,9 @@ import pytest
 
 import ort_roi
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("torchvision")
-pytest.importorskip("onnxscript")
+torch = pytest.importorskip("torch", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+pytest.importorskip("torchvision", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+pytest.importorskip("onnxscript", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
 from torchvision import ops  # noqa: E402
 
 EXPORTERS = {"torchscript": False, "dynamo": True}

@@ -8,8 +8,9 @@ import pytest
 import cases as C
 from conftest import run_plain
 
-torch = pytest.importorskip("torch")
-tv = pytest.importorskip("torchvision.ops")
+torch = pytest.importorskip("torch", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+tv = pytest.importorskip("torchvision.ops",
+                         reason="needs torchvision: pip install 'ort-roi[torchvision]'")
 
 pytestmark = pytest.mark.parity
 

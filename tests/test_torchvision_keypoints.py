@@ -139,8 +139,10 @@ def test_bad_inputs_raise_naming_op_input_and_value(maps, rois, message):
 # --- torchvision: the exported Loop, fused; torch_export ------------------------------------
 
 def _torch():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("torchvision")
+    torch = pytest.importorskip("torch",
+                                reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+    pytest.importorskip("torchvision",
+                        reason="needs torchvision: pip install 'ort-roi[torchvision]'")
     from torchvision.models.detection import roi_heads
 
     class Decode(torch.nn.Module):
@@ -208,7 +210,7 @@ def test_a_loop_that_does_not_match_exactly_is_left_as_it_is_and_said_why():
 
 def test_the_stored_loop_bodies_are_what_this_torch_writes():
     """ort_roi/data/torchvision_loops.json, made by tools/export_torchvision.py, is current."""
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
     import importlib.util
     from importlib import resources
     from pathlib import Path

@@ -141,8 +141,10 @@ def test_float_boxes_are_refused_by_the_kernel():
 # --- torchvision: the exported Loop, fused; torch_export ------------------------------------
 
 def _torch():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("torchvision")
+    torch = pytest.importorskip("torch",
+                                reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+    pytest.importorskip("torchvision",
+                        reason="needs torchvision: pip install 'ort-roi[torchvision]'")
     from torchvision.models.detection import roi_heads
 
     class Paste(torch.nn.Module):

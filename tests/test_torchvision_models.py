@@ -28,8 +28,10 @@ EXPECTED = {
 
 
 def _build(kind: str):
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("torchvision")
+    torch = pytest.importorskip("torch",
+                                reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+    pytest.importorskip("torchvision",
+                        reason="needs torchvision: pip install 'ort-roi[torchvision]'")
     from torchvision.models import detection as D
     from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
 
@@ -55,7 +57,8 @@ def _build(kind: str):
 
 @functools.lru_cache(maxsize=None)
 def _graphs(kind: str) -> dict:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch",
+                                reason="needs torchvision: pip install 'ort-roi[torchvision]'")
     model = _build(kind)
     g = torch.Generator().manual_seed(3)
     images = [torch.rand(3, *SIZE, generator=g) for _ in range(2)]

@@ -14,8 +14,9 @@ import pytest
 
 import ort_roi
 
-torch = pytest.importorskip("torch")
-tv = pytest.importorskip("torchvision")
+torch = pytest.importorskip("torch", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+tv = pytest.importorskip("torchvision",
+                         reason="needs torchvision: pip install 'ort-roi[torchvision]'")
 from torchvision.ops import MultiScaleRoIAlign  # noqa: E402
 
 IMAGE = (64, 80)  # H, W of the images the boxes live in
