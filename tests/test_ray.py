@@ -25,7 +25,6 @@ from ort_roi.scale import BatchPredictor, HttpPredictor, Runner
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MODEL = str(ROOT / "models" / "fast_rcnn_head.onnx")  # features [1,16,24,32], rois [R,5]
-NEEDS_RAY = "needs ray: pip install 'ort-roi[ray]'"
 
 
 def _good(i: int) -> dict[str, np.ndarray]:
@@ -122,9 +121,9 @@ def test_import_ort_roi_does_not_import_ray():
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    ray = pytest.importorskip("ray", reason=NEEDS_RAY)
-    pytest.importorskip("ray.data", reason=NEEDS_RAY)
-    pytest.importorskip("ray.serve", reason=NEEDS_RAY)
+    ray = pytest.importorskip("ray", reason="needs ray: pip install 'ort-roi[ray]'")
+    pytest.importorskip("ray.data", reason="needs ray: pip install 'ort-roi[ray]'")
+    pytest.importorskip("ray.serve", reason="needs ray: pip install 'ort-roi[ray]'")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     try:

@@ -28,7 +28,8 @@ RUN = ("python", "bash", "console")
 
 #: top-level module -> the extra that installs it
 EXTRAS = {"torch": "torchvision", "torchvision": "torchvision", "onnxscript": "torchvision",
-          "paddle": "parity", "openvino": "parity", "cupy": "cupy", "matplotlib": "plot"}
+          "paddle": "parity", "openvino": "parity", "cupy": "cupy", "matplotlib": "plot",
+          "ray": "ray"}
 #: commands of a bash block that the test does not run (CI runs the Quick start's)
 NOT_RUN = ("pip install", "python -m pytest")
 
