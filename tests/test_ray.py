@@ -188,14 +188,16 @@ def test_ray_serve_two_replicas_equal_one_process_bad_request_4xx(ray_cluster):
         for k, v in json.loads(body).items():
             np.testing.assert_array_equal(np.array(v, np.float32), expected[i % 6][k])
 
-    bad, _ = _bad(3)
-    status, body = _post(port, bad)
-    assert status == 400 and body == _expected([dict(id=0, **bad)])[0]
-    assert "ROIPooling (node 'roi_pooling'): input 'rois'" in body
-    for _ in range(4):  # both replicas go on serving
+    for i in (3, 7, 8):  # a NaN box, a wrong shape, a NaN image; each time a good one after
+        bad, _ = _bad(i)
+        status, body = _post(port, bad)
+        assert status == 400 and body == _expected([dict(id=i, **bad)])[i]
         status, body = _post(port, feeds[1])
         assert status == 200
         np.testing.assert_array_equal(np.array(json.loads(body)["cls_prob"], np.float32),
                                       expected[1]["cls_prob"])
-    assert serve.status().applications["roi"].status == "RUNNING"
+    assert "ROIPooling (node 'roi_pooling'): input 'rois'" in _post(port, _bad(3)[0])[1]
+    app_status = serve.status().applications["roi"]
+    assert app_status.status == "RUNNING"
+    assert app_status.deployments["HttpPredictor"].replica_states == {"RUNNING": 2}
     serve.delete("roi")
