@@ -10,11 +10,21 @@ connect, not by names), checks it exactly, and replaces the per-level branches a
 with one node reading the rois, the graph's own level of each box (the nodes computing it
 stay, so the assignment is bit-identical) and the levels' feature maps. A subgraph that does
 not match exactly is left as it is, with a note saying which and why.
+
+Exactly means: every node on the matched paths is the op torch.onnx writes (TorchScript
+exporter, opsets 11-17 and later) with its whole attribute set as the exporter writes it
+(``GraphIndex.made_by`` checks every attribute the op's ONNX schema declares: those the matcher
+names hold the value it names, every other one its default), and every constant it reads is
+the exporter's. ``unfuse`` writes the same form (and at opset >= 15 a CastLike of the zeros
+to the pooled type, which the matcher accepts too), so a ``--to onnx`` model fuses again.
+torch.onnx's dynamo exporter writes the merge with ScatterND: that form is not fused, and a
+note says so.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -24,13 +34,71 @@ from ..errors import node_label
 from ..specs import DOMAIN, MAX_LEVELS, PYRAMID_SPECS
 from .nodes import attribute_value, given_attrs, opset
 
-#: Ops that only move the box indices around between NonZero and their use.
-_INDEX_PLUMBING = {"Squeeze", "Unsqueeze", "Split", "Transpose", "Reshape", "Cast", "Flatten",
-                   "Identity"}
-
-
 class NoMatch(Exception):
     """The subgraph is not torchvision's stage, exactly: why."""
+
+
+def anything(value: Any) -> bool:
+    """An attribute value the matcher reads rather than prescribes (``GraphIndex.made_by``)."""
+    return True
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, onnx.TensorProto):
+        a = numpy_helper.to_array(value)
+        return f"a {a.dtype} tensor {a.tolist()!r}" if a.size <= 8 else f"a {a.dtype} tensor"
+    if value is None:
+        return "none"
+    return repr(value)
+
+
+def _declared(op_type: str, domain: str, onnx_opset: int | None) -> dict[str, Any]:
+    """The attributes an ONNX op declares at ``onnx_opset`` (the newest when None), each with
+    its default (None: none). Raises NoMatch for an op onnx does not know there."""
+    try:
+        schema = (onnx.defs.get_schema(op_type, domain or "") if onnx_opset is None
+                  else onnx.defs.get_schema(op_type, onnx_opset, domain or ""))
+    except onnx.defs.SchemaError:
+        raise NoMatch(f"{op_type} is not an ONNX op at opset {onnx_opset}") from None
+    return {name: attribute_value(a.default_value) if a.default_value.name else None
+            for name, a in schema.attributes.items()}
+
+
+def check_attrs(node: onnx.NodeProto, onnx_opset: int | None, **want: Any) -> dict[str, Any]:
+    """Check a matched node's whole attribute set against what the exporter writes.
+
+    Args:
+        node: a node of the default domain.
+        onnx_opset: the model's ONNX opset (the op's schema there says which attributes it has
+            and their defaults); None: the newest.
+        **want: attribute -> the value the exporter writes, or a predicate (``anything``: read,
+            not prescribed). An attribute the op does not declare at this opset is ignored.
+            Every declared attribute not named here must be absent or hold its default.
+
+    Returns:
+        Every declared attribute's value (given, else its default; None when it has none).
+
+    Raises:
+        NoMatch: naming the node and the first attribute that differs (or that the op does
+            not declare).
+    """
+    declared = _declared(node.op_type, node.domain, onnx_opset)
+    given = given_attrs(node)
+    label = f"{node.op_type} {node_label(node)!r}"
+    for name in given:
+        if name not in declared:
+            raise NoMatch(f"{label} has attribute {name!r}, which {node.op_type} does not "
+                          f"declare at opset {onnx_opset}")
+    values = {**declared, **given}
+    for name, value in values.items():
+        expected = want.get(name, declared[name])
+        ok = expected(value) if callable(expected) else (
+            not isinstance(value, onnx.TensorProto) and value == expected)
+        if not ok:
+            wants = ("another value" if callable(expected) else _shown(expected))
+            raise NoMatch(f"{label} has attribute {name}={_shown(value)} where torch.onnx "
+                          f"writes {wants}")
+    return values
 
 
 @dataclass
@@ -42,13 +110,16 @@ class Stage:
     levels: str  # the level of each box (int)
     feats: list[str]  # the feature map of each level, level 0 first
     attrs: dict
+    cast: int | None = None  # the type every level's result is Cast to, if it is
 
 
 class GraphIndex:
-    """A graph indexed: the producer and consumers of each tensor, its constants."""
+    """A graph indexed: the producer and consumers of each tensor, its constants; the
+    model's ONNX opset (``onnx_opset``, None: the newest) for checking matched nodes."""
 
-    def __init__(self, graph: onnx.GraphProto):
+    def __init__(self, graph: onnx.GraphProto, onnx_opset: int | None = None):
         self.graph = graph
+        self.opset = onnx_opset
         self.producer = {o: n for n in graph.node for o in n.output if o}
         self.consumers: dict[str, list[onnx.NodeProto]] = {}
         for n in graph.node:
@@ -70,40 +141,84 @@ class GraphIndex:
                     return np.asarray(attribute_value(a))
         return None
 
-    def made_by(self, name: str, op: str) -> onnx.NodeProto:
+    def made_by(self, name: str, op: str, **want: Any) -> onnx.NodeProto:
+        """The node computing ``name``, an ONNX ``op`` whose whole attribute set is what the
+        exporter writes (``check_attrs(node, self.opset, **want)``); else NoMatch."""
         n = self.producer.get(name)
         if n is None or n.op_type != op or n.domain not in ("", "ai.onnx"):
             got = "a graph input" if n is None else f"{n.op_type} {node_label(n)!r}"
             raise NoMatch(f"{name!r} comes from {got}, not a {op}")
+        check_attrs(n, self.opset, **want)
         return n
 
-    def strip(self, name: str, ops: set[str]) -> str:
-        """Follow the first input back through nodes of ``ops``."""
-        n = self.producer.get(name)
-        while n is not None and n.op_type in ops and n.domain in ("", "ai.onnx"):
-            name = n.input[0]
-            n = self.producer.get(name)
-        return name
+    def const_is(self, node: onnx.NodeProto, index: int, value: Any) -> None:
+        """Input ``index`` of ``node`` is a constant equal to ``value`` (shape included);
+        else NoMatch naming the node and the input."""
+        got = self.const(node.input[index]) if len(node.input) > index and node.input[index] \
+            else None
+        want = np.asarray(value)
+        if got is None or got.shape != want.shape or not np.array_equal(got, want):
+            shown = "not a constant" if got is None else repr(got.tolist())
+            raise NoMatch(f"{node.op_type} {node_label(node)!r} reads {shown} as input "
+                          f"{index} where torch.onnx writes {want.tolist()!r}")
+
+    def operand(self, name: str, op: str, attr: str, index: int, value: list,
+                **want: Any) -> onnx.NodeProto:
+        """``made_by(name, op)`` whose ``attr`` (an attribute at the model's opset, or input
+        ``index`` since the op took it as an input: axes, split) is ``value``."""
+        if attr in _declared(op, "", self.opset):
+            return self.made_by(name, op, **{attr: list(value)}, **want)
+        n = self.made_by(name, op, **want)
+        self.const_is(n, index, value)
+        return n
+
+
+def _pooled_update(g: GraphIndex, name: str) -> tuple[onnx.NodeProto | None, onnx.NodeProto | None]:
+    """What a merge scatters: (the RoiAlign, the Cast after it or None); (None, None) when it
+    is not a RoiAlign's result."""
+    n = g.producer.get(name)
+    cast = n if n is not None and n.op_type == "Cast" and n.domain in ("", "ai.onnx") else None
+    if cast is not None:
+        n = g.producer.get(cast.input[0])
+    if n is None or n.op_type != "RoiAlign" or n.domain not in ("", "ai.onnx"):
+        return None, None
+    return n, cast
+
+
+def _zeros_producer(g: GraphIndex, name: str) -> onnx.NodeProto | None:
+    """The ConstantOfShape under a merge's data (through unfuse's CastLike), else None."""
+    n = g.producer.get(name)
+    if n is not None and n.op_type == "CastLike":
+        n = g.producer.get(n.input[0])
+    return n if n is not None and n.op_type == "ConstantOfShape" else None
 
 
 def find_stages(model: onnx.ModelProto) -> tuple[list[Stage], list[str]]:
     """Every MultiScaleRoIAlign stage of the main graph, and a note for each subgraph that
-    starts like one (a zero tensor scattered into by RoiAlign results) but does not match."""
-    g = GraphIndex(model.graph)
+    starts like one (a zero tensor scattered into by RoiAlign results) but does not match,
+    and for each merge of RoiAlign results by ScatterND (torch.onnx's dynamo exporter)."""
+    onnx_opset = opset(model) or 1
+    g = GraphIndex(model.graph, onnx_opset)
     stages, notes = [], []
     for node in model.graph.node:
-        if node.op_type != "ScatterElements" or node.domain not in ("", "ai.onnx"):
+        if node.domain not in ("", "ai.onnx"):
             continue
-        first = g.producer.get(node.input[0])
-        if first is None or first.op_type != "ConstantOfShape":
+        if node.op_type == "ScatterND" and _pooled_update(g, node.input[2])[0] is not None:
+            before = g.producer.get(node.input[0])
+            if before is None or before.op_type != "ScatterND":  # the first of a chain
+                notes.append(
+                    f"node {node_label(node)!r} (ScatterND) merges RoiAlign results as torch."
+                    f"onnx's dynamo exporter writes torchvision's MultiScaleRoIAlign; ort_roi "
+                    f"fuses only the TorchScript exporter's form (torch.onnx.export(..., "
+                    f"dynamo=False)): left node by node (each RoiAlign still moved)")
+            continue
+        if node.op_type != "ScatterElements" or _zeros_producer(g, node.input[0]) is None:
             continue  # not the first merge of a chain
+        chain = _chain(g, node)
+        if not any(_pooled_update(g, s.input[2])[0] is not None for s in chain):
+            continue  # a scatter of something else: none of our business
         try:
-            chain = _chain(g, node)
-            if not any(g.strip(s.input[2], {"Cast"}) in g.producer
-                       and g.producer[g.strip(s.input[2], {"Cast"})].op_type == "RoiAlign"
-                       for s in chain):
-                continue  # a scatter of something else: none of our business
-            stages.append(_match(g, chain, opset(model) or 1))
+            stages.append(_match(g, chain))
         except NoMatch as e:
             notes.append(f"node {node_label(node)!r} (ScatterElements) starts like torchvision's "
                          f"MultiScaleRoIAlign merge but does not match it exactly ({e}); left "
@@ -123,93 +238,125 @@ def _chain(g: GraphIndex, first: onnx.NodeProto) -> list[onnx.NodeProto]:
         chain.append(nxt[0])
 
 
-def _level_of(g: GraphIndex, index: str, levels: str | None) -> tuple[int, str, str]:
-    """The level a selection of boxes is: index -> (plumbing) -> NonZero(Equal(levels, l)).
-    Returns (l, the levels tensor, the NonZero's output)."""
-    nz = g.made_by(g.strip(index, _INDEX_PLUMBING | {"Expand"}), "NonZero")
+def _unsqueezed(g: GraphIndex, name: str) -> onnx.NodeProto:
+    """name = Unsqueeze(x, axes=[0]): the Unsqueeze."""
+    return g.operand(name, "Unsqueeze", "axes", 1, [0])
+
+
+def _level_of(g: GraphIndex, sel: str, levels: str | None) -> tuple[int, str]:
+    """The level a selection of boxes is, as torch.where(levels == l)[0] exports:
+    Squeeze(Split(Transpose(NonZero(Equal(levels, l)), [1, 0]), [1], axis 1), [1]).
+    Returns (l, the levels tensor)."""
+    squeeze = g.operand(sel, "Squeeze", "axes", 1, [1])
+    split = g.operand(squeeze.input[0], "Split", "split", 1, [1], axis=1)
+    if len(split.output) != 1:
+        raise NoMatch(f"Split {node_label(split)!r} has {len(split.output)} outputs where "
+                      f"torch.onnx writes 1")
+    nz = g.made_by(g.made_by(split.input[0], "Transpose", perm=[1, 0]).input[0], "NonZero")
     eq = g.made_by(nz.input[0], "Equal")
     for a, b in ((eq.input[0], eq.input[1]), (eq.input[1], eq.input[0])):
         v = g.const(b)
-        if v is not None and v.size == 1:
+        if v is not None and v.size == 1 and v.dtype.kind in "iu":
             if levels is not None and a != levels:
                 raise NoMatch(f"level {int(v.ravel()[0])} is selected from {a!r}, the others "
                               f"from {levels!r}")
-            return int(v.ravel()[0]), a, nz.output[0]
-    raise NoMatch(f"Equal {node_label(eq)!r} does not compare with a constant level")
+            return int(v.ravel()[0]), a
+    raise NoMatch(f"Equal {node_label(eq)!r} does not compare with a constant integer level")
 
 
-def _selected_rows(g: GraphIndex, name: str) -> tuple[str, str]:
-    """rows -> Gather(axis 0) of the rois by a selection: (the rois, the selection)."""
-    gather = g.made_by(name, "Gather")
-    if int(given_attrs(gather).get("axis", 0)) != 0:
-        raise NoMatch(f"Gather {node_label(gather)!r} does not select rows")
-    return gather.input[0], gather.input[1]
+def _rows_of(g: GraphIndex, name: str, cols: list[int]) -> tuple[str, str]:
+    """name = Gather(Gather(rois, sel, axis 0), cols, axis 1): (the rois, sel)."""
+    pick = g.made_by(name, "Gather", axis=1)
+    g.const_is(pick, 1, cols)
+    rows = g.made_by(pick.input[0], "Gather", axis=0)
+    return rows.input[0], rows.input[1]
 
 
-def _columns(g: GraphIndex, name: str, want: list[int]) -> str:
-    """A Gather (axis 1) or Slice of columns ``want`` of a [k, 5] tensor: the tensor."""
+def _zeros(g: GraphIndex, name: str, levels: str, pooled: str) -> None:
+    """name = torch.zeros(levels.shape[0], *pooled.shape[1:]) as torch.onnx writes it (and
+    unfuse: then CastLike'd to ``pooled``)."""
     n = g.producer.get(name)
-    if n is not None and n.op_type == "Gather" and int(given_attrs(n).get("axis", 0)) == 1:
-        cols = g.const(n.input[1])
-        if cols is not None and np.array_equal(np.atleast_1d(cols), want):
-            return n.input[0]
-    if n is not None and n.op_type == "Slice":
-        a = given_attrs(n)
-        starts = a.get("starts", g.const(n.input[1]) if len(n.input) > 1 else None)
-        ends = a.get("ends", g.const(n.input[2]) if len(n.input) > 2 else None)
-        axes = a.get("axes", g.const(n.input[3]) if len(n.input) > 3 else [0])
-        if (starts is not None and ends is not None
-                and list(np.atleast_1d(axes)) == [1] and int(np.atleast_1d(starts)[0]) == want[0]
-                and int(np.atleast_1d(ends)[0]) >= want[-1] + 1):
-            return n.input[0]
-    raise NoMatch(f"{name!r} is not columns {want} of the selected rois")
+    if n is not None and n.op_type == "CastLike":
+        n = g.made_by(name, "CastLike")
+        if n.input[1] != pooled:
+            raise NoMatch(f"CastLike {node_label(n)!r} casts the zeros like {n.input[1]!r}, not "
+                          f"like the pooled {pooled!r}")
+        name = n.input[0]
+    cos = g.made_by(name, "ConstantOfShape", value=_zero)
+    concat = g.made_by(cos.input[0], "Concat", axis=0)
+    if len(concat.input) != 4:
+        raise NoMatch(f"Concat {node_label(concat)!r} makes a shape of {len(concat.input)} "
+                      f"dimensions, not [boxes, C, H, W]")
+    for k, (dim, of) in enumerate(zip(concat.input, (levels, pooled, pooled, pooled))):
+        gather = g.made_by(_unsqueezed(g, dim).input[0], "Gather", axis=0)
+        g.const_is(gather, 1, [0, 1, 2, 3][k])
+        shape = g.made_by(gather.input[0], "Shape")
+        if shape.input[0] != of:
+            raise NoMatch(f"the zeros' dimension {k} is that of {shape.input[0]!r}, not of "
+                          f"{of!r}")
 
 
-def _match(g: GraphIndex, chain: list[onnx.NodeProto], onnx_opset: int) -> Stage:
+def _zero(value: Any) -> bool:
+    """ConstantOfShape's value: absent (float 0) or one element equal to +0."""
+    if value is None:
+        return True
+    a = numpy_helper.to_array(value)
+    return a.size == 1 and a.ravel()[0] == 0 and not np.signbit(a.ravel()[0])
+
+
+def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> Stage:
     if not 1 < len(chain) <= MAX_LEVELS:
         raise NoMatch(f"{len(chain)} levels merged: ort_roi fuses 2 to {MAX_LEVELS}")
-    levels, rois, found = None, None, {}
-    attrs = None
+    levels, rois, found, attrs, casts = None, None, {}, None, set()
     for s in chain:
-        if int(given_attrs(s).get("axis", 0)) != 0:
-            raise NoMatch(f"ScatterElements {node_label(s)!r} does not scatter along axis 0")
-        level, levels, nz = _level_of(g, s.input[1], levels)
-        ra = g.made_by(g.strip(s.input[2], {"Cast"}), "RoiAlign")
-        a = given_attrs(ra)
-        if a.get("mode", "avg") != "avg":
-            raise NoMatch(f"RoiAlign {node_label(ra)!r} has mode {a['mode']!r}")
-        ctm = a.get("coordinate_transformation_mode",
-                    "half_pixel" if onnx_opset >= 16 else "output_half_pixel")
-        these = dict(output_height=int(a.get("output_height", 1)),
-                     output_width=int(a.get("output_width", 1)),
-                     sampling_ratio=int(a.get("sampling_ratio", 0)),
-                     aligned=int(ctm == "half_pixel"))
-        if these["sampling_ratio"] < 0:
-            raise NoMatch(f"RoiAlign {node_label(ra)!r} has sampling_ratio < 0")
+        check_attrs(s, g.opset, axis=0, reduction="none")
+        ra, cast = _pooled_update(g, s.input[2])
+        if ra is None:
+            raise NoMatch(f"ScatterElements {node_label(s)!r} scatters {s.input[2]!r}, not a "
+                          f"RoiAlign's result")
+        casts.add(None if cast is None else check_attrs(cast, g.opset, to=anything)["to"])
+        a = check_attrs(ra, g.opset, mode="avg", output_height=anything,
+                        output_width=anything, spatial_scale=lambda v: v > 0,
+                        sampling_ratio=lambda v: v >= 0,
+                        coordinate_transformation_mode=lambda v: v in ("half_pixel",
+                                                                       "output_half_pixel"))
+        these = dict(output_height=a["output_height"], output_width=a["output_width"],
+                     sampling_ratio=a["sampling_ratio"],
+                     aligned=int(a.get("coordinate_transformation_mode") == "half_pixel"))
         if attrs is not None and these != attrs:
             raise NoMatch(f"RoiAlign {node_label(ra)!r} pools with {these}, another level "
                           f"with {attrs}")
         attrs = these
-        # the boxes and batch indices of this level: columns of the rois it selected
-        sel_rois, sel = _selected_rows(g, _columns(g, ra.input[1], [1, 2, 3, 4]))
-        sel_batch, sel2 = _selected_rows(g, _columns(
-            g, g.strip(ra.input[2], {"Cast", "Squeeze", "Reshape", "Flatten"}), [0]))
-        for what, src, pick in (("boxes", sel_rois, sel), ("batch indices", sel_batch, sel2)):
+        # the scatter's index: the selection, one per pooled row, over [k, C, H, W]; onnxruntime
+        # requires the index's shape to be the pooled one's, so Expand's shape is that
+        reshape = g.made_by(g.made_by(s.input[1], "Expand").input[0], "Reshape", allowzero=0)
+        g.const_is(reshape, 1, [-1, 1, 1, 1])
+        sel = reshape.input[0]
+        level, levels = _level_of(g, sel, levels)
+        # the boxes and batch indices this level pools: columns of the rois it selected
+        sel_rois, sel1 = _rows_of(g, ra.input[1], [1, 2, 3, 4])
+        batch = g.made_by(ra.input[2], "Cast", to=onnx.TensorProto.INT64)
+        sel_batch, sel2 = _rows_of(g, g.operand(batch.input[0], "Squeeze", "axes", 1,
+                                                [1]).input[0], [0])
+        for what, src, pick in (("boxes", sel_rois, sel1), ("batch indices", sel_batch, sel2)):
             if rois is not None and src != rois:
                 raise NoMatch(f"RoiAlign {node_label(ra)!r} reads its {what} from {src!r}, "
                               f"another level from {rois!r}")
             rois = src
-            if _level_of(g, pick, levels)[2] != nz:
+            if pick != sel:
                 raise NoMatch(f"RoiAlign {node_label(ra)!r} pools other boxes than the ones "
                               f"scattered to level {level}")
         if level in found:
             raise NoMatch(f"level {level} is merged twice")
-        found[level] = (ra.input[0], float(a.get("spatial_scale", 1.0)))
+        found[level] = (ra.input[0], float(a["spatial_scale"]))
     if sorted(found) != list(range(len(chain))):
         raise NoMatch(f"levels {sorted(found)} are not 0 .. {len(chain) - 1}")
+    if len(casts) != 1:
+        raise NoMatch(f"the levels' pooled results are cast differently ({sorted(casts, key=str)})")
+    _zeros(g, chain[0].input[0], levels, chain[0].input[2])
     feats = [found[i][0] for i in range(len(chain))]
     attrs.update({f"spatial_scale_{i}": found[i][1] for i in range(len(chain))})
-    return Stage(chain[-1], rois, levels, feats, attrs)
+    return Stage(chain[-1], rois, levels, feats, attrs, casts.pop())
 
 
 def _ancestors(g: GraphIndex, names: list[str]) -> set[int]:
@@ -258,9 +405,13 @@ def fuse(model: onnx.ModelProto) -> tuple[list[tuple[str, int]], list[str]]:
         prefix = st.merge.name.rsplit("/", 1)[0] if "/" in st.merge.name else st.merge.name
         name = f"{prefix}/{spec.name}" if prefix else spec.name
         inputs = [st.rois, st.levels, *st.feats]
-        node = helper.make_node(spec.name, inputs, [st.merge.output[0]], name=name,
-                                domain=DOMAIN, **{k: st.attrs[k] for k in sorted(st.attrs)})
-        done.append((name, splice(model, st.merge, [node], inputs)))
+        out = st.merge.output[0] if st.cast is None else f"{name}_output"
+        new = [helper.make_node(spec.name, inputs, [out], name=name, domain=DOMAIN,
+                                **{k: st.attrs[k] for k in sorted(st.attrs)})]
+        if st.cast is not None:  # the levels' Cast, once (onnxruntime drops it when a no-op)
+            new.append(helper.make_node("Cast", [out], [st.merge.output[0]],
+                                        name=f"{name}/Cast", to=st.cast))
+        done.append((name, splice(model, st.merge, new, inputs)))
     return done, notes
 
 
@@ -300,10 +451,11 @@ def _reads(node: onnx.NodeProto) -> list[str]:
 
 
 def unfuse(node: onnx.NodeProto, onnx_opset: int) -> list[onnx.NodeProto]:
-    """A PyramidRoIAlign_L{n} node as standard ONNX (what torchvision's export computes):
-    per level, the boxes of that level selected, pooled by a RoiAlign and scattered into a
-    zero tensor in box order. Raises NoMatch when the model's opset cannot say it (aligned=1
-    needs RoiAlign's coordinate_transformation_mode, opset 16)."""
+    """A PyramidRoIAlign_L{n} node as standard ONNX, in the form torch.onnx writes
+    torchvision's stage (so that ``fuse`` fuses it again): per level, the boxes of that level
+    selected (torch.where), pooled by a RoiAlign and scattered into a zero tensor in box order.
+    Raises NoMatch when the model's opset cannot say it (aligned=1 needs RoiAlign's
+    coordinate_transformation_mode, opset 16)."""
     a = given_attrs(node)
     if a.get("aligned", 0) and onnx_opset < 16:
         raise NoMatch(f"aligned=1 needs ONNX opset >= 16 (RoiAlign's "
@@ -320,31 +472,34 @@ def unfuse(node: onnx.NodeProto, onnx_opset: int) -> list[onnx.NodeProto]:
     def const(value, dtype=np.int64) -> str:
         return op("Constant", [], value=numpy_helper.from_array(np.asarray(value, dtype)))
 
+    def with_axes(op_type, x, name, values, **attrs) -> str:  # an attribute, since 13 an input
+        if name in _declared(op_type, "", onnx_opset):
+            return op(op_type, [x], **{name: values}, **attrs)
+        return op(op_type, [x, const(values)], **attrs)
+
     lv = op("Cast", [levels], to=onnx.TensorProto.INT64)
-    k = op("Gather", [op("Shape", [rois]), const(0)], axis=0)
-    c = op("Gather", [op("Shape", [feats[0]]), const(1)], axis=0)
-    hw = const([a.get("output_height", 1), a.get("output_width", 1)])
-    shape = op("Concat", [op("Unsqueeze", [k, const([0])]) if onnx_opset >= 13 else
-                          op("Unsqueeze", [k], axes=[0]),
-                          op("Unsqueeze", [c, const([0])]) if onnx_opset >= 13 else
-                          op("Unsqueeze", [c], axes=[0]), hw], axis=0)
-    res = op("ConstantOfShape", [shape])
-    if onnx_opset >= 15:  # zeros of the rois' type (ConstantOfShape makes float32)
-        res = op("CastLike", [res, rois])
+    res = None
     ra_attrs = dict(output_height=a.get("output_height", 1), output_width=a.get("output_width", 1),
                     sampling_ratio=max(0, a.get("sampling_ratio", 0)))
     if onnx_opset >= 16:
         ra_attrs["coordinate_transformation_mode"] = ("half_pixel" if a.get("aligned", 0)
                                                       else "output_half_pixel")
     for i, feat in enumerate(feats):
-        idx = op("Reshape", [op("NonZero", [op("Equal", [lv, const(i)])]), const([-1])])
-        sel = op("Gather", [rois, idx], axis=0)
-        boxes = op("Slice", [sel, const([1]), const([5]), const([1])])
-        batch = op("Cast", [op("Reshape", [op("Slice", [sel, const([0]), const([1]), const([1])]),
-                                           const([-1])])], to=onnx.TensorProto.INT64)
+        nz = op("Transpose", [op("NonZero", [op("Equal", [lv, const(i)])])], perm=[1, 0])
+        sel = with_axes("Squeeze", with_axes("Split", nz, "split", [1], axis=1), "axes", [1])
+        rows = op("Gather", [rois, sel], axis=0)
+        boxes = op("Gather", [rows, const([1, 2, 3, 4])], axis=1)
+        batch = op("Cast", [with_axes("Squeeze", op("Gather", [rows, const([0])], axis=1),
+                                      "axes", [1])], to=onnx.TensorProto.INT64)
         pooled = op("RoiAlign", [feat, boxes, batch], spatial_scale=a[f"spatial_scale_{i}"],
                     **ra_attrs)
-        index = op("Expand", [op("Reshape", [idx, const([-1, 1, 1, 1])]), op("Shape", [pooled])])
+        if res is None:  # zeros(levels.shape[0], *pooled.shape[1:])
+            dims = [with_axes("Unsqueeze", op("Gather", [op("Shape", [x]), const(k)], axis=0),
+                              "axes", [0]) for k, x in enumerate((lv, pooled, pooled, pooled))]
+            res = op("ConstantOfShape", [op("Concat", dims, axis=0)])
+            if onnx_opset >= 15:  # of the pooled type (ConstantOfShape makes float32)
+                res = op("CastLike", [res, pooled])
+        index = op("Expand", [op("Reshape", [sel, const([-1, 1, 1, 1])]), op("Shape", [pooled])])
         res = op("ScatterElements", [res, index, pooled], axis=0)
     nodes[-1].output[0] = node.output[0]
     return nodes
