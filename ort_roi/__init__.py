@@ -6,6 +6,8 @@
     sess = ort_roi.InferenceSession("model.onnx")
     # or rewrite a graph once (ONNX RoiAlign / MaxRoiPool into ort_roi) for plain sessions:
     model = ort_roi.convert(onnx.load("model.onnx"))
+    # and what it did and did not do (nodes moved; notes: a stage left unfused and why, ...):
+    model, done = ort_roi.convert(onnx.load("model.onnx"), report=True)
 
 The flow: graph (ort_roi.graph: builders, the rewrite pass) -> session (ort_roi.runtime:
 session_options, the front door) -> bridge (ort_roi.runtime.bridge) -> kernels

@@ -30,8 +30,8 @@ from onnx import helper, numpy_helper
 
 from ..errors import node_label
 from ..specs import DOMAIN, HEATMAPS_TO_KEYPOINTS, PASTE_MASKS, OpSpec
-from .fusion import GraphIndex, NoMatch, splice
-from .nodes import given_attrs
+from .fusion import GraphIndex, NoMatch, anything, check_attrs, splice
+from .nodes import given_attrs, opset
 
 #: What the keypoint Loop's outer-scope tensors are, in the order its body first reads them.
 ROLES = ("maps", "widths_ceil", "heights_ceil", "widths", "heights", "offset_x", "offset_y",
@@ -157,23 +157,19 @@ def _resizes(loop: onnx.NodeProto, mode: str) -> bool:
 
 def _column(g: GraphIndex, name: str, col: int) -> str:
     """name = Gather(R, col, axis=1): R."""
-    n = g.made_by(name, "Gather")
-    c = g.const(n.input[1])
-    if int(given_attrs(n).get("axis", 0)) != 1 or c is None or c.size != 1 or int(c) != col:
-        raise NoMatch(f"{name!r} is not column {col} of the boxes")
+    n = g.made_by(name, "Gather", axis=1)
+    g.const_is(n, 1, col)
     return n.input[0]
 
 
 def _size(g: GraphIndex, name: str, hi: int, lo: int, rois: str) -> None:
     """name = Clip(Sub(rois[:, hi], rois[:, lo]), min=1): torchvision's box side."""
     clip = g.made_by(name, "Clip")
-    a = given_attrs(clip)
-    low = a.get("min", g.const(clip.input[1]) if len(clip.input) > 1 and clip.input[1] else None)
-    high = a.get("max", g.const(clip.input[2]) if len(clip.input) > 2 and clip.input[2] else None)
-    if low is None or float(np.asarray(low)) != 1.0 or (
-            len(clip.input) > 2 and clip.input[2] and high is None) or (
-            high is not None and np.isfinite(float(np.asarray(high)))):
-        raise NoMatch(f"{name!r} is not the box side clamped to at least 1")
+    low = g.const(clip.input[1]) if len(clip.input) > 1 and clip.input[1] else None
+    if low is None or low.size != 1 or float(low.ravel()[0]) != 1.0 or (
+            len(clip.input) > 2 and clip.input[2]):
+        raise NoMatch(f"Clip {node_label(clip)!r} does not clamp {name!r} to at least 1 (and "
+                      f"no more)")
     sub = g.made_by(clip.input[0], "Sub")
     if _column(g, sub.input[0], hi) != rois or _column(g, sub.input[1], lo) != rois:
         raise NoMatch(f"{name!r} is not columns {hi} - {lo} of the boxes {rois!r}")
@@ -181,25 +177,33 @@ def _size(g: GraphIndex, name: str, hi: int, lo: int, rois: str) -> None:
 
 def _empty(g: GraphIndex, name: str, shape: tuple | None = None) -> bool:
     """A tensor of 0 rows (of ``shape`` when given): a constant, or
-    ConstantOfShape(Concat([0], ...))."""
+    ConstantOfShape(Concat([0], ...)) as torch.onnx writes it (every attribute checked:
+    raises NoMatch naming the node where one differs)."""
     v = g.const(name)
     if v is not None:
         return v.ndim >= 1 and v.shape[0] == 0 and (shape is None or v.shape == shape)
     n = g.producer.get(name)
     if n is None or n.op_type != "ConstantOfShape" or shape is not None:
         return False
+    n = g.made_by(name, "ConstantOfShape", value=_one_value)
     dims = g.producer.get(n.input[0])
-    first = g.const(dims.input[0]) if dims is not None and dims.op_type == "Concat" else None
+    if dims is None or dims.op_type != "Concat":
+        return False
+    first = g.const(g.made_by(n.input[0], "Concat", axis=0).input[0])
     return first is not None and first.size == 1 and int(first.ravel()[0]) == 0
+
+
+def _one_value(value) -> bool:
+    """ConstantOfShape's value as torch.onnx writes it: absent or one element."""
+    return value is None or numpy_helper.to_array(value).size == 1
 
 
 def _runs(g: GraphIndex, loop: onnx.NodeProto, items: str) -> None:
     """The Loop runs once per row of ``items``: trip count Shape(items)[0], no condition or a
     true one."""
-    trips = g.made_by(loop.input[0], "Gather")
-    first = g.const(trips.input[1])
-    if (first is None or first.size != 1 or int(first) != 0
-            or g.made_by(trips.input[0], "Shape").input[0] != items):
+    trips = g.made_by(loop.input[0], "Gather", axis=0)
+    g.const_is(trips, 1, 0)
+    if g.made_by(trips.input[0], "Shape").input[0] != items:
         raise NoMatch(f"its trip count is not the number of rows of {items!r}")
     cond = g.const(loop.input[1]) if loop.input[1] else np.array(True)
     if cond is None or cond.size != 1 or not bool(cond.ravel()[0]):
@@ -234,9 +238,7 @@ def _match_masks(g: GraphIndex, loop, outer: list[str], params) -> tuple[list[st
     if not _empty(g, loop.input[2], (0, height, width)):
         raise NoMatch(f"its loop-carried {loop.input[2]!r} does not start as zeros(0, "
                       f"{height}, {width})")
-    cast = g.made_by(t["boxes"], "Cast")
-    if int(given_attrs(cast).get("to", 0)) != onnx.TensorProto.INT64:
-        raise NoMatch(f"its boxes {t['boxes']!r} are not cast to int64")
+    g.made_by(t["boxes"], "Cast", to=onnx.TensorProto.INT64)
     return [t["masks"], t["boxes"]], dict(image_size=np.array([height, width], np.int64))
 
 
@@ -267,6 +269,7 @@ LOOPS = (
 def match(g: GraphIndex, loop: onnx.NodeProto, form: LoopForm):
     """(the op's inputs from the graph, {name: value} of its constant inputs after them) for
     a Loop of ``form``; raises NoMatch saying why not."""
+    check_attrs(loop, g.opset, body=anything)
     lines, outer = body_lines(loop, g.const)
     bodies = references()[form.key]["bodies"]
     params = next((p for p in (unify(lines, ref) for ref in bodies.values()) if p is not None),
@@ -310,7 +313,7 @@ def fuse_loops(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], list
         if form is None:
             continue
         try:
-            inputs, values = match(GraphIndex(model.graph), loop, form)
+            inputs, values = match(GraphIndex(model.graph, opset(model) or 1), loop, form)
         except NoMatch as e:
             notes.append(f"node {node_label(loop)!r} (Loop) reads like {form.what} but "
                          f"does not match it exactly ({e}); left as it is")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Literal, overload
 
 import onnx
 from onnx import helper
@@ -59,6 +59,9 @@ def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
     if roialign_max not in ROIALIGN_MAX:
         raise ValueError(f"convert: 'roialign_max' must be one of {', '.join(ROIALIGN_MAX)}, "
                          f"got {roialign_max!r}")
+    if not model.HasField("graph"):
+        raise ValueError("the input is not an ONNX model: it holds no graph (an empty file, or "
+                         "a file of another kind)")
     onnx_opset = opset(model) or 1
     done = Rewrite()
     if to == "ort_roi" and fuse:  # torchvision's MultiScaleRoIAlign stages, each one node
@@ -89,6 +92,10 @@ def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
             if any(not g.registered and g.computed_by(f.spec) for g in FORMS):
                 done.notes.append(f"node {node_label(node)!r}: {before} stays: "
                                   f"{_why_not_native(node, f.spec)}")
+            elif not f.spec.name.startswith("PyramidRoIAlign"):  # (unfuse_all said why)
+                done.notes.append(f"node {node_label(node)!r}: {before} stays: it has no "
+                                  f"standard ONNX form, so the model still needs ort_roi's "
+                                  f"ops (ort_roi.session_options())")
         f = form(node.domain, node.op_type)
         if f is not None and f.registered:
             _explicit(node, f.spec, float_token)
@@ -96,23 +103,52 @@ def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
     return done
 
 
+@overload
+def convert(model: onnx.ModelProto, to: str = ..., *, roialign_max: str = ...,
+            fuse: bool = ..., report: Literal[False] = ...) -> onnx.ModelProto: ...
+
+
+@overload
+def convert(model: onnx.ModelProto, to: str = ..., *, roialign_max: str = ...,
+            fuse: bool = ..., report: Literal[True]) -> tuple[onnx.ModelProto, Rewrite]: ...
+
+
 def convert(model: onnx.ModelProto, to: str = "ort_roi", *, roialign_max: str = "sample",
-            fuse: bool = True) -> onnx.ModelProto:
+            fuse: bool = True, report: bool = False):
     """A copy of ``model`` that a plain onnxruntime session with ``ort_roi.session_options()``
     runs (``to="ort_roi"``): ONNX RoiAlign and MaxRoiPool become ort_roi nodes, the
     exporters' multi-level nodes fixed-arity ort_roi ops, every node of ours or of another
     exporter gets its attributes explicit, and (``fuse``) torchvision's exported
-    MultiScaleRoIAlign stages become one PyramidRoIAlign node each. ``to="onnx"`` moves the
+    MultiScaleRoIAlign stages and per-box Loops become one node each (only where they match
+    torch.onnx's form exactly; else a note says which node and why). ``to="onnx"`` moves the
     nodes convert writes back to the nodes they came from (a PyramidRoIAlign to standard ONNX
-    computing the same). ``roialign_max``: ONNX RoiAlign's mode "max" as the largest bilinear
-    sample ("sample", the default) or as onnxruntime computes it ("onnx").
-    What is worth knowing (a max that differs from onnxruntime's, a node that cannot go
-    back) is issued as a warning naming the node."""
+    computing the same, which convert fuses again); ort_roi nodes with no standard ONNX form
+    (PasteMasks, HeatmapsToKeypoints, ...) stay, with a note.
+
+    Args:
+        model: the model (not changed).
+        to: "ort_roi" or "onnx".
+        roialign_max: ONNX RoiAlign's mode "max" as the largest bilinear sample ("sample",
+            the default) or as onnxruntime computes it ("onnx").
+        fuse: fuse torchvision's stages and Loops (``to="ort_roi"``).
+        report: also return what was done.
+
+    Returns:
+        The converted copy; with ``report=True``, ``(copy, Rewrite)``: ``Rewrite.moved`` the
+        nodes rewritten (label, from, to), ``Rewrite.notes`` what is worth knowing (a max that
+        differs from onnxruntime's, a stage or Loop left unfused and why, a node that cannot
+        go back), ``Rewrite.summary()`` one line. The notes are also issued as warnings.
+
+    Raises:
+        ValueError: a bad ``to`` / ``roialign_max``, or ``model`` holds no graph.
+        RoiOpError: naming a node whose attributes are bad.
+    """
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    for note in rewrite(m, to, roialign_max=roialign_max, fuse=fuse).notes:
+    done = rewrite(m, to, roialign_max=roialign_max, fuse=fuse)
+    for note in done.notes:
         warnings.warn(note, stacklevel=2)
-    return m
+    return (m, done) if report else m
 
 
 def _native_form(node: onnx.NodeProto, spec: OpSpec) -> NodeForm | None:
