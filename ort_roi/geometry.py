@@ -131,6 +131,62 @@ def sample_taps(start, bin_size, grid, pooled: int, size: int, G: int):
     return np.stack([low, high], -1), np.stack([t(1) - frac, frac], -1) * use[..., None]
 
 
+#: RoIAlign's max takes every sample of a bin side up to this many per pixel of the map's
+#: side (plus 2): an ordinary box's grid, and any adaptive grid on the map. Beyond, one
+#: sample per distinct taps (max_sample_positions).
+SAMPLES_PER_PIXEL = 4
+
+
+def max_sample_positions(start, bin_size, grid: int, pooled: int, size: int) -> np.ndarray:
+    """The sample coordinates [pooled, K] of one box's bins along an axis of ``size`` pixels
+    (``grid`` >= 1 samples per bin side) that a max over the bin's samples needs: every
+    value the max can take is taken by one of them, so the max over them is the max over
+    all the bin's samples, bit for bit.
+
+    A sample's taps (neighbours(): which pixels, which weights) depend only on its position
+    clamped to [0, size - 1], and every sample beyond one pixel off the map reads 0 weights
+    at pixel 0: samples of equal ``clamped`` position, or all off the map, give the same value
+    in any channel, whatever the other axis's sample. Positions are monotone in the sample
+    index, so a bin side's samples form runs of equal taps, one sample each is kept (the
+    first; later columns repeat a bin's last one). Up to ``SAMPLES_PER_PIXEL * (size + 2)``
+    samples per side every sample is kept (sample_positions): that covers every adaptive
+    grid whose samples lie no closer than 1/4 pixel; beyond, the runs are found by binary
+    search, so a huge box costs O(pooled * size * log(grid)), not O(pooled * grid)."""
+    if grid <= SAMPLES_PER_PIXEL * (size + 2):
+        return sample_positions(start, bin_size, grid, pooled, grid)
+    t = np.asarray(start).dtype.type
+
+    def taps_key(k):  # [pooled] sample indices: what their taps depend on, monotone in k
+        y = sample_positions(start, bin_size, grid, pooled, 1, k[:, None])[:, 0]
+        on = np.clip(y, t(0), t(size - 1))
+        return np.where(y >= -1, np.where(y <= size, on, t(size + 1)), t(-2))  # NaN: off
+
+    k = np.zeros(pooled, np.int64)
+    kept = [k]
+    while True:
+        key = taps_key(k)
+        nxt = k + 1  # most often the next sample has other taps: no search
+        same = (nxt < grid) & (taps_key(np.minimum(nxt, grid - 1)) == key)
+        nxt = _first_true(lambda j: taps_key(j) != key, np.where(same, nxt + 1, nxt),
+                          np.where(same, grid, nxt))
+        if (nxt >= grid).all():
+            return sample_positions(start, bin_size, grid, pooled, 1, np.stack(kept, 1))
+        k = np.where(nxt < grid, nxt, k)
+        kept.append(k)
+
+
+def _first_true(pred, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per element, the first k in [lo, hi) where pred(k) holds, for a predicate false then
+    true along k (binary search); hi where it holds nowhere."""
+    lo, hi = lo.copy(), hi.copy()
+    while (open_ := lo < hi).any():
+        mid = lo + (hi - lo) // 2
+        p = pred(np.where(open_, mid, lo))
+        hi = np.where(open_ & p, mid, hi)
+        lo = np.where(open_ & ~p, mid + 1, lo)
+    return lo
+
+
 def bilinear_weights(y: np.ndarray, x: np.ndarray, H: int, W: int, use=None):
     """The four taps of samples (y, x) as mmcv's pre_calc and onnxruntime compute them:
     (kept, positions, weights): positions [4 x ...] in the plane (low-low, low-high,

@@ -159,3 +159,81 @@ def mmdeploy_multi_level_roi_align(rois, *feats, output_height=7, output_width=7
                         val = val / t(max(gh * gw, 1))
                     out[n, c, ph, pw] = val
     return out
+
+
+def _ort_corner_max(X, b, c, y, x):
+    """onnxruntime's RoiAlign max of one sample, in T: std::max (a < b ? b : a) of the weighted
+    corners w1*v1, w2*v2, w3*v3, w4*v4 (pre_calc's taps: 0 weights at pixel 0 off the map)."""
+    t = X.dtype.type
+    _, _, H, W = X.shape
+    v = X[b, c]
+    if y < -1 or y > H or x < -1 or x > W:
+        return t(0) * v[0, 0]
+    y, x = max(y, t(0)), max(x, t(0))
+    yl, xl = int(y), int(x)
+    if yl >= H - 1:
+        yl = yh = H - 1
+        y = t(yl)
+    else:
+        yh = yl + 1
+    if xl >= W - 1:
+        xl = xh = W - 1
+        x = t(xl)
+    else:
+        xh = xl + 1
+    ly, lx = y - t(yl), x - t(xl)
+    hy, hx = t(1) - ly, t(1) - lx
+    best = hy * hx * v[yl, xl]
+    for w, p in ((hy * lx, v[yl, xh]), (ly * hx, v[yh, xl]), (ly * lx, v[yh, xh])):
+        best = w * p if best < w * p else best
+    return best
+
+
+def _normalized(y: np.ndarray, size: int) -> np.ndarray:
+    """Sample coordinates as mmcv's and onnxruntime's samplers first rewrite them: NaN beyond
+    one pixel off the map (every such sample is 0 weights at pixel 0), else max(y, 0), and
+    the last index for y at or past it. A sample's value depends on these alone."""
+    t = y.dtype.type
+    y = np.where((y < -1) | (y > size), t(np.nan), np.maximum(y, t(0)))
+    return np.where(np.floor(y) >= size - 1, t(size - 1), y)
+
+
+def align_max_every_sample(X, rois, *, output_height=1, output_width=1, spatial_scale=1.0,
+                           sampling_ratio=0, aligned=1, reading="mmcv"):
+    """RoIAlign's max over every sample of each bin, for boxes with huge grids: the samples
+    placed as mmcv places them (all gh x gw of them, in T), each bin's samples grouped by their
+    normalized coordinates (equal ones give equal values: _normalized), then the max of the
+    values of the groups (mmcv's sample from -10000, or onnxruntime's largest weighted corner).
+    Rows [batch, x1, y1, x2, y2]."""
+    t = X.dtype.type
+    _, C, H, W = X.shape
+    PH, PW = output_height, output_width
+    out = np.zeros((rois.shape[0], C, PH, PW), X.dtype)
+    s, off = t(np.float32(spatial_scale)), t(0.5 if aligned else 0.0)
+    for r in range(rois.shape[0]):
+        b = int(rois[r, 0])
+        x1, y1, x2, y2 = (v * s - off for v in rois[r, 1:])
+        rw, rh = x2 - x1, y2 - y1
+        if not aligned:
+            rw, rh = max(rw, t(1)), max(rh, t(1))
+        bh, bw = rh / t(PH), rw / t(PW)
+        gh = sampling_ratio if sampling_ratio > 0 else max(int(math.ceil(rh / t(PH))), 0)
+        gw = sampling_ratio if sampling_ratio > 0 else max(int(math.ceil(rw / t(PW))), 0)
+        for ph in range(PH):
+            ys = (y1 + t(ph) * bh) + (np.arange(gh).astype(X.dtype) + t(0.5)) * bh / t(gh)
+            ys = np.unique(_normalized(ys, H))  # (NaNs as one)
+            for pw in range(PW):
+                xs = (x1 + t(pw) * bw) + (np.arange(gw).astype(X.dtype) + t(0.5)) * bw / t(gw)
+                xs = np.unique(_normalized(xs, W))
+                for c in range(C):
+                    best = t(-10000) if reading == "mmcv" else None
+                    for y in ys:
+                        for x in xs:
+                            y_, x_ = (t(-2) if np.isnan(y) else y), (t(-2) if np.isnan(x) else x)
+                            if reading == "mmcv":
+                                best = max(best, _mmcv_sample(X, b, c, y_, x_))
+                            else:
+                                v = _ort_corner_max(X, b, c, y_, x_)
+                                best = v if best is None or best < v else best
+                    out[r, c, ph, pw] = t(0) if best is None else best
+    return out

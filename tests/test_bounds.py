@@ -214,3 +214,81 @@ def test_planes_make_the_weights_of_a_chunk_of_boxes_at_a_time():
     with force(align="crops"):
         want = kernels.roi_align(X, boxes, np.array([30, 40]), **a)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _roialign_max_model(**attrs):
+    """ONNX RoiAlign (opset 16) mode "max", inputs X, rois, batch."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("RoiAlign", ["X", "rois", "batch"], ["Y"], mode="max", **attrs)
+    g = helper.make_graph([node], "g", [
+        helper.make_tensor_value_info("X", TensorProto.FLOAT, None),
+        helper.make_tensor_value_info("rois", TensorProto.FLOAT, None),
+        helper.make_tensor_value_info("batch", TensorProto.INT64, None)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+
+
+@pytest.mark.parametrize("op", ["MMCVRoiAlign max", "RoiAlign max", "RoiAlign onnx_max",
+                                "MMCVMultiLevelRoiAlign pool_mode=0"])
+def test_roialign_max_of_a_huge_box_is_bounded_and_exact(op):
+    """Issue 32 (3): the max visited every sample of the adaptive grid (a box of side 16000
+    on an 8x8 map: 17 s a call). One sample per distinct taps now: a box of side 1e5 in
+    under 0.1 s, equal to the max over every sample (tests/literal.py: all 14286 x 14286
+    samples of a bin placed, grouped by the coordinates their value depends on)."""
+    import literal
+
+    rng = np.random.default_rng(32)
+    X = rng.standard_normal((1, 3, 8, 8)).astype(np.float32) + 1  # some negative
+    side = 1e5
+    rois = np.array([[0, 3.5 - side / 2, -side / 3, side / 2, 2 * side / 3]], np.float32)
+    a = dict(output_height=7, output_width=7)
+    reading = "onnxruntime" if op.endswith("onnx_max") else "mmcv"
+    if op.startswith("MMCVRoiAlign"):
+        run = lambda: kernels.mmcv_roi_align(X, rois, mode="max", **a)  # noqa: E731
+    elif op.startswith("RoiAlign"):
+        mode = op.split()[1]
+        run = lambda: kernels.onnx_roi_align(X, rois[:, 1:], np.zeros(1, np.int64),  # noqa: E731
+                                             mode=mode, **a)
+    else:  # one level of stride 1 (finest_scale 1: the box is on it)
+        run = lambda: kernels.multi_level_roi_align(rois, X, pool_mode=0,  # noqa: E731
+                                                    featmap_strides=(1.0,), **a)
+    run()
+    took = min(_timed(run) for _ in range(3))
+    got = run()
+    want = literal.align_max_every_sample(X, rois, reading=reading, **a)
+    if op.startswith("MMCVMultiLevel"):  # its empty bin is -FLT_MAX, mmcv's -10000
+        want = np.where(want == -10000, np.float32(-np.finfo(np.float32).max), want)
+    np.testing.assert_array_equal(got, want)
+    assert (got[0, :, 2, 3] > 1).all()  # the bin over the map (its other samples are 0)
+    assert (np.delete(got.reshape(3, 49), 2 * 7 + 3, axis=1) == 0).all()  # only off the map
+    assert took < 0.1, f"{took:.3f} s"
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def test_roialign_max_of_a_large_box_equals_onnxruntimes_own_every_sample():
+    """A box of side 3000 on a 9 x 11 map (a grid of 429 samples a bin side, past
+    max_sample_positions' limit of 4 a pixel): onnxruntime's own RoiAlign max visits all
+    of them; ort_roi's onnx_max the same numbers, bit for bit, also through a session."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((2, 2, 9, 11)).astype(np.float32)
+    rois = np.array([[-1500, -1200, 1500, 1800], [3, -2990, 8, 10], [-2000, 2, 1000, 6.5]],
+                    np.float32)
+    batch = np.array([0, 1, 1], np.int64)
+    a = dict(output_height=7, output_width=5, spatial_scale=1.0, sampling_ratio=0)
+    feed = {"X": X, "rois": rois, "batch": batch}
+    m = _roialign_max_model(**a)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3  # its warning that max mode "will be fixed"
+    want = ort.InferenceSession(m.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_array_equal(
+        kernels.onnx_roi_align(X, rois, batch, mode="onnx_max", **a), want)
+    sess = ort.InferenceSession(ort_roi.convert(m, roialign_max="onnx").SerializeToString(),
+                                ort_roi.session_options(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, feed)[0], want)

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 from unittest import mock
 
@@ -426,3 +427,40 @@ def test_gpu_multi_level(case):
     got = _multi_level(case, cupy.asarray)
     assert isinstance(got, cupy.ndarray)
     _check("align", cupy.asnumpy(got), _multi_level(case, lambda a: a))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cuda_source_on_host_max_of_huge_boxes_is_bounded_and_exact(host_cupy, dtype):
+    """Issue 32 (3): a thread visited every sample of its bin (a box of side 1e5 on an 8 x 8
+    map: 14286^2 samples a bin, in the kernel up to MAX_MODE_SAMPLES a side). It reads those
+    within a pixel of the map and one neighbour each side now: the NumPy kernel's values
+    (one sample per distinct taps) bit for bit, in well under a second."""
+    rng = np.random.default_rng(32)
+    X = (rng.standard_normal((2, 3, 8, 8)) + 1).astype(dtype)
+    side = 1e5
+    boxes = np.array([[3.5 - side / 2, -side / 3, side / 2, 2 * side / 3],
+                      [1, 2, 6, side], [side, 1, -side, 6], [1.5, 0.5, 5.25, 7],
+                      [-3, -2, 12, 11]], dtype)
+    rois = np.concatenate([np.array([[0], [1], [0], [1], [0]], dtype), boxes], 1)
+    assert _cupy.MAX_MODE_SAMPLES > side / 7  # the huge box is the kernel's
+    Xd = host_cupy.asarray(X)
+    runs = [(kernels.mmcv_roi_align, (rois,), dict(mode="max", sampling_ratio=0)),
+            (kernels.mmcv_roi_align, (rois,), dict(mode="max", sampling_ratio=5, aligned=0)),
+            (kernels.onnx_roi_align, (boxes, rois[:, 0].astype(np.int64)),
+             dict(mode="onnx_max")),
+            (kernels.onnx_roi_align, (boxes, rois[:, 0].astype(np.int64)),
+             dict(mode="onnx_max", sampling_ratio=3,
+                  coordinate_transformation_mode="output_half_pixel"))]
+    for fn, rest, a in runs:
+        t = time.perf_counter()
+        got = fn(Xd, *rest, output_height=7, output_width=7, **a)
+        took = time.perf_counter() - t
+        np.testing.assert_array_equal(np.asarray(got), fn(X, *rest, output_height=7,
+                                                          output_width=7, **a))
+        assert took < 1.0, f"{fn.__name__} {a}: {took:.2f} s"
+    levels = dict(output_height=7, output_width=7, pool_mode=0, featmap_strides=(1.0, 2.0),
+                  finest_scale=4)
+    X2 = X[:, :, ::2, ::2].copy()
+    got = kernels.multi_level_roi_align(rois, Xd, host_cupy.asarray(X2), **levels)
+    np.testing.assert_array_equal(np.asarray(got),
+                                  kernels.multi_level_roi_align(rois, X, X2, **levels))

@@ -6,11 +6,14 @@ under rounding, boxes off the map or inverted, degenerate sizes, tiny maps. Max 
 be bit-identical; averages agree to 1e-4 (float32) / 1e-9 (float64).
 """
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ort_roi import definitions as D, kernels
+import literal
+from ort_roi import definitions as D, geometry, kernels
 from ort_roi.kernels.cpu.strategies import force
 
 SETTINGS = settings(max_examples=200, deadline=None,
@@ -210,3 +213,47 @@ def test_mmcv_roi_align_rotated(strategy, data, ph, pw, s, sr, aligned, clockwis
     with force(rotated=strategy):
         got = kernels.mmcv_roi_align_rotated(X, rois, **a)
     assert_close(got, D.mmcv_roi_align_rotated(X, rois, **a), False)
+
+
+def _every_sample():
+    """RoIAlign's max over every sample of each bin (geometry.max_sample_positions keeps them
+    all below SAMPLES_PER_PIXEL * (size + 2) a bin side: out of reach here)."""
+    return mock.patch.object(geometry, "SAMPLES_PER_PIXEL", 1 << 40)
+
+
+@pytest.mark.parametrize("per_pixel", [0, 1])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=problem(), ph=pooled, pw=pooled, s=scales, sr=st.sampled_from([0, 1, 2, 3, 9]),
+       aligned=st.sampled_from([0, 1]), op=st.sampled_from(["mmcv max", "onnx_max",
+                                                            "multi-level max"]))
+def test_roi_align_max_of_one_sample_per_distinct_taps_is_the_max_of_every_sample(
+        per_pixel, p, ph, pw, s, sr, aligned, op):
+    """Issue 32 (3): the max reads, of a bin's samples with the same taps (off the map, or
+    clamped to its first or last row / column), one. Forced on small boxes (0 or 1 sample
+    per pixel kept before the runs are searched), kernel and definition equal the max over
+    every sample bit for bit, negative values, samples off and on the border included; for
+    mmcv's reading also its literal loop."""
+    X, boxes, counts = p
+    rois = _rois(boxes, counts)
+    if op == "mmcv max":
+        a = dict(output_height=ph, output_width=pw, spatial_scale=s, sampling_ratio=sr,
+                 aligned=aligned, mode="max")
+        args, kernel, definition = (X, rois), kernels.mmcv_roi_align, D.mmcv_roi_align
+    elif op == "onnx_max":
+        a = dict(output_height=ph, output_width=pw, spatial_scale=s, sampling_ratio=sr,
+                 mode="onnx_max", coordinate_transformation_mode=["output_half_pixel",
+                                                                  "half_pixel"][aligned])
+        args = (X, boxes, np.repeat(np.arange(counts.size), counts))
+        kernel, definition = kernels.onnx_roi_align, D.onnx_roi_align
+    else:  # two levels (strides 1 and 2): mmdeploy's pool_mode 0, a max from -FLT_MAX
+        a = dict(output_height=ph, output_width=pw, sampling_ratio=sr, aligned=aligned,
+                 pool_mode=0, finest_scale=4, featmap_strides=(1.0, 2.0))
+        args = (rois, X, X[:, :, ::2, ::2].copy())
+        kernel, definition = kernels.multi_level_roi_align, D.multi_level_roi_align
+    with _every_sample():
+        want = definition(*args, **a)
+    with mock.patch.object(geometry, "SAMPLES_PER_PIXEL", per_pixel):
+        assert_close(kernel(*args, **a), want, True)
+        assert_close(definition(*args, **a), want, True)
+    if op == "mmcv max":
+        assert_close(want, literal.mmcv_roi_align(X, rois, **a), True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import (BoxGeometry, align_bins, onnx_geometry, roi_align_geometry,
-                        sample_positions)
+from ..geometry import (BoxGeometry, align_bins, max_sample_positions, onnx_geometry,
+                        roi_align_geometry, sample_positions)
 from ..specs import CAFFE2_ROI_ALIGN, MMCV_ROI_ALIGN, ONNX_ROI_ALIGN, ROI_ALIGN
 from .common import attributes_of, bilinear, images_of, weighted_corners
 
@@ -23,12 +23,18 @@ def align_box(X: np.ndarray, box: np.ndarray, geometry: BoxGeometry, spatial_sca
     (x likewise), each sample bilinear (0 beyond one pixel off the map). ``reduce``:
     "mean" (the sum in T over max(gh*gw, 1)), "max" (a running maximum from ``empty``,
     mmcv) or "onnx_max" (onnxruntime: the largest weighted corner of any sample, 0 without
-    samples)."""
+    samples). A max reads, of the samples with the same taps (a huge box's samples off the
+    map, or clamped to its edge), one: geometry.max_sample_positions; the same value."""
     t = X.dtype.type
+    C, H, W = X.shape
     bins = align_bins(box[None], spatial_scale, geometry, ph, pw, sampling_ratio)
     (y0, x0), (bh, bw), (gh, gw) = bins.start[0], bins.size[0], bins.grid[0]
-    ys = sample_positions(y0, bh, gh, ph, int(max(gh, 0)))  # [ph, gh]
-    xs = sample_positions(x0, bw, gw, pw, int(max(gw, 0)))  # [pw, gw]
+    if reduce != "mean" and gh > 0 and gw > 0:
+        ys = max_sample_positions(y0, bh, gh, ph, H)  # [ph, <= gh]
+        xs = max_sample_positions(x0, bw, gw, pw, W)  # [pw, <= gw]
+    else:
+        ys = sample_positions(y0, bh, gh, ph, int(max(gh, 0)))  # [ph, gh]
+        xs = sample_positions(x0, bw, gw, pw, int(max(gw, 0)))  # [pw, gw]
     out = np.zeros((X.shape[0], ph, pw), X.dtype)
     for p in range(ph):
         for q in range(pw):

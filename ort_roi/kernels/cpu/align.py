@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...geometry import (BoxGeometry, align_bins, bilinear_weights, crop_weights, neighbours,
-                         sample_positions, sample_taps)
+from ...geometry import (BoxGeometry, align_bins, bilinear_weights, crop_weights,
+                         max_sample_positions, neighbours, sample_positions, sample_taps)
 from . import strategies, workspace
 from .parallel import for_ranges
 
@@ -212,7 +212,8 @@ MAX_STEP = 1 << 20
 def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
               geometry: BoxGeometry, empty: float | None = MMCV_EMPTY_MAX) -> np.ndarray:
     """Max pooling of bilinear samples, of checked inputs: per box, the samples of each bin
-    from an NHWC copy.
+    from an NHWC copy; of samples with the same taps one (geometry.max_sample_positions), so
+    a huge box costs in proportion to the map, not to its samples.
 
     ``empty`` a number (mmcv, mmdeploy): a sample's value is w1*v1 + w2*v2 + w3*v3 + w4*v4
     and the bin's is a running maximum from ``empty``, replaced only by a larger value.
@@ -235,8 +236,11 @@ def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_
             if gy <= 0 or gx <= 0:
                 out[r] = t(0 if corners else empty)
                 continue
-            ys = sample_positions(start[r, 0], bin_size[r, 0], gy, ph, gy).ravel()
-            xs = sample_positions(start[r, 1], bin_size[r, 1], gx, pw, gx).ravel()
+            # of samples with the same taps one: at most ~4 per pixel of the map a bin side
+            ys = max_sample_positions(start[r, 0], bin_size[r, 0], gy, ph, H)
+            xs = max_sample_positions(start[r, 1], bin_size[r, 1], gx, pw, W)
+            gy, gx = ys.shape[1], xs.shape[1]
+            ys, xs = ys.ravel(), xs.ravel()
             base = batch[r] * H * W
             rows = max(1, MAX_STEP // max(1, gx * pw * C))  # y samples per step
             res = np.empty((ph * gy, pw, C), X.dtype)

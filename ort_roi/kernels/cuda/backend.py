@@ -33,8 +33,6 @@ BLOCKS = (8, 4, 2)
 #: H100, W1/W3 ran fastest with 8 channels per thread, W2 (1000 boxes of 256 channels) with
 #: 4 and W4 (300 boxes of 21) with 2 (kernel time, 1 to 16 measured).
 MIN_ITEMS = 1 << 21
-#: mmcv max mode: boxes with more samples than this per bin are computed on the host.
-MAX_MODE_SAMPLES = 1 << 16
 
 
 def source() -> str:
@@ -156,6 +154,7 @@ def tv_ps_pool(X, batch, boxes, ph: int, pw: int, spatial_scale: float):
 ALIGN_ROW = ("batch", "y0", "x0", "bin_h", "bin_w", "grid_h", "grid_w")
 LEVELS_ROW = ALIGN_ROW + ("level", "H", "W")
 #: RoIAlign's max: boxes with more samples than this per bin side are computed on the host.
+#: (The kernel reads only the samples within a pixel of the map, and a neighbour each side.)
 MAX_MODE_SAMPLES = 1 << 16
 
 

@@ -222,6 +222,39 @@ ORT_ROI_DEVICE T tap_corner_max(const Taps<T>& t, const T* x) {
                  t.w[3] * x[t.p[3]]);
 }
 
+// Sample k of g along a bin side that starts at a: a + (k + 0.5)*b/g, as the references place it.
+template <typename T>
+ORT_ROI_DEVICE T sample_at(T a, T b, int g, int k) {
+  return a + ((T)k + (T)0.5) * b / (T)g;
+}
+
+// The first k in [0, g) whose z = (b >= 0 ? y : -y) is >= edge (> edge when ``strict``), g if
+// none: z is monotone in k (non-decreasing), so a binary search.
+template <typename T>
+ORT_ROI_DEVICE int first_from(T a, T b, int g, T edge, bool strict) {
+  int lo = 0, hi = g;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    const T y = sample_at(a, b, g, mid);
+    const T z = b >= 0 ? y : -y;
+    if (strict ? z > edge : z >= edge) hi = mid; else lo = mid + 1;
+  }
+  return lo;
+}
+
+// The samples [lo, hi) of a bin side that a max needs: those within one pixel of the map
+// (-1 <= y <= size) and one off-map neighbour each side. Every sample beyond one pixel off
+// the map reads 0 weights at pixel 0 (the same value), so a huge box's max costs in
+// proportion to the map, not to its grid.
+template <typename T>
+ORT_ROI_DEVICE void max_span(T a, T b, int g, int size, int& lo, int& hi) {
+  const bool up = b >= 0;
+  const int first = first_from(a, b, g, up ? (T)-1 : -(T)size, false);  // the first within
+  const int past = first_from(a, b, g, up ? (T)size : (T)1, true);  // the first beyond
+  lo = first > 0 ? first - 1 : 0;
+  hi = past < g ? past + 1 : g;
+}
+
 // RoIAlign (Paddle / detectron2) and MMCVRoiAlign: over bin (ph, pw) of a box, the mean
 // (mode 0) or the max (mode 1: a running maximum from ``empty``, mmcv's -10000 or
 // mmdeploy's -FLT_MAX, replaced only by a larger value, NaN never) of gh x gw bilinear
@@ -244,12 +277,18 @@ ORT_ROI_DEVICE void align_bin(const T* X, const T* g, long long bi, const Bin& q
   const T* x = X + (bi * (ps ? (long long)C * PH * PW : C) + c_in) * plane0;
   const long long plane = ps ? plane0 * PH * PW : plane0;  // from one channel to the next
   const int nc = q.c1 - q.c0;
-  for (int iy = 0; iy < gh; ++iy) {
-    T y = (y0 + (T)q.ph * bh) + ((T)iy + (T)0.5) * bh / (T)gh;
-    for (int ix = 0; ix < gw; ++ix) {
-      T xx = (x0 + (T)q.pw * bw) + ((T)ix + (T)0.5) * bw / (T)gw;
+  const T ay = y0 + (T)q.ph * bh, ax = x0 + (T)q.pw * bw;
+  int iy0 = 0, iy1 = gh, ix0 = 0, ix1 = gw;  // the mean: every sample
+  if (mode != 0 && gh > 0 && gw > 0) {  // a max: the samples on the map and a neighbour each
+    max_span(ay, bh, gh, H, iy0, iy1);
+    max_span(ax, bw, gw, W, ix0, ix1);
+  }
+  for (int iy = iy0; iy < iy1; ++iy) {
+    T y = sample_at(ay, bh, gh, iy);
+    for (int ix = ix0; ix < ix1; ++ix) {
+      T xx = sample_at(ax, bw, gw, ix);
       Taps<T> t = taps(H, W, y, xx);
-      const bool first = iy == 0 && ix == 0;
+      const bool first = iy == iy0 && ix == ix0;
       for (int k = 0; k < CB; ++k) {
         if (k >= nc) break;
         if (mode == 2) {
