@@ -28,11 +28,22 @@ def test_ranges_cover_every_index_once(workers, n):
     assert sorted(seen) == list(range(n))
 
 
-def test_caller_takes_the_first_chunk_and_chunks_are_shared(workers):
-    where = {}
+def test_the_caller_takes_chunks_too_and_chunks_are_shared(workers):
+    """Which thread takes which chunk is up to the scheduler (a worker may take chunk 0 before
+    the caller gets to it: this test assumed it never did and failed 2 runs in 3000). Workers
+    here wait until the caller has taken a chunk: the caller then takes one, whatever the
+    order, and every chunk is taken once."""
+    where, lock = {}, threading.Lock()
+    caller_in = threading.Event()
 
     def fn(a, b):
-        where[a] = (b, threading.current_thread() is threading.main_thread())
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            caller_in.set()
+        else:  # (not forever: a caller that never takes a chunk fails the test below)
+            caller_in.wait(5)
+        with lock:
+            where[a] = (b, main)
 
     _parallel.for_ranges(64, fn, min_chunk=8)
     if workers == 1:  # one thread: one call
@@ -41,7 +52,7 @@ def test_caller_takes_the_first_chunk_and_chunks_are_shared(workers):
     chunks = sorted(where)
     assert chunks == list(range(0, 64, 8))  # at least min_chunk, CHUNKS_PER_WORKER a worker
     assert all(where[a][0] == a + 8 for a in chunks)
-    assert where[0][1] is True
+    assert any(main for _, main in where.values())  # the calling thread took chunks too
 
 
 def test_the_caller_does_what_no_worker_got_to_and_waits_for_none(workers):
@@ -92,3 +103,62 @@ def test_an_error_stops_the_chunks_waits_for_those_running_then_raises(workers):
 
     with pytest.raises(KeyError, match="worker"):
         _parallel.for_ranges(64, worker_fails, min_chunk=8)
+
+
+def _workers_in_child(env: dict, affinity=None) -> int:
+    """parallel.workers() in a fresh interpreter with ``env`` (and CPU ``affinity``)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os, sys\n"
+            f"if {affinity!r} is not None: os.sched_setaffinity(0, {affinity!r})\n"
+            "from ort_roi.kernels.cpu import parallel\n"
+            "print(parallel.workers())")
+    env = {k: v for k, v in os.environ.items() if k != _parallel.THREADS_ENV} | env
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    return int(out.stdout.strip())
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_getaffinity"), reason="no affinity")
+def test_thread_count_follows_the_cpu_affinity_and_the_environment_variable():
+    """Issue 32 (10): the worker count was min(8, os.cpu_count()), the machine's CPUs, also
+    in a process pinned to fewer (taskset, a container's cpuset): more threads than cores."""
+    assert _workers_in_child({}, affinity={0}) == 1
+    import os
+    cpus = len(os.sched_getaffinity(0))
+    assert _workers_in_child({}) == min(8, cpus)
+    assert _workers_in_child({"ORT_ROI_NUM_THREADS": "3"}, affinity={0}) == 3
+    with pytest.warns(UserWarning, match="ORT_ROI_NUM_THREADS='many' is not a positive"):
+        os.environ["ORT_ROI_NUM_THREADS"] = "many"
+        try:
+            assert _parallel.default_workers() == min(8, cpus)
+        finally:
+            del os.environ["ORT_ROI_NUM_THREADS"]
+
+
+def test_set_num_threads_sets_the_threads_that_share_a_kernel():
+    seen, lock = set(), threading.Lock()
+
+    def fn(a, b):
+        time.sleep(0.002)
+        with lock:
+            seen.add(threading.current_thread().name)
+
+    previous = _parallel.set_num_threads(1)
+    try:
+        assert _parallel.workers() == 1
+        _parallel.for_ranges(64, fn, min_chunk=1)
+        assert seen == {threading.current_thread().name}  # the caller alone
+        assert _parallel.set_num_threads(3) == 1 and _parallel.workers() == 3
+        seen.clear()
+        _parallel.for_ranges(300, fn, min_chunk=1)
+        assert 1 <= len(seen) <= 3
+        assert len(_parallel._executor()._threads) <= 2  # the caller and two workers at most
+        with pytest.raises(ValueError, match="positive int or None, got 0"):
+            _parallel.set_num_threads(0)
+        assert _parallel.set_num_threads(None) == 3
+        assert _parallel.workers() == _parallel.default_workers()
+    finally:
+        _parallel.set_num_threads(previous)

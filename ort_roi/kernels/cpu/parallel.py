@@ -11,11 +11,60 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-_WORKERS = max(1, min(8, os.cpu_count() or 1))
+#: The environment variable that sets the kernels' thread count (a positive integer).
+THREADS_ENV = "ORT_ROI_NUM_THREADS"
+#: Without it, the kernels use the CPUs this process may run on, at most this many.
+MAX_DEFAULT_WORKERS = 8
+
+
+def default_workers() -> int:
+    """The kernels' thread count unless set_num_threads() says otherwise.
+
+    Returns:
+        ORT_ROI_NUM_THREADS when it is a positive integer, else the CPUs this process may
+        run on (its CPU affinity, as taskset, cgroups' cpusets and container runtimes set
+        it; not os.cpu_count(), the machine's), at most MAX_DEFAULT_WORKERS.
+    """
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if value:
+        if value.isdigit() and int(value) >= 1:
+            return int(value)
+        warnings.warn(f"ort_roi: {THREADS_ENV}={value!r} is not a positive integer: ignored",
+                      stacklevel=2)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on this platform (macOS, Windows)
+        cpus = os.cpu_count() or 1
+    return max(1, min(MAX_DEFAULT_WORKERS, cpus))
+
+
+_WORKERS = default_workers()
 _pool: ThreadPoolExecutor | None = None  # started on first need (again in a forked child)
+
+
+def set_num_threads(n: int | None) -> int:
+    """Set how many threads (the calling one included) share a kernel's work.
+
+    Args:
+        n: a positive thread count, or None for the default (default_workers():
+            ORT_ROI_NUM_THREADS, else the process's CPU affinity, at most 8). 1 runs every
+            kernel in the calling thread alone, e.g. when onnxruntime's own threads or several
+            sessions already use the cores.
+
+    Returns:
+        The previous thread count.
+    """
+    global _WORKERS, _pool
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"set_num_threads: n must be a positive int or None, got {n!r}")
+    previous = _WORKERS
+    _WORKERS = default_workers() if n is None else n
+    _pool = None  # the next kernel starts a pool of the new size (idle old threads exit)
+    return previous
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -97,7 +146,7 @@ def blas_threads() -> int | None:
 
 
 def workers() -> int:
-    """Threads that share a kernel's work."""
+    """Threads that share a kernel's work (set_num_threads, default_workers)."""
     return _WORKERS
 
 
