@@ -31,7 +31,7 @@ from onnx import helper, numpy_helper
 from ..errors import node_label
 from ..specs import DOMAIN, HEATMAPS_TO_KEYPOINTS, PASTE_MASKS, OpSpec
 from .fusion import GraphIndex, NoMatch, anything, check_attrs, splice
-from .nodes import given_attrs, opset
+from .nodes import opset
 
 #: What the keypoint Loop's outer-scope tensors are, in the order its body first reads them.
 ROLES = ("maps", "widths_ceil", "heights_ceil", "widths", "heights", "offset_x", "offset_y",
@@ -149,10 +149,11 @@ def _body(loop: onnx.NodeProto):
     return next((a.g for a in loop.attribute if a.name == "body"), None)
 
 
-def _resizes(loop: onnx.NodeProto, mode: str) -> bool:
+def _resizes(loop: onnx.NodeProto) -> bool:
+    """The Loop's body resizes (in any mode: a mode other than torch.onnx's is then named in
+    the note)."""
     body = _body(loop)
-    return body is not None and any(n.op_type == "Resize" and given_attrs(n).get("mode") == mode
-                                    for n in body.node)
+    return body is not None and any(n.op_type == "Resize" for n in body.node)
 
 
 def _column(g: GraphIndex, name: str, col: int) -> str:
@@ -258,10 +259,10 @@ class LoopForm:
 LOOPS = (
     LoopForm("heatmaps_to_keypoints", "torchvision's keypoint decoding",
              HEATMAPS_TO_KEYPOINTS, ROLES,
-             lambda n: _resizes(n, "cubic") and "ArgMax" in {m.op_type for m in _body(n).node},
+             lambda n: _resizes(n) and "ArgMax" in {m.op_type for m in _body(n).node},
              _match_keypoints, True),
     LoopForm("paste_masks_in_image", "torchvision's mask pasting", PASTE_MASKS, MASK_ROLES,
-             lambda n: _resizes(n, "linear") and "ConstantOfShape" in {
+             lambda n: _resizes(n) and "ConstantOfShape" in {
                  m.op_type for m in _body(n).node}, _match_masks, False),
 )
 
