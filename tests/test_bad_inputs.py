@@ -409,3 +409,27 @@ def test_fork_while_another_thread_runs_a_kernel():
         for t in threads:
             t.join()
     assert parallel.blas_threads() == before
+
+
+@pytest.mark.parametrize("R", [0, 2])
+def test_paste_masks_without_channels_is_refused_naming_op_input_and_shape(R, caplog):
+    """Issue 32 (5): masks [R, 0, M, M] (no channel 0 to paste; torchvision's
+    paste_masks_in_image raises IndexError too) gave an IndexError from the kernel."""
+    from ort_roi.graph.builders import single_op_model
+
+    feed = {"masks": np.zeros((R, 0, 4, 4), np.float32), "boxes": np.zeros((R, 4), np.int64),
+            "image_size": np.array([5, 6], np.int64)}
+    message = (f"PasteMasks.*input 'masks'.*at least one channel.*got shape \\[{R}, 0, 4, 4\\]")
+    model = single_op_model("PasteMasks", count_dtype=np.int64)
+    with pytest.raises(ort_roi.RoiOpError, match=message):
+        ort_roi.InferenceSession(model).run(None, feed)
+    with pytest.raises(ort_roi.RoiOpError, match=message):
+        ort_roi.kernels.paste_masks(*feed.values())
+    plain = ort.InferenceSession(model.SerializeToString(), ort_roi.session_options(),
+                                 providers=["CPUExecutionProvider"])
+    with caplog.at_level(logging.ERROR, logger="ort_roi"):
+        y = plain.run(None, feed)[0]  # logged, the output NaN (as every bad input)
+    assert y.shape[0] == R and (y.size == 0 or np.isnan(y).all())
+    assert "input 'masks'" in caplog.text and "at least one channel" in caplog.text
+    ok = dict(feed, masks=np.ones((R, 1, 4, 4), np.float32))
+    assert plain.run(None, ok)[0].shape == (R, 5, 6)  # and the session keeps working

@@ -83,6 +83,9 @@ def paste_masks(masks, boxes, image_size):
     op = PASTE_MASKS.name
     X = host(check_features(op, masks, "masks"))
     R = X.shape[0]
+    if X.shape[1] < 1:  # torchvision indexes channel 0 too (an IndexError there)
+        raise RoiOpError(op, "input 'masks'", f"must have at least one channel (channel 0 is "
+                         f"pasted), got shape {list(X.shape)}")
     height, width = image_shape(op, "image_size", image_size, R)
     rows = mask_boxes(op, "boxes", boxes, R)
     out = np.zeros((R, height, width), X.dtype)
