@@ -37,6 +37,17 @@ def torch_export(model, args: tuple = (), f=None, **kwargs):
     return export(model, args, f, **kwargs)
 
 
+def paddle_export(path_prefix, f=None, opset_version: int = 17, **kwargs):
+    """A saved Paddle inference program (``paddle.jit.save``'s or PaddleDetection's
+    ``PREFIX.json`` / ``.pdmodel`` + ``.pdiparams``) to ONNX with roi_align, roi_pool and
+    psroi_pool exact (ort_roi nodes, or standard ones with ``standard=True``); paddle2onnx runs
+    in a child process. See ort_roi.export.paddle. Needs paddle and paddle2onnx
+    (``pip install 'ort-roi[paddle]'``); ``import ort_roi`` does not import them."""
+    from .export.paddle import paddle_export as export
+
+    return export(path_prefix, f, opset_version, **kwargs)
+
+
 def release_memory() -> int:
     """Let go of the buffers ort_roi keeps for reuse (every thread's); returns the bytes.
 
@@ -48,5 +59,5 @@ def release_memory() -> int:
 schemas.register()
 
 __all__ = ["DOMAIN", "OPSET_VERSION", "SPECS", "InferenceSession", "RoiOpError", "builders",
-           "convert", "get_backend", "kernels", "release_memory", "session_options",
+           "convert", "get_backend", "kernels", "paddle_export", "release_memory", "session_options",
            "set_backend", "torch_export", "__version__"]

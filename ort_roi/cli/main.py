@@ -1,5 +1,5 @@
 """The ``ort-roi`` command line (also ``python -m ort_roi``): demo, info, validate, convert,
-bench; ``--version``."""
+bench, export-paddle; ``--version``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from typing import Sequence
 
 from .. import __version__
-from . import bench, validate
+from . import bench, export_paddle, validate
 from .demo import cmd_demo
 from .info import cmd_info
 
@@ -22,6 +22,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("info", help=cmd_info.__doc__).set_defaults(fn=cmd_info)
     validate.add_commands(sub)
     bench.add_command(sub)
+    export_paddle.add_command(sub)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

@@ -1,0 +1,155 @@
+"""The child process of ``ort_roi.paddle_export``: loads a saved Paddle inference program,
+puts a stand-in that paddle2onnx exports in place of each RoI op, and runs paddle2onnx.
+
+Run as a script (``python paddle_child.py REQUEST.json``), never imported by ort_roi: it needs
+only paddle and paddle2onnx, so it runs under any Python that has them, and paddle2onnx's
+aborts (SIGABRT on some ops) end this process, not the caller's. The request (JSON) names
+``path_prefix``, ``opset_version``, ``workdir``; the answer is written to
+``workdir/answer.json``: ``{"rois": [...], "outputs": n, "counts": [...]}`` or
+``{"error": kind, ...}`` (``"unsupported"``, with the ops paddle2onnx does not list, is
+there while paddle2onnx runs: if it aborts, the caller reads it), and the ONNX model to ``workdir/exported.onnx``.
+
+Each ``pd_op.roi_align`` / ``roi_pool`` / ``psroi_pool`` becomes a ``pd_op.roi_align`` whose
+``sampling_ratio`` is ``MARK + k`` (k: the op's entry in ``rois``; paddle2onnx copies it into
+ONNX RoiAlign's ``sampling_ratio``), with the op's own output shape: psroi_pool's stand-in
+pools ``x[:, :output_channels]``. Each op's ``boxes_num`` is fetched as an extra output, so the
+ONNX graph keeps the tensor; the caller rewrites the stand-ins into the exact nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+#: sampling_ratio of a stand-in is MARK + its index (no real model samples 2**20 per bin).
+MARK = 1 << 20
+ROI_OPS = ("pd_op.roi_align", "pd_op.roi_pool", "pd_op.psroi_pool")
+#: Ops of every program that paddle2onnx handles itself (not in its supported list).
+STRUCTURAL = {"pd_op.data", "pd_op.feed", "pd_op.fetch", "builtin.parameter",
+              "builtin.shadow_output", "builtin.constant", "builtin.set_parameter"}
+
+
+def all_ops(block):
+    for op in list(block.ops):
+        yield op
+        for sub in op.blocks() if op.num_regions() else ():
+            yield from all_ops(sub)
+
+
+def unsupported(program, supported: set) -> dict:
+    """Ops of the program that paddle2onnx does not list as supported (name -> count), the
+    RoI ops aside. Its list has the older op names (``elementwise_add`` for ``pd_op.add``):
+    Paddle's own table maps them."""
+    try:
+        from paddle.incubate.autograd.phi_ops_map import op_map
+    except ImportError:
+        op_map = {}
+    older: dict = {}
+    for name, entry in op_map.items():
+        older.setdefault(entry.get("phi_name", name), set()).add(name)
+    bad: dict = {}
+    for op in all_ops(program.global_block()):
+        name = op.name()
+        if name in STRUCTURAL or name in ROI_OPS:
+            continue
+        short = name.split(".", 1)[-1]
+        if not ({short, name.replace(".", "_")} | older.get(short, set())) & supported:
+            bad[name] = bad.get(name, 0) + 1
+    return bad
+
+
+def load(paddle, path_prefix: str):
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    if os.path.exists(path_prefix + ".json"):
+        program, _, _ = paddle.static.load_inference_model(path_prefix, exe)
+        return program, exe
+    if not os.path.exists(path_prefix + ".pdmodel"):
+        raise FileNotFoundError(f"neither {path_prefix}.json nor {path_prefix}.pdmodel exists")
+    with paddle.pir_utils.OldIrGuard():  # the older format: translated to PIR
+        old, _, _ = paddle.static.load_inference_model(path_prefix, exe)
+    program = paddle.pir.translate_to_pir(old.desc)
+    params = [v for v in program.list_vars()
+              if v.persistable and v.get_defining_op().name() == "builtin.parameter"]
+    paddle.base.libpaddle.pir.create_loaded_parameter(
+        params, paddle.static.global_scope(), exe._default_executor)
+    return program, exe
+
+
+def stand_ins(paddle, program) -> tuple[list, list]:
+    """Replace the RoI ops; returns their records and the count tensors to fetch."""
+    rois, counts = [], []
+    for op in [o for o in all_ops(program.global_block()) if o.name() in ROI_OPS]:
+        kind = op.name().split(".")[1]
+        attrs = {k: v for k, v in op.attrs().items() if k != "stop_gradient"}
+        if kind == "roi_pool" and not op.result(1).use_empty():
+            raise ValueError("roi_pool's second output (argmax) is used by the program")
+        x, boxes, num = (op.operand_source(i) for i in range(3))
+        record = {"op": kind, "attrs": attrs, "dtype": str(boxes.dtype).split(".")[-1],
+                  "counts": None}
+        if num is not None and num.initialized():
+            same = [i for i, c in enumerate(counts) if c.is_same(num)]
+            if not same:
+                counts.append(num)
+            record["counts"] = same[0] if same else len(counts) - 1
+        paddle.pir.set_insertion_point(op)
+        if kind == "psroi_pool":
+            x = x[:, :attrs["output_channels"]]
+        new = paddle._C_ops.roi_align(x, boxes, num if record["counts"] is not None else None,
+                                      attrs["pooled_height"], attrs["pooled_width"],
+                                      attrs["spatial_scale"], MARK + len(rois), False)
+        op.result(0).replace_all_uses_with(new)
+        op.get_parent_block().remove_op(op)
+        rois.append(record)
+    paddle.pir.reset_insertion_point_to_end()
+    return rois, counts
+
+
+def main(request_path: str) -> int:
+    with open(request_path) as fh:
+        req = json.load(fh)
+    work = req["workdir"]
+
+    def answer(**kw) -> int:
+        with open(os.path.join(work, "answer.json"), "w") as fh:
+            json.dump(kw, fh)
+        return 0 if "error" not in kw else 2
+
+    here = os.path.dirname(os.path.abspath(__file__))  # holds paddle.py: not Paddle
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    try:
+        import paddle
+        import paddle2onnx.paddle2onnx_cpp2py_export as p2o
+    except ImportError as e:
+        return answer(error="import", message=str(e))
+    paddle.enable_static()
+    try:
+        program, exe = load(paddle, req["path_prefix"])
+    except Exception as e:  # noqa: BLE001 - reported to the caller, whatever it is
+        return answer(error="load", message=f"{type(e).__name__}: {e}")
+    # written before paddle2onnx runs: if it aborts, the caller names these ops
+    answer(error="unsupported", ops=unsupported(program,
+                                                set(p2o.get_all_supported_operators_pir())))
+    block = program.global_block()
+    feeds = [o.result(0) for o in block.ops if o.name() in ("pd_op.data", "pd_op.feed")]
+    try:
+        with paddle.static.program_guard(program):
+            rois, counts = stand_ins(paddle, program)
+    except ValueError as e:
+        return answer(error="roi", message=str(e))
+    fetches = [o.operand_source(0) for o in block.ops
+               if o.name() in ("pd_op.fetch", "builtin.shadow_output")]
+    prefix = os.path.join(work, "standin")
+    paddle.static.save_inference_model(prefix, feeds, fetches + counts, exe, program=program)
+    params = prefix + ".pdiparams"
+    sys.stdout.flush()
+    model = p2o.export(prefix + ".json", params if os.path.exists(params) else "",
+                       int(req["opset_version"]), True, False, True, True, True, {},
+                       "onnxruntime", "", "", False)
+    with open(os.path.join(work, "exported.onnx"), "wb") as fh:
+        fh.write(model)
+    return answer(rois=rois, outputs=len(fetches), counts=len(counts))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,206 @@
+"""ort_roi.paddle_export / ``ort-roi export-paddle``: Paddle programs with roi_align, roi_pool
+and psroi_pool, saved by paddle.jit.save, exported through paddle2onnx (in a child process)
+and run in plain onnxruntime sessions against Paddle's own output."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import ort_roi
+from ort_roi.cli.main import main as cli
+from ort_roi.export.paddle import rewrite_stand_ins, run_paddle2onnx
+
+#: paddle2onnx and Paddle, the extra ``paddle`` (the extra ``parity`` has Paddle alone)
+NO_EXPORTER = any(importlib.util.find_spec(m) is None for m in ("paddle2onnx", "paddle"))
+pytestmark = pytest.mark.skipif(NO_EXPORTER, reason="needs paddle2onnx: pip install 'ort-roi[paddle]'")
+
+OC, PH, PW = 2, 2, 3  # psroi_pool: output channels and bins; the map has OC*PH*PW channels
+C = OC * PH * PW
+# (op, its outputs' exactness): max pooling bit for bit, averages within 1e-5
+EXACT, AVG = 0.0, 1e-5
+
+
+def _layers():
+    import paddle
+    from paddle.vision import ops
+
+    class AllRoiOps(paddle.nn.Layer):
+        """Every RoI op of Paddle, with downstream ops on some outputs."""
+
+        def forward(self, x, boxes, boxes_num):
+            return (
+                ops.roi_align(x, boxes, boxes_num, (3, 2), 0.5, sampling_ratio=-1,
+                              aligned=True) * 2.0,
+                ops.roi_align(x, boxes, boxes_num, 2, 0.25, sampling_ratio=2, aligned=False),
+                ops.roi_pool(x, boxes, boxes_num, (2, 3), 0.5),
+                paddle.nn.functional.relu(ops.psroi_pool(x, boxes, boxes_num, (PH, PW), 0.5)),
+            )
+
+    class StandardOps(paddle.nn.Layer):
+        """The ops with a standard ONNX form."""
+
+        def forward(self, x, boxes, boxes_num):
+            return (
+                ops.roi_align(x, boxes, boxes_num, (3, 2), 0.5, sampling_ratio=-1,
+                              aligned=False),
+                ops.roi_align(x, boxes, boxes_num, 2, 0.25, sampling_ratio=2, aligned=True),
+                ops.roi_pool(x, boxes, boxes_num, (2, 3), 0.5),
+            )
+
+    class Unsupported(paddle.nn.Layer):
+        def forward(self, x, boxes, boxes_num):
+            pooled = ops.roi_pool(x, boxes, boxes_num, 2, 0.5)
+            return pooled, paddle.linalg.det(x[:, 0, :4, :4])
+
+    class Aborts(paddle.nn.Layer):  # paddle2onnx lists mean, then aborts on a full mean
+        def forward(self, x, boxes, boxes_num):
+            return ops.roi_pool(x, boxes, boxes_num, 2, 0.5), x.mean()
+
+    return {"all": AllRoiOps, "standard": StandardOps, "unsupported": Unsupported,
+            "aborts": Aborts}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """The layers saved with paddle.jit.save: name -> path prefix."""
+    import paddle
+
+    spec = [paddle.static.InputSpec([None, C, 10, 12], "float32", "x"),
+            paddle.static.InputSpec([None, 4], "float32", "boxes"),
+            paddle.static.InputSpec([None], "int32", "boxes_num")]
+    out = {}
+    for name, layer in _layers().items():
+        prefix = str(tmp_path_factory.mktemp("paddle") / name)
+        paddle.jit.save(layer(), prefix, input_spec=spec)
+        out[name] = prefix
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported(saved, tmp_path_factory):
+    """paddle_export's two halves, the child's (paddle2onnx, seconds) once per (layer, opset)
+    for the module: (layer, opset, standard) -> the ONNX file."""
+    raw: dict = {}
+
+    def get(name: str, opset: int, standard: bool = False) -> str:
+        if (name, opset) not in raw:
+            raw[name, opset] = run_paddle2onnx(saved[name], opset)
+        model, answer = raw[name, opset]
+        model = rewrite_stand_ins(copy.deepcopy(model), answer["rois"], answer["outputs"],
+                                  standard=standard)
+        path = str(tmp_path_factory.mktemp("onnx") / f"{name}_{opset}_{standard}.onnx")
+        onnx.save(model, path)
+        return path
+
+    return get
+
+
+def _inputs(counts, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((len(counts), C, 10, 12)).astype(np.float32)
+    r = int(sum(counts))
+    xy = rng.uniform(-2, 22, (r, 2))
+    wh = rng.uniform(0, 10, (r, 2))
+    wh[:2] = [[0.0, 0.0], [0.4, 0.7]]  # an empty box and one under a pixel
+    boxes = np.concatenate([xy, xy + wh], 1).astype(np.float32)
+    return {"x": x, "boxes": boxes, "boxes_num": np.asarray(counts, np.int32)}
+
+
+def _paddle(prefix, feeds):
+    import paddle
+
+    layer = paddle.jit.load(prefix)
+    return [t.numpy() for t in layer(*(paddle.to_tensor(feeds[k])
+                                         for k in ("x", "boxes", "boxes_num")))]
+
+
+def _compare(got, want, tolerances):
+    assert len(got) == len(want) == len(tolerances)
+    for i, (g, w, tol) in enumerate(zip(got, want, tolerances)):
+        assert g.shape == w.shape and g.dtype == w.dtype, i
+        if tol == EXACT:
+            np.testing.assert_array_equal(g, w, err_msg=f"output {i}")
+        else:
+            np.testing.assert_allclose(g, w, rtol=0, atol=tol, err_msg=f"output {i}")
+
+
+COUNTS = [(2, 3), (3, 0, 4), (5,)]  # two images, three (one without boxes), one
+
+
+@pytest.mark.parametrize("opset", [11, 16, 17])
+def test_every_roi_op_equals_paddle(saved, exported, opset):
+    path = exported("all", opset)
+    model = onnx.load(path)
+    assert sorted(n.op_type for n in model.graph.node if n.domain == "ort_roi") == [
+        "PSROIPool", "RoIAlign", "RoIAlign", "RoIPool"]
+    assert not any(n.op_type == "RoiAlign" for n in model.graph.node)  # no stand-in left
+    sess = ort.InferenceSession(path, ort_roi.session_options())
+    for counts in COUNTS:
+        feeds = _inputs(counts)
+        want = _paddle(saved["all"], feeds)
+        # docs/semantics.md, deliberate divergences: on the empty box, aligned roi_align with
+        # adaptive sampling is NaN in Paddle (0 / 0 samples), 0 in ort_roi
+        assert np.isnan(want[0][0]).all() and not np.isnan(want[0][1:]).any()
+        want[0][0] = 0
+        _compare(sess.run(None, feeds), want, [AVG, AVG, EXACT, EXACT])
+
+
+def test_standard_onnx_runs_without_ort_roi(saved, exported):
+    path = exported("standard", 16, standard=True)
+    model = onnx.load(path)
+    assert {n.domain for n in model.graph.node} <= {"", "ai.onnx"}
+    assert sorted(n.op_type for n in model.graph.node
+                  if n.op_type in ("RoiAlign", "MaxRoiPool")) == ["MaxRoiPool", "RoiAlign",
+                                                                    "RoiAlign"]
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])  # no ort_roi
+    for counts in COUNTS:
+        feeds = _inputs(counts, seed=1)
+        _compare(sess.run(None, feeds), _paddle(saved["standard"], feeds), [AVG, AVG, EXACT])
+
+
+def test_standard_refuses_what_onnx_cannot_say(exported):
+    with pytest.raises(ort_roi.RoiOpError, match="psroi_pool.*no standard ONNX form"):
+        exported("all", 17, standard=True)
+    with pytest.raises(ort_roi.RoiOpError, match="aligned=True.*opset 11"):
+        exported("standard", 11, standard=True)
+
+
+def test_unsupported_op_is_an_exception_naming_it(saved):
+    with pytest.raises(ort_roi.RoiOpError, match=r"does not support these ops: pd_op\.det "
+                                                 r"\(it stopped with signal SIGABRT\)"):
+        ort_roi.paddle_export(saved["unsupported"])
+    # the exporter died in its child; this process goes on, and so does the next export
+    with pytest.raises(ort_roi.RoiOpError, match=r"paddle2onnx failed \(signal SIGABRT\)"):
+        ort_roi.paddle_export(saved["aborts"])
+
+
+def test_cli_export_paddle(saved, tmp_path, capsys):
+    out = tmp_path / "roi.onnx"
+    assert cli(["export-paddle", saved["standard"], str(out), "--opset", "17",
+                "--standard-onnx"]) == 0
+    assert "RoI nodes: onnx::MaxRoiPool x1, onnx::RoiAlign x2" in capsys.readouterr().out
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])  # no ort_roi
+    feeds = _inputs((1, 4), seed=2)
+    _compare(sess.run(None, feeds), _paddle(saved["standard"], feeds), [AVG, AVG, EXACT])
+    assert cli(["export-paddle", str(tmp_path / "nope"), str(tmp_path / "no.onnx")]) == 1
+    assert "neither" in capsys.readouterr().err and not (tmp_path / "no.onnx").exists()
+
+
+def test_missing_program_is_named(tmp_path):
+    with pytest.raises(ort_roi.RoiOpError, match="nope.json nor .*nope.pdmodel"):
+        ort_roi.paddle_export(tmp_path / "nope")
+
+
+def test_import_ort_roi_does_not_import_paddle():
+    code = "import sys, ort_roi; print('paddle' in sys.modules, 'paddle2onnx' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["False", "False"]
