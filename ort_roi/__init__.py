@@ -59,5 +59,5 @@ def release_memory() -> int:
 schemas.register()
 
 __all__ = ["DOMAIN", "OPSET_VERSION", "SPECS", "InferenceSession", "RoiOpError", "builders",
-           "convert", "get_backend", "kernels", "paddle_export", "release_memory", "session_options",
-           "set_backend", "torch_export", "__version__"]
+           "convert", "get_backend", "kernels", "paddle_export", "release_memory",
+           "session_options", "set_backend", "torch_export", "__version__"]

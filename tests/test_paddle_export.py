@@ -20,7 +20,8 @@ from ort_roi.export.paddle import rewrite_stand_ins, run_paddle2onnx
 
 #: paddle2onnx and Paddle, the extra ``paddle`` (the extra ``parity`` has Paddle alone)
 NO_EXPORTER = any(importlib.util.find_spec(m) is None for m in ("paddle2onnx", "paddle"))
-pytestmark = pytest.mark.skipif(NO_EXPORTER, reason="needs paddle2onnx: pip install 'ort-roi[paddle]'")
+pytestmark = pytest.mark.skipif(NO_EXPORTER,
+                                reason="needs paddle2onnx: pip install 'ort-roi[paddle]'")
 
 OC, PH, PW = 2, 2, 3  # psroi_pool: output channels and bins; the map has OC*PH*PW channels
 C = OC * PH * PW

@@ -7,13 +7,16 @@ every box from image 0 and drops ``aligned``, and aborts the process on ``roi_po
 it exports (a tagged ``roi_align`` each, ``boxes_num`` fetched as an extra output), then
 rewrites each stand-in here into the exact node:
 
-| Paddle               | default (``ort_roi.session_options()``) | ``standard=True`` (plain onnxruntime) |
-|----------------------|-----------------------------------------|---------------------------------------|
-| ``roi_align``        | ``ort_roi::RoIAlign``                    | ``RoiAlign`` (opset >= 16: ``half_pixel`` if aligned else ``output_half_pixel``; opset < 16: aligned=False only), batch indices from ``boxes_num`` |
-| ``roi_pool``         | ``ort_roi::RoIPool``                     | ``MaxRoiPool`` on rows ``[batch, x1, y1, x2, y2]`` |
-| ``psroi_pool``       | ``ort_roi::PSROIPool``                   | none: ONNX has no such op (refused)   |
+- ``roi_align``: ``ort_roi::RoIAlign``; standard: ``RoiAlign`` with the batch indices computed
+  from ``boxes_num`` (opset >= 16: ``half_pixel`` if aligned else ``output_half_pixel``; below
+  16 aligned=False only), sampling_ratio -1 as 0 (both: ceil(bin size) samples).
+- ``roi_pool``: ``ort_roi::RoIPool``; standard: ``MaxRoiPool`` on rows ``[batch, x1, y1, x2, y2]``.
+- ``psroi_pool``: ``ort_roi::PSROIPool``; standard: none (ONNX has no position-sensitive
+  pooling: refused).
 
-This process imports neither paddle nor paddle2onnx.
+The default (ort_roi's nodes) runs with ``ort_roi.session_options()``; ``standard=True`` runs in
+onnxruntime without ort_roi (C++, C#, mobile). This process imports neither paddle nor
+paddle2onnx.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ aborts (SIGABRT on some ops) end this process, not the caller's. The request (JS
 ``path_prefix``, ``opset_version``, ``workdir``; the answer is written to
 ``workdir/answer.json``: ``{"rois": [...], "outputs": n, "counts": [...]}`` or
 ``{"error": kind, ...}`` (``"unsupported"``, with the ops paddle2onnx does not list, is
-there while paddle2onnx runs: if it aborts, the caller reads it), and the ONNX model to ``workdir/exported.onnx``.
+there while paddle2onnx runs: if it aborts, the caller reads it), and the ONNX model to
+``workdir/exported.onnx``.
 
 Each ``pd_op.roi_align`` / ``roi_pool`` / ``psroi_pool`` becomes a ``pd_op.roi_align`` whose
 ``sampling_ratio`` is ``MARK + k`` (k: the op's entry in ``rois``; paddle2onnx copies it into
