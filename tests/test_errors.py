@@ -137,7 +137,7 @@ def test_session_options_register_once_and_change_nothing_else():
     assert so.execution_mode == ort.ExecutionMode.ORT_PARALLEL and so.intra_op_num_threads == 1
     plain = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(front.run(None, good)[0], plain.run(None, good)[0])
-    # the caller's parallel executor runs the op on another thread: still raised, placed
+    # the caller asked for the parallel executor: still raised, placed
     with pytest.raises(ort_roi.RoiOpError, match=r"RoIAlign \(node '<unnamed RoIAlign>'\): "
                                                  r"input 'boxes_num' \(tensor 'boxes_num'\)"):
         front.run(None, dict(good, boxes_num=np.array([3], np.int32)))

@@ -5,9 +5,12 @@ Three things the stock bridge gets wrong are handled here (see the README):
   hands back a C-contiguous array of the declared dtype (ops that are not ours still go to
   the stock handler);
 - exceptions: one that leaves a Python op aborts the process; our hook catches everything,
-  logs the error, records it for the front door and returns a NaN-filled output;
+  hands the error to the front-door run on the op's thread (``raising``: the front door runs
+  its sessions with the sequential executor, so that thread is the one that called ``run``)
+  or, in a plain session, logs it, and returns a NaN-filled output;
 - float attributes: they arrive as text with 6 significant digits; ``parse_float`` recovers
-  the model's float32 value (exactly, through the front door's tokens).
+  the model's float32 value (exactly, through the front door's tokens: ``FloatTokens``, one
+  per attribute of each node, held while the session lives).
 """
 
 from __future__ import annotations
@@ -15,9 +18,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import weakref
 from contextlib import contextmanager
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -40,34 +42,44 @@ _lock = threading.RLock()
 
 # --- errors on a side channel -------------------------------------------------------------
 
-#: onnxruntime session (a front door's) -> {thread that called run: errors of that run}
-_sinks: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+#: thread -> (the front-door run on it, that run's errors). The front door's sessions use the
+#: sequential executor, which runs every node of a run on the thread that called ``run``: the
+#: thread an op fails on names its run exactly.
+_runs: dict[int, tuple[locate.Run, list[RoiOpError]]] = {}
 
 
 @contextmanager
-def raising(session):
-    """Context of a front-door run of ``session`` on this thread: errors of its ops are
-    collected in the list it yields (the caller raises them) instead of logged."""
+def raising(session, feed: Mapping | None = None) -> Iterator[list[RoiOpError]]:
+    """Context of a front-door run of ``session`` (with the sequential executor) on this
+    thread: errors of the ops this thread runs meanwhile are collected in the list it yields
+    (the caller raises them) instead of logged.
+
+    Args:
+        session: the onnxruntime session the front door runs (its graph names the node).
+        feed: the run's feed (tells apart nodes whose attributes print alike).
+    """
+    tid = threading.get_ident()
     errors: list[RoiOpError] = []
-    with _lock:
-        _sinks.setdefault(session, {})[threading.get_ident()] = errors
+    outer = _runs.get(tid)
+    _runs[tid] = (locate.Run(session, tid, feed), errors)
     try:
         yield errors
     finally:
-        with _lock:
-            _sinks.get(session, {}).pop(threading.get_ident(), None)
+        if outer is None:
+            _runs.pop(tid, None)
+        else:
+            _runs[tid] = outer
 
 
 def _report(err: RoiOpError, spec: OpSpec, text: Mapping[str, str], feed) -> None:
-    """Place the error (its node and tensor, see ``locate``), then hand it to the front
-    door running it, or log it."""
-    run = locate.running()
-    err = locate.place(err, spec, text, feed, run)
-    with _lock:
-        sink = _sinks.get(run.session, {}).get(run.thread) if run is not None else None
-    if sink is not None:
-        sink.append(err)
+    """Hand the error, placed (its node and tensor, see ``locate``), to the front-door run on
+    this thread; with none (a plain session), log it."""
+    front = _runs.get(threading.get_ident())
+    if front is not None:
+        run, errors = front
+        errors.append(locate.place(err, spec, text, feed, run))
     else:
+        err = locate.place(err, spec, text, feed, locate.running())
         log.error("%s (the output was filled with NaN)", err)
 
 
@@ -77,35 +89,82 @@ def _g6(x: float) -> str:
     return "%g" % x  # what onnxruntime prints for a float attribute
 
 
+#: The most tokens live at once: their 6-digit text is -1nnnnne+30, n in 1..TOKEN_SLOTS.
+TOKEN_SLOTS = 99999
 _tokens: dict[np.float32, np.float32] = {}  # token value -> exact float32 value
-_token_lock = threading.Lock()
+_free: list[int] = []  # released token numbers, reused first
+_issued = 0  # token numbers 1.._issued have been handed out
+_token_lock = threading.RLock()  # reentrant: a release may run from gc while it is held
 
 
 def _after_fork_in_child() -> None:
     global _lock, _token_lock  # a thread that held one at the fork does not exist in the child
-    _lock, _token_lock = threading.RLock(), threading.Lock()
+    _lock, _token_lock = threading.RLock(), threading.RLock()
+    _runs.clear()  # the runs of threads that do not exist in the child
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def float_token(value: float) -> float:
-    """A stand-in for ``value`` that survives the bridge's 6-digit text exactly.
+def _token(n: int) -> np.float32:
+    return np.float32(-float(f"1{n:05d}e25"))
 
-    The front door writes tokens (negative, about -1e30, never a valid scale) into its
-    in-memory copy of the model; ``parse_float`` maps them back to the exact float32.
+
+class FloatTokens:
+    """The float tokens of one front-door session: stand-ins for float attribute values that
+    survive the bridge's 6-digit text exactly.
+
+    Called with a value, it hands out a token of its own (negative, about -1e30, never a
+    valid scale), one per attribute of each node, so the attribute text also names the node.
+    The front door writes them into its in-memory copy of the model; ``parse_float`` maps
+    them back to the exact float32. ``release`` (the front door calls it when its onnxruntime
+    session is gone) frees them for reuse; a live session's tokens are never handed out again.
+    """
+
+    def __init__(self) -> None:
+        self.held: list[int] = []
+
+    def __call__(self, value: float) -> float:
+        """A new token for ``value``.
+
+        Args:
+            value: a float attribute's value.
+        Returns:
+            The token, as the float to write into the attribute.
+        """
+        global _issued
+        with _token_lock:
+            if _free:
+                n = _free.pop()
+            elif _issued < TOKEN_SLOTS:
+                _issued += 1
+                n = _issued
+            else:
+                raise RoiOpError("ort_roi", "float attributes",
+                                 f"the live front-door sessions hold {TOKEN_SLOTS} float "
+                                 f"attributes, the most they can; close some sessions")
+            _tokens[_token(n)] = np.float32(value)
+            self.held.append(n)
+        return float(_token(n))
+
+    def release(self) -> None:
+        """Free this session's tokens (call once its onnxruntime session is gone)."""
+        with _token_lock:
+            for n in self.held:
+                _tokens.pop(_token(n), None)
+            _free.extend(self.held)
+            self.held = []
+            _parsed.clear()  # cached attribute text may hold the tokens just freed
+
+
+def tokens_held() -> int:
+    """How many float tokens live front-door sessions hold.
+
+    Returns:
+        The number of tokens handed out and not yet released.
     """
     with _token_lock:
-        exact = np.float32(value)
-        for tok, v in _tokens.items():
-            if v == exact:
-                return float(tok)
-        n = len(_tokens) + 1
-        if n >= 90000:
-            raise RoiOpError("ort_roi", "float attributes", "too many distinct float values")
-        tok = np.float32(-float(f"1{n:05d}e25"))
-        _tokens[tok] = exact
-        return float(tok)
+        return len(_tokens)
 
 
 def parse_float(text: str) -> np.float32:
@@ -116,8 +175,9 @@ def parse_float(text: str) -> np.float32:
     """
     v = float(text)
     f = np.float32(v)
-    if f in _tokens:
-        return _tokens[f]
+    exact = _tokens.get(f)
+    if exact is not None:
+        return exact
     if v > 0 and np.isfinite(v):
         k = round(1.0 / v)
         if k >= 1:

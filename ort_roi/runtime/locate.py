@@ -1,14 +1,24 @@
 """Which node of which graph a failing op was running.
 
 onnxruntime-extensions hands a Python op its kernel id, its inputs and its declared
-attributes, never the node: two RoiAlign nodes of one graph are the same kernel to it. So
-when an op fails, ort_roi finds the session that is running (the ``onnxruntime.InferenceSession``
-whose ``run`` is on the calling thread's stack, or on another thread's when onnxruntime runs
-nodes in parallel), reads that session's graph (the front door's own copy, or the model the
-session was made from: its path or bytes), and picks the node of the failing op whose
-attributes, as onnxruntime printed them for the op, are the ones the op received; where
-several nodes share them, the one whose graph inputs hold the arrays the op received. This
-runs only when an op has failed.
+attributes, never the node, the session or the run: two RoiAlign nodes of one graph are the
+same kernel to it. ``place`` names the node, given the run (a ``Run``: the session and its
+feed): in the session's graph (the front door's own copy, or the model the session was made
+from: its path or bytes) the node of the failing op whose attributes, as onnxruntime printed
+them for the op, are the ones the op received; where several nodes share them, the one whose
+graph inputs hold the arrays the op received.
+
+Where the run comes from:
+- a front-door run is known exactly: ``bridge.raising`` registers it for the thread that
+  called ``run``, the thread its ops run on (the front door's sessions use the sequential
+  executor); and the front door's float tokens, one per attribute of each node, make the
+  attribute text of a node with a float attribute its own, so the node is exact too;
+- for a plain session's log line, ``running`` reads it off the thread stacks (the
+  ``onnxruntime.InferenceSession`` whose ``run`` is on the calling thread's stack, or the one
+  thread inside a run, as onnxruntime's parallel executor runs ops on its own threads); when
+  that does not tell, the line names no node.
+
+This runs only when an op has failed.
 """
 
 from __future__ import annotations
@@ -145,9 +155,15 @@ def _run_in(frame) -> Run | None:
 
 
 def running() -> Run | None:
-    """The run this op belongs to: on the calling thread's stack (the sequential executor
-    runs Python ops on the thread that called run) or, failing that, the one thread now
-    inside a run (onnxruntime's parallel executor runs them on its own threads)."""
+    """The run of a plain session this op most likely belongs to (only to name the node in
+    the log line; a front-door run is known exactly, see the module doc): on the calling
+    thread's stack (the sequential executor runs Python ops on the thread that called run)
+    or, failing that, the one thread now inside a run (onnxruntime's parallel executor runs
+    them on its own threads); None when that does not tell.
+
+    Returns:
+        The run, or None.
+    """
     run = _run_in(sys._getframe(1))
     if run is not None:
         run.thread = threading.get_ident()

@@ -1,10 +1,33 @@
-"""``session_options`` for plain onnxruntime sessions, and the ``InferenceSession`` front door."""
+"""``session_options`` for plain onnxruntime sessions, and the ``InferenceSession`` front door.
+
+How the front door's ``run`` knows that one of its ops failed, under any number of threads
+and sessions, without guessing: onnxruntime-extensions hands a Python op its inputs and
+attribute text only, never the session, the node or the run. So the front door
+
+- creates its onnxruntime session with the sequential executor (the caller's SessionOptions
+  are switched for the creation only, and given back as they were; onnxruntime's parallel
+  executor would run the ops on its own pool threads). A run's nodes then all run on the
+  thread that called ``run``, and ``bridge.raising`` registers that thread for the run: an op
+  failing on it belongs to this run and no other, whatever other threads run meanwhile
+  (other sessions, plain or front-door, or this one);
+- writes its own float tokens (``bridge.FloatTokens``) into its private copy of the graph,
+  a token per float attribute of each node, so the attribute text an op receives names its
+  node exactly (nodes of ops without float attributes are told apart by their attributes
+  and by the run's feed, ``locate``). The tokens are released when the onnxruntime session
+  is gone (a ``weakref.finalize``), and handed out again only then.
+
+Plain sessions (``session_options()``) are unchanged: an op's error is logged and its output
+filled with NaN (an exception would abort the process), placed in its graph by ``locate``.
+"""
 
 from __future__ import annotations
 
 import os
+import threading
 import warnings
-from typing import Any, Sequence
+import weakref
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import onnx
@@ -63,15 +86,56 @@ def _load(model) -> onnx.ModelProto:
                          f"({type(e).__name__}: {e})") from e
 
 
-def prepare_model(model: onnx.ModelProto, exact_floats: bool = True,
+def prepare_model(model: onnx.ModelProto, tokens: bridge.FloatTokens | None = None,
                   roialign_max: str = "sample", fuse: bool = True) -> Rewrite:
     """The front door's preparation: the graph-rewrite pass (``graph.rewrite``: native
     RoiAlign / MaxRoiPool and the multi-level nodes into ort_roi, torchvision's
     MultiScaleRoIAlign stages fused when ``fuse``, every node form checked and its attributes
-    explicit) with float attributes as tokens that reach the kernels exactly. Raises
-    RoiOpError naming the node. Works in place; returns what it did."""
-    return rewrite(model, "ort_roi", float_token=bridge.float_token if exact_floats else None,
-                   roialign_max=roialign_max, fuse=fuse)
+    explicit). Works in place.
+
+    Args:
+        model: the front door's private copy of the model.
+        tokens: where float attributes get their tokens (that reach the kernels exactly and
+            name the node); None leaves the values as they are.
+        roialign_max: how ONNX RoiAlign's mode "max" is computed (as ``ort_roi.convert``).
+        fuse: fuse torchvision's MultiScaleRoIAlign stages.
+    Returns:
+        What the rewrite did. Raises RoiOpError naming a node it cannot take.
+    """
+    return rewrite(model, "ort_roi", float_token=tokens, roialign_max=roialign_max, fuse=fuse)
+
+
+_creating = threading.Lock()  # held while a caller's SessionOptions are switched
+
+
+@contextmanager
+def _sequential(so: ort.SessionOptions) -> Iterator[None]:
+    """``so`` with the sequential executor while onnxruntime makes a session from it; as it
+    was afterwards (the switch is held under a lock, so no other creation sees it)."""
+    _creating.acquire()
+    mode = so.execution_mode
+    if mode == ort.ExecutionMode.ORT_SEQUENTIAL:
+        _creating.release()
+        yield
+        return
+    try:
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        yield
+    finally:
+        so.execution_mode = mode
+        _creating.release()
+
+
+def _keep_sequential(sess: ort.InferenceSession, so: ort.SessionOptions) -> None:
+    """onnxruntime makes ``sess`` again from ``so`` in ``set_providers`` (and when it falls
+    back to the CPU after a provider failed in ``run``): with the sequential executor too."""
+    ref = weakref.ref(sess)  # no cycle: the session is freed as soon as it is dropped
+
+    def set_providers(*args: Any, **kwargs: Any) -> None:
+        with _sequential(so):
+            type(ref()).set_providers(ref(), *args, **kwargs)
+
+    sess.set_providers = set_providers
 
 
 class InferenceSession:
@@ -81,9 +145,11 @@ class InferenceSession:
     does (``roialign_max`` and ``fuse`` as there; what is worth knowing is issued as a warning naming the
     node), omitted optional attributes take their defaults, float attributes reach the
     kernels exactly, and a bad input raises :class:`ort_roi.RoiOpError` (a ValueError)
-    naming op, node, input and tensor, from ``run`` instead of returning NaN. ort_roi's ops
-    are registered on ``sess_options`` (once, as ``session_options`` does); nothing else of
-    it is changed. Everything else is delegated to the wrapped
+    naming op, node, input and tensor, from ``run`` instead of returning NaN, whatever other
+    threads run meanwhile. ort_roi's ops are registered on ``sess_options`` (once, as
+    ``session_options`` does); nothing else of it is changed, but the session runs with the
+    sequential executor whatever its ``execution_mode`` says (that is how a run's errors
+    reach it, see the module doc). Everything else is delegated to the wrapped
     ``onnxruntime.InferenceSession``.
     """
 
@@ -91,23 +157,43 @@ class InferenceSession:
                  providers: Sequence[Any] | None = None, *, roialign_max: str = "sample",
                  fuse: bool = True, **kw: Any):
         m = _load(model)
-        for note in prepare_model(m, roialign_max=roialign_max, fuse=fuse).notes:
-            warnings.warn(note, stacklevel=2)
-        so = session_options(sess_options)  # registers the ops on sess_options, once
+        tokens = bridge.FloatTokens()
         try:
-            self._sess = ort.InferenceSession(m.SerializeToString(), so,
-                                              providers=providers or ["CPUExecutionProvider"],
-                                              **kw)
-        except Exception as e:  # onnxruntime refused the graph: say why in our terms
-            raise _type_error(m) or RoiOpError("ort_roi", "model",
-                                               f"onnxruntime could not load it: {e}") from e
+            for note in prepare_model(m, tokens, roialign_max=roialign_max, fuse=fuse).notes:
+                warnings.warn(note, stacklevel=2)
+            so = session_options(sess_options)  # registers the ops on sess_options, once
+            self._sess = self._create(m, so, providers, kw)
+        except BaseException:
+            tokens.release()
+            raise
+        weakref.finalize(self._sess, tokens.release)  # held while onnxruntime's session lives
+        _keep_sequential(self._sess, so)
         locate.remember(self._sess, m)  # errors name the node and tensor
         self._consumers = _consumers(m)
         self._declared = _declared_inputs(m)
 
+    @staticmethod
+    def _create(m: onnx.ModelProto, so: ort.SessionOptions, providers, kw) -> ort.InferenceSession:
+        """onnxruntime's session of ``m``, with the sequential executor (see the module doc)."""
+        try:
+            with _sequential(so):
+                return ort.InferenceSession(m.SerializeToString(), so,
+                                            providers=providers or ["CPUExecutionProvider"], **kw)
+        except Exception as e:  # onnxruntime refused the graph: say why in our terms
+            raise _type_error(m) or RoiOpError("ort_roi", "model",
+                                               f"onnxruntime could not load it: {e}") from e
+
     def run(self, output_names, input_feed, run_options=None) -> list[np.ndarray]:
-        """Run like onnxruntime; raises RoiOpError if an ort_roi op rejected its input."""
-        with bridge.raising(self._sess) as errors:
+        """Run like onnxruntime; raises RoiOpError if an ort_roi op rejected its input.
+
+        Args:
+            output_names: the outputs to compute (None: all).
+            input_feed: graph input name -> array.
+            run_options: onnxruntime RunOptions, or None.
+        Returns:
+            The outputs, as onnxruntime returns them.
+        """
+        with bridge.raising(self._sess, input_feed) as errors:
             try:
                 outs = self._sess.run(output_names, input_feed, run_options)
             except Exception as e:  # onnxruntime refused the feed: name the op and input
