@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -193,6 +194,46 @@ def test_cli_export_paddle(saved, tmp_path, capsys):
     _compare(sess.run(None, feeds), _paddle(saved["standard"], feeds), [AVG, AVG, EXACT])
     assert cli(["export-paddle", str(tmp_path / "nope"), str(tmp_path / "no.onnx")]) == 1
     assert "neither" in capsys.readouterr().err and not (tmp_path / "no.onnx").exists()
+
+
+OLD_FORMAT = """
+import sys, numpy as np, paddle
+from paddle.vision import ops
+
+class Old(paddle.nn.Layer):
+    def forward(self, x, boxes, boxes_num):
+        return (ops.roi_align(x, boxes, boxes_num, 2, 0.5, sampling_ratio=-1, aligned=True),
+                ops.roi_pool(x, boxes, boxes_num, 2, 0.5))
+
+prefix = sys.argv[1]
+spec = [paddle.static.InputSpec([None, 4, 10, 12], "float32", "x"),
+        paddle.static.InputSpec([None, 4], "float32", "boxes"),
+        paddle.static.InputSpec([None], "int32", "boxes_num")]
+paddle.jit.save(Old(), prefix, input_spec=spec)  # FLAGS_enable_pir_api=0: PREFIX.pdmodel
+feeds = dict(np.load(prefix + "_in.npz"))
+paddle.enable_static()
+exe = paddle.static.Executor(paddle.CPUPlace())
+program, _, fetches = paddle.static.load_inference_model(prefix, exe)
+np.savez(prefix + "_out.npz", *exe.run(program, feed=feeds, fetch_list=fetches))
+"""
+
+
+def test_older_pdmodel_format(tmp_path):
+    """A program saved with PIR off (PREFIX.pdmodel), run by Paddle's old executor."""
+    prefix = str(tmp_path / "old")
+    feeds = _inputs((2, 3), seed=3)
+    feeds["x"] = feeds["x"][:, :4]
+    feeds["boxes"][0] = [1, 1, 3, 3]  # Paddle: NaN on an empty box with these settings
+    np.savez(prefix + "_in.npz", **feeds)
+    script = tmp_path / "old_format.py"  # a file: paddle.jit.save reads the layer's source
+    script.write_text(OLD_FORMAT)
+    subprocess.run([sys.executable, str(script), prefix], check=True, capture_output=True,
+                   env={**os.environ, "FLAGS_enable_pir_api": "0"})
+    assert os.path.exists(prefix + ".pdmodel") and not os.path.exists(prefix + ".json")
+    sess = ort.InferenceSession(ort_roi.paddle_export(prefix, None, 11).SerializeToString(),
+                                ort_roi.session_options())
+    want = np.load(prefix + "_out.npz")
+    _compare(sess.run(None, feeds), [want["arr_0"], want["arr_1"]], [AVG, EXACT])
 
 
 def test_missing_program_is_named(tmp_path):

@@ -21,6 +21,7 @@ paddle2onnx.
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import signal
@@ -191,7 +192,7 @@ def rewrite_stand_ins(model: onnx.ModelProto, rois: list[dict], n_outputs: int, 
             nodes += _batch_indices(num, boxes, batches[num], pre, onnx_opset)
         nodes += _standard(rec, x, boxes, batches[num], y, pre, onnx_opset)
     del graph.node[:]
-    graph.node.extend(nodes)
+    graph.node.extend(_topological(nodes))  # the counts' nodes come last from paddle2onnx
     _prune(graph)
     if not standard and not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(DOMAIN, OPSET_VERSION))
@@ -290,6 +291,39 @@ def _const(name: str, value: np.ndarray) -> onnx.NodeProto:
     return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value, name))
 
 
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """The tensors a node reads, its subgraphs' outer-scope reads included."""
+    names = {i for i in node.input if i}
+    for a in node.attribute:
+        for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            names.update(i for n in g.node for i in _reads(n))
+    return names
+
+
+def _topological(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """The nodes in an order where each comes after its producers, as close to the given
+    one as that allows."""
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    deps = [{producer[x] for x in _reads(n) if x in producer} - {i} for i, n in enumerate(nodes)]
+    users: dict[int, list[int]] = {}
+    for i, d in enumerate(deps):
+        for j in d:
+            users.setdefault(j, []).append(i)
+    ready = [i for i, d in enumerate(deps) if not d]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        i = heapq.heappop(ready)
+        out.append(nodes[i])
+        for u in users.get(i, ()):
+            deps[u].discard(i)
+            if not deps[u]:
+                heapq.heappush(ready, u)
+    if len(out) != len(nodes):
+        raise RoiOpError(_OP, "graph", "the exported graph has a cycle")
+    return out
+
+
 def _prune(graph: onnx.GraphProto) -> None:
     """Drop the nodes, initializers and value infos no output depends on (the stand-ins'
     constant batch indices, psroi_pool's channel slice)."""
@@ -298,10 +332,7 @@ def _prune(graph: onnx.GraphProto) -> None:
     for node in reversed(graph.node):
         if any(o in needed for o in node.output) or not node.output:
             keep.append(node)
-            needed.update(i for i in node.input if i)
-            for a in node.attribute:  # subgraphs read outer tensors
-                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                    needed.update(i for n in g.node for i in n.input)
+            needed.update(_reads(node))
     del graph.node[:]
     graph.node.extend(reversed(keep))
     inits = [i for i in graph.initializer if i.name in needed]

@@ -103,7 +103,9 @@ def stand_ins(paddle, program) -> tuple[list, list]:
         op.get_parent_block().remove_op(op)
         rois.append(record)
     paddle.pir.reset_insertion_point_to_end()
-    return rois, counts
+    # fetched through a copy: paddle2onnx names a fetched graph input's output but writes no
+    # node for it (the .pdmodel path)
+    return rois, [paddle.assign(c) for c in counts]
 
 
 def main(request_path: str) -> int:
