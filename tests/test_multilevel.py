@@ -215,7 +215,7 @@ def test_validate_says_a_plain_session_cannot_run_the_exported_node_and_checks_c
         tmp_path, capsys):
     """A plain session refuses the node as exported: validate fails naming it and the fix,
     then checks what convert makes of it: the generated pyramid runs in a plain session and
-    matches the reference evaluator."""
+    computes its definition on the inputs the run fed it."""
     for i, m in enumerate((O.extractor_node_model(C.extractor_cases(27)[6]),
                            mmdeploy_node_model(C.multilevel_cases(28)[6]))):
         path = tmp_path / f"m{i}.onnx"
@@ -224,7 +224,7 @@ def test_validate_says_a_plain_session_cannot_run_the_exported_node_and_checks_c
         out = capsys.readouterr().out
         assert "cannot run it as it is" in out and "`ort-roi convert IN OUT`" in out
         assert "after `ort-roi convert`: OK, a plain session runs it" in out
-        assert "every output matches onnx.reference" in out
+        assert "rows equal its definition" in out
 
 
 # --- --to onnx: every form convert writes goes back to the node it came from -------------------

@@ -21,7 +21,14 @@ MODELS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "models"
 @pytest.mark.parametrize("path", MODELS, ids=os.path.basename)
 def test_validate_passes_every_committed_model(path, capsys):
     assert cli.main(["validate", path]) == 0
-    assert "OK" in capsys.readouterr().out
+    out = capsys.readouterr()
+    assert "OK" in out.out
+    # each RoI node against its definition, one line each; progress on stderr
+    nodes = [n for n in onnx.load(path).graph.node if n.domain == "ort_roi"]
+    for n in nodes:
+        assert (f"node {n.name!r} (ort_roi::{n.op_type}): OK: all 6 rows equal its "
+                f"definition") in out.out, out.out
+    assert f"node {len(nodes)}/{len(nodes)}: OK" in out.err, out.err
 
 
 def _broken(path, node_name, change):
@@ -399,6 +406,30 @@ def test_validate_follows_declared_shapes(tmp_path, capsys):
     assert cli.main(["validate", _save(tmp_path, m)]) == 0
     out = capsys.readouterr().out
     assert "OK" in out and "boxes_num [2]" in out and "X [2, 4, 20, 24]" in out, out
+
+
+def test_validate_prints_onnxruntimes_whole_message(tmp_path, capsys):
+    """Its message on a failed run was the first line of onnxruntime's: here the dimension
+    that is wrong and the fix were cut off (boxes_num declared [2] for 3 images)."""
+    node = builders.roi_align("X", "boxes", "boxes_num", "Y", name="align", pooled_height=3,
+                              pooled_width=3, spatial_scale=0.25, sampling_ratio=2)
+    m = builders.make_model([node], [builders.tensor("X", "float32", [3, 4, 20, 24]),
+                                     builders.tensor("boxes", "float32", ["R", 4]),
+                                     builders.tensor("boxes_num", "int64", [2])],
+                            [builders.tensor("Y", "float32", ["R", 4, 3, 3])])
+    assert cli.main(["validate", _save(tmp_path, m)]) == 1
+    out = capsys.readouterr().out
+    for fragment in ("run: InvalidArgument: [ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got "
+                     "invalid dimensions for input: boxes_num", "index: 0 Got: 3 Expected: 2",
+                     "Please fix either the inputs/outputs or the model."):
+        assert fragment in out, (fragment, out)
+
+
+def test_validate_holds_a_native_node_to_its_definition(tmp_path, capsys):
+    """onnxruntime's own MaxRoiPool kernel against ort_roi's ROIPooling definition."""
+    assert cli.main(["validate", _save(tmp_path, max_roi_pool_model())]) == 0
+    assert ("node 'pool' (onnx::MaxRoiPool on onnxruntime's kernel): OK: all 6 rows equal its "
+            "definition (ort_roi::ROIPooling), max |diff| 0") in capsys.readouterr().out
 
 
 def test_validate_reports_any_run_failure_as_a_message(tmp_path, capsys):

@@ -1,24 +1,38 @@
 """``ort-roi validate`` (does a plain onnxruntime session with ort_roi.session_options() run
-the file as it is?) and ``ort-roi convert`` (the rewrite pass, graph/rewrite.py)."""
+the file as it is, and does each RoI node in it compute its definition on the inputs the model
+feeds it?) and ``ort-roi convert`` (the rewrite pass, graph/rewrite.py)."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+import time
 from dataclasses import dataclass, field
+from typing import Callable
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from ..errors import RoiOpError, node_label
+from ..graph import reference
 from ..graph.inputs import generate_inputs
-from ..graph.nodes import given_attrs, iter_nodes, node_attrs
+from ..graph.nodes import given_attrs, iter_nodes, node_attrs, opset
 from ..graph.rewrite import rewrite
 from ..runtime.probe import plain_session_error
 from ..specs import form
-from .compare import compare_with_reference
+from .compare import run_plain
 
 
 PLAIN = "a plain onnxruntime session with ort_roi.session_options()"
+
+#: Rows (boxes) of each RoI node compared with its definition, evenly spaced (``--rows``).
+ROWS = 64
+#: Seconds each node's comparison may take; past them it stops and says so (``--node-seconds``).
+NODE_SECONDS = 30.0
+#: A node's output equals its definition's where |diff| <= ATOL + RTOL * |definition|.
+RTOL = ATOL = 1e-4
 
 
 @dataclass
@@ -27,13 +41,15 @@ class Validation:
     ``ort_roi.session_options()`` run the file as it is, and does it compute what it should.
 
     ``problems``: (step, message) pairs, empty when the answer is yes; ``notes``: what is
-    worth knowing but no failure; ``runnable``: whether a plain session runs it as it is;
+    worth knowing but no failure; ``compared``: one line per RoI node whose output equals
+    its definition (what was compared); ``runnable``: whether a plain session runs it as it is;
     ``roi_nodes``: the RoI nodes (of any form) in it; ``after_convert``: when a plain session
     cannot run it, the same check of what ``ort-roi convert`` makes of it.
     """
 
     problems: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    compared: list[str] = field(default_factory=list)
     runnable: bool = True
     roi_nodes: int = 0
     after_convert: "Validation | None" = None
@@ -43,22 +59,52 @@ class Validation:
         return not self.problems
 
 
-def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0) -> Validation:
+def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0, rows: int = ROWS,
+             node_seconds: float = NODE_SECONDS,
+             progress: Callable[[str], None] | None = None) -> Validation:
     """Check a model: can a plain onnxruntime session with ``ort_roi.session_options()`` run
     it as it is (every RoI node named with what to do when not), do our attribute rules,
-    onnx's checker (full) and strict shape inference accept it, and does a run with generated
-    inputs (following the declared shapes) match onnx.reference with ort_roi's ops. Graph
-    outputs that carry no shape (onnxruntime runs such graphs; onnx's full check refuses
-    them) are checked with their inferred shapes, said in a note. A graph a plain session
-    cannot run is also checked as ``ort-roi convert`` rewrites it (``after_convert``)."""
+    onnx's checker (full) and strict shape inference accept it, and does each RoI node (ours,
+    and those onnxruntime runs on its own kernel that ort_roi would replace) compute its
+    definition (ort_roi.definitions) on the inputs the model really feeds it.
+
+    The model runs once in onnxruntime on generated inputs (following the declared shapes)
+    with every RoI node's inputs and outputs exposed; then each node's definition computes
+    some of its rows (boxes) from the captured inputs and they are compared with the captured
+    outputs. Nothing else of the model is evaluated outside onnxruntime (a detector's NMS and
+    thresholds are onnxruntime's alone). Graph outputs that carry no shape (onnxruntime runs
+    such graphs; onnx's full check refuses them) are checked with their inferred shapes, said
+    in a note. A graph a plain session cannot run is also checked as ``ort-roi convert``
+    rewrites it (``after_convert``).
+
+    Args:
+        model: the model or the path of its file.
+        r: boxes in the generated inputs where no declared size fixes their number.
+        seed: of the generated inputs.
+        rows: the most rows (boxes) of each RoI node compared with its definition, evenly
+            spaced over the node's rows.
+        node_seconds: the time each node's comparison may take: past it, the rows compared so
+            far are reported, said in the node's line.
+        progress: called with a line at each step (what it is doing and how long it took).
+
+    Returns:
+        the answer (``Validation``).
+    """
+    say = progress or (lambda msg: None)
     v = Validation()
+    t = time.perf_counter()
     try:
         m = onnx.load(model) if isinstance(model, str) else model
     except Exception as e:  # noqa: BLE001 - any load failure is the finding
         v.problems.append(("load", f"cannot read the model: {_first_line(e)}"))
         v.runnable = False
         return v
+    if isinstance(model, str):
+        say(f"loaded ({time.perf_counter() - t:.1f} s)")
+    t = time.perf_counter()
     v.roi_nodes = _plain_session_check(m, v)
+    say(f"{v.roi_nodes} RoI node(s); a plain session "
+        f"{'runs' if v.runnable else 'cannot run'} it as it is ({time.perf_counter() - t:.1f} s)")
     if v.roi_nodes == 0:
         v.notes.append("no RoI node (no node of a form ort_roi runs): nothing here for ort_roi")
     if not v.runnable:
@@ -68,10 +114,11 @@ def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0) -> Validat
         except Exception as e:  # noqa: BLE001 - the rewrite's refusal names the node
             v.after_convert = Validation(problems=[("convert", _first_line(e))], runnable=False)
             return v
+        say("checking what `ort-roi convert` makes of it")
         v.after_convert = Validation(roi_nodes=v.roi_nodes, notes=list(done.notes))
-        _check_and_run(c, v.after_convert, r, seed)
+        _check_and_run(c, v.after_convert, r, seed, rows, node_seconds, say)
         return v
-    _check_and_run(m, v, r, seed)
+    _check_and_run(m, v, r, seed, rows, node_seconds, say)
     return v
 
 
@@ -119,25 +166,134 @@ def _plain_session_check(m: onnx.ModelProto, v: Validation) -> int:
     return n
 
 
-def _check_and_run(m: onnx.ModelProto, v: Validation, r: int, seed: int) -> None:
+def _check_and_run(m: onnx.ModelProto, v: Validation, r: int, seed: int, rows: int,
+                   node_seconds: float, say: Callable[[str], None]) -> None:
     steps = [("checker", lambda: _check(m, v.notes)),
              ("shapes", lambda: onnx.shape_inference.infer_shapes(m, check_type=True,
                                                                   strict_mode=True))]
     for step, fn in steps:
+        t = time.perf_counter()
         try:
             fn()
         except Exception as e:  # noqa: BLE001 - the first failure is the finding
             v.problems.append((step, _first_line(e)))
             return
+        say(f"{'onnx checker (full)' if step == 'checker' else 'strict shape inference'}: "
+            f"passed ({time.perf_counter() - t:.1f} s)")
+    nodes = [n for n in m.graph.node if form(n.domain, n.op_type) is not None]
+    inner = [node_label(n) for top in m.graph.node for a in top.attribute
+             for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))
+             for n in iter_nodes(g) if form(n.domain, n.op_type) is not None]
+    if inner:
+        v.notes.append(f"{len(inner)} RoI node(s) inside If / Loop bodies ({', '.join(inner[:3])}"
+                       f"{', ...' if len(inner) > 3 else ''}): not compared with their "
+                       f"definitions (a subgraph's tensors are not exposed)")
+    t = time.perf_counter()
     try:
-        rep = compare_with_reference(m, generate_inputs(m, r, seed), plain=True)
-    except Exception as e:  # noqa: BLE001 - any failure of the run step is a message
-        v.problems.append(("run", f"{type(e).__name__}: {_first_line(e)}"))
+        feed = generate_inputs(m, r, seed)
+        say(f"running it in onnxruntime on generated inputs, the inputs and outputs of "
+            f"{len(nodes)} RoI node(s) exposed")
+        seen, errors = _run_exposed(m, nodes, feed)
+    except Exception as e:  # noqa: BLE001 - onnxruntime's whole message is the finding
+        v.problems.append(("run", f"{type(e).__name__}: {str(e).strip()}"))
         return
-    v.problems += [("run", p) for p in rep.problems]
-    if rep.ok:
-        v.notes.append(f"generated inputs ({', '.join(f'{k} {list(a.shape)}' for k, a in rep.inputs.items())}): "
-                       f"every output matches onnx.reference, max |diff| {rep.max_diff:.2g}")
+    v.problems += [("run", msg) for msg in errors]
+    if errors:
+        return
+    say(f"ran in {time.perf_counter() - t:.1f} s")
+    shapes = ", ".join(f"{k} {list(a.shape)}" for k, a in feed.items())
+    v.notes.append(f"generated inputs ({shapes}): onnxruntime runs it" +
+                   ("; each RoI node above compared with its definition (ort_roi.definitions) "
+                    "on the inputs the run fed it" if nodes else ""))
+    onnx_opset = opset(m) or 1
+    for i, node in enumerate(nodes, 1):
+        t = time.perf_counter()
+        say(f"node {i}/{len(nodes)} {node_label(node)!r}: comparing with its definition")
+        ok, line = _compare_node(node, seen, onnx_opset, rows, node_seconds)
+        if ok:
+            v.compared.append(line)
+        else:
+            v.problems.append(("definition", line))
+        say(f"node {i}/{len(nodes)}: {'OK' if ok else 'FAILED'} ({time.perf_counter() - t:.1f} s)")
+
+
+def _run_exposed(m: onnx.ModelProto, nodes: list[onnx.NodeProto],
+                 feed: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """One run of ``m`` in a plain session with the inputs and outputs of ``nodes`` added to
+    a copy's graph outputs: every tensor they read or write (graph inputs and initializers
+    from the feed and the model), and the errors ort_roi's ops logged."""
+    names = list(dict.fromkeys(x for n in nodes for x in [*n.input, *n.output] if x))
+    seen: dict[str, np.ndarray] = dict(feed)
+    weights = {i.name: i for i in m.graph.initializer}
+    outputs = {o.name for o in m.graph.output}
+    c = _copy(m)
+    for x in names:
+        if x in weights and x not in seen:
+            seen[x] = numpy_helper.to_array(weights[x])
+        elif x not in seen and x not in outputs:
+            c.graph.output.append(onnx.ValueInfoProto(name=x))
+    sess, got, errors = run_plain(c, feed)
+    seen.update(zip((o.name for o in sess.get_outputs()), got))
+    return seen, errors
+
+
+def _compare_node(node: onnx.NodeProto, seen: dict[str, np.ndarray], onnx_opset: int,
+                  rows: int, seconds: float) -> tuple[bool, str]:
+    """Compare a node's captured outputs with its definition on at most ``rows`` of its boxes
+    (evenly spaced), in chunks until ``seconds`` have passed. Returns (ok, the node's line)."""
+    f = form(node.domain, node.op_type)
+    kernel = "" if f.registered else " on onnxruntime's kernel"
+    what = f"node {node_label(node)!r} ({f.domain or 'onnx'}::{f.op_type}{kernel})"
+    try:
+        spec, attrs = reference.node_definition(node, onnx_opset)
+        inputs = [seen[x] for x in node.input]
+    except (RoiOpError, ValueError, KeyError) as e:
+        return False, f"{what}: its definition cannot be set up: {e}"
+    defined = "its definition" + ("" if spec.key == f.key else f" ({spec.domain}::{spec.name})")
+    n = len(inputs[spec.boxes_input])
+    picked = np.unique(np.linspace(0, n - 1, min(rows, n)).round().astype(np.int64))
+    k = max(1, math.ceil(len(picked) / 8))
+    chunks = [picked[i::k] for i in range(k)]  # each spread over the rows, so a stop is too
+    start, done, worst = time.perf_counter(), 0, 0.0
+    for chunk in chunks:
+        try:
+            want = reference.run_definition(spec, attrs,
+                                            reference.select_rows(spec, inputs, chunk))
+        except Exception as e:  # noqa: BLE001 - a definition's refusal is the finding
+            return False, f"{what}: {defined} raised {type(e).__name__}: {e}"
+        for name, w in zip(node.output, want):
+            if not name:
+                continue
+            got = seen[name]
+            if got.shape[1:] != w.shape[1:] or len(got) != n:
+                return False, (f"{what}: output {name!r} has shape {list(got.shape)}; "
+                               f"{defined} gives rows of shape {list(w.shape[1:])} for "
+                               f"{n} boxes")
+            a, b = got[chunk].astype(np.float64), w.astype(np.float64)
+            if not a.size:
+                continue
+            diff = np.abs(a - b)
+            worst = max(worst, float(np.nanmax(diff, initial=0.0)))
+            bad = ~(np.isclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True))
+            if bad.any():
+                at = np.argwhere(bad)[0]
+                row = int(chunk[at[0]])
+                return False, (f"{what}: output {name!r} differs from {defined} at row {row} "
+                               f"(index {tuple(int(i) for i in at[1:])}): {a[tuple(at)]:.6g} vs "
+                               f"{b[tuple(at)]:.6g}, |diff| {diff[tuple(at)]:.3g} > {ATOL:g} + "
+                               f"{RTOL:g} x |definition| ({done + len(chunk)} of {n} rows "
+                               f"compared)")
+        done += len(chunk)
+        if time.perf_counter() - start > seconds and done < len(picked):
+            break
+    if n == 0:
+        return True, f"{what}: OK: the run gave it no boxes; {defined} gives no rows either"
+    which = ((f"all {n} rows equal" if n > 1 else "its one row equals") if done == n else
+             f"{done} of {n} rows (evenly spaced; at most --rows {rows}")
+    if done < n:
+        which += (f", stopped after {seconds:g} s by --node-seconds" if done < len(picked)
+                  else "") + ") equal"
+    return True, f"{what}: OK: {which} {defined}, max |diff| {worst:.2g}"
 
 
 def _check(m: onnx.ModelProto, notes: list[str]) -> None:
@@ -172,12 +328,23 @@ def _first_line(e: Exception) -> str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Does a plain onnxruntime session with ort_roi.session_options() run MODEL as it is?
-    Every RoI node it cannot run is named with what to do; then onnx's checker, shape
-    inference and a run with generated inputs against onnx.reference."""
+    """Does a plain onnxruntime session with ort_roi.session_options() run MODEL as it is,
+    and does each RoI node compute its definition? Every RoI node it cannot run is named with
+    what to do; then onnx's checker, shape inference, and one onnxruntime run with generated
+    inputs whose RoI nodes' inputs and outputs are captured: each node's definition
+    (ort_roi.definitions) recomputes some of its rows from those inputs (--rows,
+    --node-seconds), compared with what onnxruntime computed. One line per node; progress on
+    stderr; exit 0 when clean, 1 otherwise."""
     bad = 0
     for path in args.models:
-        v = validate(path, r=args.rois)
+        start = time.perf_counter()
+
+        def progress(msg: str) -> None:
+            print(f"ort-roi validate: {path}: {msg} [{time.perf_counter() - start:.0f} s]",
+                  file=sys.stderr, flush=True)
+
+        v = validate(path, r=args.rois, rows=args.rows, node_seconds=args.node_seconds,
+                     progress=progress)
         _print_validation(path, v)
         bad += not v.ok
     return 1 if bad else 0
@@ -190,18 +357,21 @@ def _print_validation(path: str, v: Validation) -> None:
         print(f"{path}: FAILED: {PLAIN} cannot run it as it is")
     else:
         print(f"{path}: FAILED")
-    for step, msg in v.problems:
-        print(f"  {step}: {msg}")
-    for msg in v.notes:
-        print(f"  note: {msg}")
+    _print_lines(v, "  ")
     a = v.after_convert
     if a is not None:
         verdict = "OK, a plain session runs it" if a.ok else "FAILED"
         print(f"  after `ort-roi convert`: {verdict}")
-        for step, msg in a.problems:
-            print(f"    {step}: {msg}")
-        for msg in a.notes:
-            print(f"    note: {msg}")
+        _print_lines(a, "    ")
+
+
+def _print_lines(v: Validation, indent: str) -> None:
+    for step, msg in v.problems:  # a message of several lines (onnxruntime's) stays whole
+        print(f"{indent}{step}: " + msg.replace("\n", "\n" + indent + "  "))
+    for msg in v.compared:
+        print(f"{indent}{msg}")
+    for msg in v.notes:
+        print(f"{indent}note: {msg}")
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -235,9 +405,16 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """Attach validate and convert to the ort-roi parser."""
-    p = sub.add_parser("validate", help=cmd_validate.__doc__)
+    p = sub.add_parser("validate", help=cmd_validate.__doc__, description=cmd_validate.__doc__)
     p.add_argument("models", nargs="+", metavar="MODEL")
-    p.add_argument("--rois", type=int, default=6, help="boxes in the generated inputs")
+    p.add_argument("--rois", type=int, default=6,
+                   help="boxes in the generated inputs where no declared size fixes them")
+    p.add_argument("--rows", type=int, default=ROWS,
+                   help=f"the most rows (boxes) of each RoI node compared with its "
+                        f"definition, evenly spaced (default {ROWS})")
+    p.add_argument("--node-seconds", type=float, default=NODE_SECONDS,
+                   help=f"time for each node's comparison; past it the rows compared so far "
+                        f"are reported (default {NODE_SECONDS:g})")
     p.set_defaults(fn=cmd_validate)
     p = sub.add_parser("convert", help=cmd_convert.__doc__)
     p.add_argument("input", metavar="IN")

@@ -6,7 +6,9 @@ ours, the exporters', ONNX RoiAlign / MaxRoiPool): a feature map, boxes (in imag
 normalized for bilinear ROIPooling; rows with a batch column or rotated rows as the node wants
 them), counts per image or a batch index per box. Declared dimensions are kept: the number of
 images comes from a declared batch dimension of a feature map or the length of a counts
-input, the number of boxes from a declared box dimension, else ``r``.
+input, the number of boxes from a declared box dimension (also of boxes that reach their RoI
+node through other nodes, as a torchvision stage's ``boxes: [300, 4]``), else ``r``; an input
+that declares its own number of rows gets that many.
 """
 
 from __future__ import annotations
@@ -77,28 +79,21 @@ def _first_param(vi: onnx.ValueInfoProto) -> str | None:
 
 
 def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs for every graph input (initializers excepted) that fit their declarations."""
+    """Inputs for every graph input (initializers excepted) that fit their declarations.
+
+    Args:
+        model: the graph.
+        r: the number of boxes where no declared dimension fixes it.
+        seed: of the random values.
+
+    Returns:
+        graph input name -> array of the input's declared type and shape.
+    """
     rng = np.random.default_rng(seed)
     weights = {i.name for i in model.graph.initializer}
     graph_inputs = [vi for vi in model.graph.input if vi.name not in weights]
     role = roles(model)
     dims = {vi.name: _dims(vi) for vi in graph_inputs}
-
-    # images and boxes: what the declarations fix, else 1 image and r boxes
-    n = r_ = None
-    for name, d in dims.items():
-        rl = role.get(name)
-        if rl is None or not d:
-            continue
-        if rl.kind in ("features", "counts") and d[0] and not rl.spec.per_box:
-            n = n or d[0]
-        if rl.kind in ("boxes", "batch", "levels") and d[0]:
-            r_ = r_ or d[0]
-    n, r = n or 1, r_ if r_ is not None else r
-    counts = np.full(n, r // n, np.int64)
-    counts[: r % n] += 1
-    batch = np.repeat(np.arange(n), counts)
-    normalized = any(rl.attrs.get("method") in ("bilinear", b"bilinear") for rl in role.values())
 
     kinds = {}
     for vi in graph_inputs:
@@ -106,6 +101,21 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
         kinds[vi.name] = rl.kind if rl is not None else None
         if kinds[vi.name] is None and d is not None and len(d) == 2 and d[1] in (4, 5, 6):
             kinds[vi.name] = "boxes"  # rows of boxes on their way to a RoI node, most likely
+
+    # images and boxes: what the declarations fix, else 1 image and r boxes
+    n = r_ = None
+    for name, d in dims.items():
+        rl = role.get(name)
+        if not d:
+            continue
+        if rl is not None and rl.kind in ("features", "counts") and d[0] and not rl.spec.per_box:
+            n = n or d[0]
+        if kinds[name] in ("boxes", "batch", "levels") and d[0]:
+            r_ = r_ or d[0]
+    n, r = n or 1, r_ if r_ is not None else r
+    counts = _per_image(r, n)[0]
+    normalized = any(rl.attrs.get("method") in ("bilinear", b"bilinear") for rl in role.values())
+
     # an input read by no RoI node whose first dimension is named as the boxes' is per box
     per_box = {_first_param(vi) for vi in graph_inputs
                if kinds[vi.name] in ("boxes", "batch", "levels")} - {None}
@@ -122,16 +132,20 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
         elif kind == "counts":
             out[vi.name] = counts.astype(dtype)
         elif kind == "batch":
-            out[vi.name] = batch.astype(dtype)
+            rows = d[0] if d and d[0] else r
+            out[vi.name] = _per_image(rows, n)[1].astype(dtype)
         elif kind == "image_size":  # the image the boxes are in
             out[vi.name] = np.array([FEAT_H * STRIDE, FEAT_W * STRIDE]).astype(dtype)
         elif kind == "levels":  # one of the feature maps each
-            out[vi.name] = rng.integers(0, len(rl.spec.features), r).astype(dtype)
-        elif kind == "boxes":
+            rows = d[0] if d and d[0] else r
+            out[vi.name] = rng.integers(0, len(rl.spec.features), rows).astype(dtype)
+        elif kind == "boxes":  # a declared number of rows is kept (a stage's boxes [300, 4])
+            rows = d[0] if d and d[0] else r
             cols = (d[1] if d and len(d) == 2 and d[1] else
                     rl.spec.box_cols[0] if rl and isinstance(rl.spec.box_cols, tuple) else
                     rl.spec.box_cols if rl else 4)
-            out[vi.name] = _boxes(rng, r, cols, batch, normalized).astype(dtype)
+            out[vi.name] = _boxes(rng, rows, cols, _per_image(rows, n)[1],
+                                  normalized).astype(dtype)
         else:
             level = rl.level if rl is not None else 0
             c = FEAT_C
@@ -145,6 +159,14 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
                      else [v or 1 for v in d] if d else default)
             out[vi.name] = rng.standard_normal(shape).astype(dtype)
     return out
+
+
+def _per_image(r: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """r boxes over n images, in order and as even as can be: the count of each image and
+    the image of each box."""
+    counts = np.full(n, r // n, np.int64)
+    counts[: r % n] += 1
+    return counts, np.repeat(np.arange(n), counts)
 
 
 def _boxes(rng, r: int, cols: int, batch: np.ndarray, normalized: bool) -> np.ndarray:
