@@ -241,6 +241,14 @@ def test_missing_program_is_named(tmp_path):
         ort_roi.paddle_export(tmp_path / "nope")
 
 
+def test_a_python_without_paddle2onnx_says_what_to_install(saved, tmp_path):
+    bare = tmp_path / "bare-python"  # the same Python without its site-packages
+    bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    bare.chmod(0o755)
+    with pytest.raises(ImportError, match=r"pip install 'ort-roi\[paddle\]'"):
+        ort_roi.paddle_export(saved["standard"], python=str(bare))
+
+
 def test_import_ort_roi_does_not_import_paddle():
     code = "import sys, ort_roi; print('paddle' in sys.modules, 'paddle2onnx' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
