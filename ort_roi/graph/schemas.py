@@ -1,7 +1,10 @@
 """ONNX schemas for the ort_roi ops, derived from the spec table and registered on import.
 
 With them ``onnx.checker.check_model(m, full_check=True)`` checks ort_roi nodes (required
-attributes, types) and ``onnx.shape_inference.infer_shapes`` gives [R, C_out, PH, PW].
+attributes, types) and ``onnx.shape_inference.infer_shapes`` gives [R, C_out, PH, PW]. Shape
+inference needs onnx >= 1.19 (``OpSchema.set_type_and_shape_inference_function``); on older onnx
+the schemas are registered without it (``SHAPE_INFERENCE`` is False): the checker still checks
+ort_roi nodes, and shape inference leaves their outputs untyped.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from .nodes import attribute_value
 
 _TENSOR = {"float32": "tensor(float)", "float64": "tensor(double)",
            "int32": "tensor(int32)", "int64": "tensor(int64)"}
+#: Whether this onnx can run a Python shape inference function (onnx >= 1.19).
+SHAPE_INFERENCE = hasattr(OpSchema, "set_type_and_shape_inference_function")
 _ATTR = {int: OpSchema.AttrType.INT, float: OpSchema.AttrType.FLOAT,
          str: OpSchema.AttrType.STRING}
 
@@ -135,7 +140,8 @@ def schema(spec: OpSpec, domain: str | None = None, name: str | None = None) -> 
                  type_constraints=[(t, [_TENSOR[d.name] for d in TYPES[t]], "")
                                    for t in used],
                  attributes=attrs)
-    s.set_type_and_shape_inference_function(_infer(spec))
+    if SHAPE_INFERENCE:
+        s.set_type_and_shape_inference_function(_infer(spec))
     return s
 
 

@@ -1,0 +1,36 @@
+"""What the installed onnx and onnxruntime can do, for the tests that need more than the
+dependency floor (.ci/floor-constraints.txt): each skips there with the version it needs."""
+
+from __future__ import annotations
+
+import re
+
+import onnxruntime as ort
+import pytest
+
+from ort_roi.graph import schemas
+
+
+def version(text: str) -> tuple[int, ...]:
+    """A version string as a tuple of its first three numbers: '1.17.0' -> (1, 17, 0).
+
+    Args:
+        text: a version as a package reports it.
+
+    Returns:
+        The numbers, for comparison with a tuple.
+    """
+    return tuple(int(n) for n in re.findall(r"\d+", text)[:3])
+
+
+ORT = version(ort.__version__)
+
+#: ort_roi's nodes get inferred shapes only where onnx runs Python inference functions
+needs_shape_inference = pytest.mark.skipif(
+    not schemas.SHAPE_INFERENCE,
+    reason="ort_roi's shape inference needs onnx >= 1.19 "
+           "(OpSchema.set_type_and_shape_inference_function)")
+
+#: onnxruntime loads a model stamped with ai.onnx opset 22 from 1.21 on
+needs_opset_22 = pytest.mark.skipif(ORT < (1, 21),
+                                    reason="onnxruntime < 1.21 refuses models at opset 22")
