@@ -16,6 +16,7 @@ from ort_roi.kernels.cpu import workspace as _workspace
 
 from ort_roi.kernels.cpu import strategies
 from ort_roi.kernels.cpu.strategies import force
+from versions import ORT
 
 MB = 1 << 20
 WORKLOADS = ["W1_faster_rcnn_c4", "W2_mask_rcnn_p2", "W3_batch2_p3"]
@@ -61,6 +62,8 @@ def test_peak_memory_within_twice_input_plus_output_plus_64mb(name, op, path):
         run = lambda: sess.run(None, feed)  # noqa: E731
     extra = _peak_extra(run)
     bound = 2 * (X.nbytes + out_bytes) + 64 * MB
+    if path == "session" and ORT < (1, 19):  # its run copies each output into a new array
+        bound += out_bytes
     assert extra <= bound, f"{extra / MB:.0f} MB > {bound / MB:.0f} MB"
 
 
@@ -226,7 +229,8 @@ def _roialign_max_model(**attrs):
         helper.make_tensor_value_info("rois", TensorProto.FLOAT, None),
         helper.make_tensor_value_info("batch", TensorProto.INT64, None)],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)],
+                             ir_version=builders.IR_VERSION)
 
 
 @pytest.mark.parametrize("op", ["MMCVRoiAlign max", "RoiAlign max", "RoiAlign onnx_max",

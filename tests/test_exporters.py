@@ -25,7 +25,9 @@ from conftest import load_golden, tolerance
 from ort_roi import builders, kernels
 from ort_roi.cli import main as cli
 from ort_roi.kernels.cpu.strategies import force
+from ort_roi.graph.schemas import SHAPE_INFERENCE
 from ort_roi.specs import FORMS
+from versions import ORT, needs_opset_22
 
 needs_openvino = pytest.mark.skipif(not O.openvino_available(),
                                     reason="needs openvino: pip install 'ort-roi[parity]'")
@@ -199,7 +201,7 @@ ONNX_AVG = [c for c in C.onnx_roi_align_cases(7) if c["inputs"]["X"].dtype == np
             and len(c["inputs"]["rois"])]
 
 
-@pytest.mark.parametrize("opset", [10, 16, 22])
+@pytest.mark.parametrize("opset", [10, 16, pytest.param(22, marks=needs_opset_22)])
 @pytest.mark.parametrize("case", ONNX_AVG[::3], ids=[c["name"] for c in ONNX_AVG[::3]])
 def test_converted_roi_align_avg_matches_onnxruntime(case, opset):
     a, ctm = _onnx_attrs(case, opset)
@@ -257,9 +259,10 @@ def test_convert_round_trip_and_cli(tmp_path, capsys):
     assert "1 node(s) rewritten" in capsys.readouterr().out
     conv = onnx.load(dst)
     assert [(n.domain, n.op_type) for n in conv.graph.node] == [("ort_roi", "RoiAlign")]
-    out = onnx.shape_inference.infer_shapes(conv, strict_mode=True).graph.output[0]
-    assert [d.dim_value for d in out.type.tensor_type.shape.dim][1:] == [0, 3, 2]  # [?, ?, 3, 2]
-    onnx.checker.check_model(onnx.shape_inference.infer_shapes(conv), full_check=True)
+    if SHAPE_INFERENCE:  # onnx >= 1.19
+        out = onnx.shape_inference.infer_shapes(conv, strict_mode=True).graph.output[0]
+        assert [d.dim_value for d in out.type.tensor_type.shape.dim][1:] == [0, 3, 2]
+        onnx.checker.check_model(onnx.shape_inference.infer_shapes(conv), full_check=True)
     assert cli.main(["convert", str(dst), str(back), "--to", "onnx"]) == 0
     restored = onnx.load(back)
     assert [(n.domain, n.op_type) for n in restored.graph.node] == [("", "RoiAlign")]
@@ -339,7 +342,9 @@ def test_validate_accepts_a_graph_whose_outputs_carry_no_shape(tmp_path, capsys)
     onnx.save(ort_roi.convert(m), path)
     assert cli.main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "OK" in out and "checked with the inferred shapes" in out
+    assert "OK" in out
+    assert ("checked with the inferred shapes" if SHAPE_INFERENCE  # onnx >= 1.19
+            else "checked the graph without them") in out
     onnx.save(m, path)  # as torchvision writes it: a plain session runs it natively
     assert cli.main(["validate", str(path)]) == 0
     assert ("node 'ra' (onnx::RoiAlign) runs on onnxruntime's own kernel; `ort-roi convert` "
@@ -462,7 +467,7 @@ def test_info_says_what_a_plain_session_does_with_each_form():
             _plain(model)
         assert runs[name].startswith("a plain session refuses it as exported")
         assert "natively" not in runs[name] and "own kernel" not in runs[name]
-    with pytest.raises(Exception, match="NOT_IMPLEMENTED"):
+    with pytest.raises(Exception, match="NOT_IMPLEMENTED" if ORT >= (1, 21) else "Opset 22"):
         ort.InferenceSession(onnx_roi_align_model(22).SerializeToString(),
                              providers=["CPUExecutionProvider"])
     assert runs["onnx::RoiAlign"].startswith(

@@ -15,6 +15,7 @@ import literal
 import ort_roi
 from conftest import load_golden, tolerance
 from ort_roi import kernels
+from ort_roi.graph.schemas import SHAPE_INFERENCE
 
 ROI_ALIGN_CASES = load_golden("roi_align")
 
@@ -67,9 +68,10 @@ def test_avg_matches_paddle_roi_align_on_five_column_rois(case, domain):
 def test_exported_graph_checks_infers_and_runs(domain):
     m = mmdeploy_graph(domain=domain)
     checker.check_model(m, full_check=True)
-    out = shape_inference.infer_shapes(m, strict_mode=True).graph.output[0]
-    dims = [d.dim_param or d.dim_value for d in out.type.tensor_type.shape.dim]
-    assert dims == ["R", "C", 7, 7]
+    if SHAPE_INFERENCE:  # onnx >= 1.19
+        out = shape_inference.infer_shapes(m, strict_mode=True).graph.output[0]
+        dims = [d.dim_param or d.dim_value for d in out.type.tensor_type.shape.dim]
+        assert dims == ["R", "C", 7, 7]
     X = np.random.default_rng(0).standard_normal((1, 4, 20, 24)).astype(np.float32)
     rois = np.array([[0, 4, 4, 60, 44], [0, 10, 0, 95, 79]], np.float32)
     got = _plain(m).run(None, {"input": X, "rois": rois})[0]

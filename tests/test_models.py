@@ -11,6 +11,7 @@ import ort_roi
 from ort_roi import builders
 from ort_roi.graph import examples, inputs
 from ort_roi.cli.compare import compare_with_reference
+from versions import needs_shape_inference
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "models")
 
@@ -39,6 +40,7 @@ def _hand_written(**attrs):
                                [builders.tensor("Y", "float32", ["R", "C", "PH", "PW"])])
 
 
+@needs_shape_inference
 def test_hand_written_graph_checks_and_infers_shapes():
     m = _hand_written(pooled_height=7, pooled_width=5, spatial_scale=0.25, sampling_ratio=2,
                       aligned=1)
@@ -49,6 +51,7 @@ def test_hand_written_graph_checks_and_infers_shapes():
     assert dims == ["R", 64, 7, 5] and y.elem_type == onnx.TensorProto.FLOAT
 
 
+@needs_shape_inference
 def test_shape_inference_psroi_channels_come_from_the_attribute():
     node = builders.psroi_pool("X", "rois", "n", "Y", output_channels=21, pooled_height=7,
                                pooled_width=7, spatial_scale=0.0625)
@@ -71,6 +74,7 @@ def test_checker_rejects_missing_required_attribute():
         onnx.checker.check_model(m, full_check=True)
 
 
+@needs_shape_inference
 def test_shape_inference_rejects_bad_attribute_value():
     m = _hand_written(pooled_height=0, pooled_width=5, spatial_scale=0.25, sampling_ratio=2,
                       aligned=1)

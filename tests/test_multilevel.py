@@ -23,6 +23,7 @@ from ort_roi import kernels
 from ort_roi.cli import main as cli
 from ort_roi.runtime.bridge import GUARD_ATTR
 from ort_roi import geometry as G
+from ort_roi.graph.schemas import SHAPE_INFERENCE
 
 needs_openvino = pytest.mark.skipif(not O.openvino_available(),
                                     reason="needs openvino: pip install 'ort-roi[parity]'")
@@ -172,9 +173,10 @@ def test_convert_cli_writes_fixed_arity_nodes_with_scalar_strides(tmp_path, caps
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     assert node.op_type == "MultiLevelRoiAlign_L4"
     assert [attrs[f"stride_{i}"] for i in range(4)] == [4.0, 8.0, 16.0, 32.0]
-    out = onnx.shape_inference.infer_shapes(onnx.load(dst), strict_mode=True).graph.output[0]
-    assert [d.dim_value for d in out.type.tensor_type.shape.dim][2:] == [
-        case["attrs"]["output_height"], case["attrs"]["output_width"]]
+    if SHAPE_INFERENCE:  # onnx >= 1.19
+        out = onnx.shape_inference.infer_shapes(onnx.load(dst), strict_mode=True).graph.output[0]
+        assert [d.dim_value for d in out.type.tensor_type.shape.dim][2:] == [
+            case["attrs"]["output_height"], case["attrs"]["output_width"]]
     ext = O.extractor_node_model(C.extractor_cases(24)[0])
     conv = ort_roi.convert(ext)
     assert [a.name for a in conv.graph.node[0].attribute] == [

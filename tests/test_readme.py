@@ -50,7 +50,8 @@ CASES = [pytest.param(doc, lang, code, id=f"{doc}:{line}:{lang}")
 def missing_extra(code: str) -> str | None:
     """The skip reason for a block that imports (or, for a command, needs) a module of an
     extra that is not installed; None when everything it needs is here."""
-    mods = set(re.findall(r"^\s*(?:import|from)\s+([\w.]+(?:\s*,\s*[\w.]+)*)", code, re.M))
+    mods = set(re.findall(r"^\s*import\s+([^\n#;]+)", code, re.M))  # a, b as c, d
+    mods |= set(re.findall(r"^\s*from\s+([\w.]+)", code, re.M))
     names = {n.strip().split(".")[0].split(" ")[0] for m in mods for n in m.split(",")}
     if "--plot" in code:
         names.add("matplotlib")

@@ -51,7 +51,7 @@ def _ort_loop_reference(maps, rois):
              helper.make_node("Reshape", ["y", "flat"], ["yf"]),
              helper.make_node("ArgMax", ["yf"], ["a"], axis=2, keepdims=0)]
     m = helper.make_model(helper.make_graph(nodes, "g", [X, S], [Y, A]),
-                          opset_imports=[helper.make_opsetid("", 17)])
+                          opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     f = np.float32
     keypoints = np.ones((len(rois), maps.shape[1], 3), f)
