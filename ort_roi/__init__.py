@@ -22,6 +22,7 @@ from .graph import builders, schemas  # noqa: E402
 from .graph.rewrite import convert  # noqa: E402
 from .kernels.backend import get_backend, set_backend  # noqa: E402
 from .kernels.cpu import workspace  # noqa: E402
+from .kernels.cpu.parallel import set_num_threads  # noqa: E402
 from .runtime.session import InferenceSession, session_options  # noqa: E402
 from .specs import DOMAIN, OPSET_VERSION, SPECS  # noqa: E402
 
@@ -60,4 +61,4 @@ schemas.register()
 
 __all__ = ["DOMAIN", "OPSET_VERSION", "SPECS", "InferenceSession", "RoiOpError", "builders",
            "convert", "get_backend", "kernels", "paddle_export", "release_memory",
-           "session_options", "set_backend", "torch_export", "__version__"]
+           "session_options", "set_backend", "set_num_threads", "torch_export", "__version__"]

@@ -98,8 +98,8 @@ def test_validate_answers_ok_on_mask_rcnn_native_and_converted(tmp_path, capsys)
     """It ran 30 minutes on a whole detector (onnx.reference's NMS) or answered FAILED on
     Mask R-CNN for 21 detections against 20 (a score threshold's float noise): now each RoI
     node against its definition, in bounded time."""
-    pytest.importorskip("torch", reason=TORCH)
-    pytest.importorskip("torchvision", reason=TORCH)
+    pytest.importorskip("torch", reason="needs torch: pip install 'ort-roi[torchvision]'")
+    pytest.importorskip("torchvision", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
     import test_torchvision_models as tvm
 
     graphs = tvm._graphs("mask_resnet18")
