@@ -29,7 +29,7 @@ RUN = ("python", "bash", "console")
 #: top-level module -> the extra that installs it
 EXTRAS = {"torch": "torchvision", "torchvision": "torchvision", "onnxscript": "torchvision",
           "paddle": "parity", "openvino": "parity", "cupy": "cupy", "matplotlib": "plot",
-          "ray": "ray"}
+          "ray": "ray", "paddle2onnx": "paddle"}
 #: commands of a bash block that the test does not run (CI runs the Quick start's)
 NOT_RUN = ("pip install", "python -m pytest")
 
@@ -55,6 +55,8 @@ def missing_extra(code: str) -> str | None:
     names = {n.strip().split(".")[0].split(" ")[0] for m in mods for n in m.split(",")}
     if "--plot" in code:
         names.add("matplotlib")
+    if "paddle_export" in code or "export-paddle" in code:
+        names.add("paddle2onnx")
     for name in sorted(names & set(EXTRAS)):
         if importlib.util.find_spec(name) is None:
             extra = EXTRAS[name]
