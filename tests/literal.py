@@ -12,12 +12,9 @@ import math
 import numpy as np
 
 
-def _mmcv_sample(X, b, c, y, x):
-    """mmcv's pre_calc bilinear sample, in T: w1*v1 + w2*v2 + w3*v3 + w4*v4 (0 off the map)."""
-    t = X.dtype.type
-    _, _, H, W = X.shape
-    if y < -1 or y > H or x < -1 or x > W:
-        return t(0)
+def _taps(t, H, W, y, x):
+    """pre_calc's taps of an on-map sample: rows yl, yh, columns xl, xh and the fractions
+    ly, lx, hy = 1 - ly, hx = 1 - lx, in T (a sample at or past the last row/column clamps)."""
     y, x = max(y, t(0)), max(x, t(0))
     yl, xl = int(y), int(x)
     if yl >= H - 1:
@@ -32,6 +29,16 @@ def _mmcv_sample(X, b, c, y, x):
         xh = xl + 1
     ly, lx = y - t(yl), x - t(xl)
     hy, hx = t(1) - ly, t(1) - lx
+    return yl, yh, xl, xh, ly, lx, hy, hx
+
+
+def _mmcv_sample(X, b, c, y, x):
+    """mmcv's pre_calc bilinear sample, in T: w1*v1 + w2*v2 + w3*v3 + w4*v4 (0 off the map)."""
+    t = X.dtype.type
+    _, _, H, W = X.shape
+    if y < -1 or y > H or x < -1 or x > W:
+        return t(0)
+    yl, yh, xl, xh, ly, lx, hy, hx = _taps(t, H, W, y, x)
     v = X[b, c]
     return hy * hx * v[yl, xl] + hy * lx * v[yl, xh] + ly * hx * v[yh, xl] + ly * lx * v[yh, xh]
 
@@ -169,20 +176,7 @@ def _ort_corner_max(X, b, c, y, x):
     v = X[b, c]
     if y < -1 or y > H or x < -1 or x > W:
         return t(0) * v[0, 0]
-    y, x = max(y, t(0)), max(x, t(0))
-    yl, xl = int(y), int(x)
-    if yl >= H - 1:
-        yl = yh = H - 1
-        y = t(yl)
-    else:
-        yh = yl + 1
-    if xl >= W - 1:
-        xl = xh = W - 1
-        x = t(xl)
-    else:
-        xh = xl + 1
-    ly, lx = y - t(yl), x - t(xl)
-    hy, hx = t(1) - ly, t(1) - lx
+    yl, yh, xl, xh, ly, lx, hy, hx = _taps(t, H, W, y, x)
     best = hy * hx * v[yl, xl]
     for w, p in ((hy * lx, v[yl, xh]), (ly * hx, v[yh, xl]), (ly * lx, v[yh, xh])):
         best = w * p if best < w * p else best
