@@ -394,15 +394,20 @@ def test_validate_a_graph_without_roi_nodes_says_so(tmp_path, capsys):
     assert "note: no RoI node" in capsys.readouterr().out
 
 
+def _align_two_counts(images: int):
+    """One RoIAlign node on X [images, 4, 20, 24] whose boxes_num is declared [2]."""
+    node = builders.roi_align("X", "boxes", "boxes_num", "Y", name="align", pooled_height=3,
+                              pooled_width=3, spatial_scale=0.25, sampling_ratio=2)
+    return builders.make_model([node], [builders.tensor("X", "float32", [images, 4, 20, 24]),
+                                        builders.tensor("boxes", "float32", ["R", 4]),
+                                        builders.tensor("boxes_num", "int64", [2])],
+                               [builders.tensor("Y", "float32", ["R", 4, 3, 3])])
+
+
 def test_validate_follows_declared_shapes(tmp_path, capsys):
     """A valid two-image graph (boxes_num declared [2]) once died with onnxruntime's 'Got
     invalid dimensions for input: boxes_num' traceback: the generated counts had length 1."""
-    node = builders.roi_align("X", "boxes", "boxes_num", "Y", name="align", pooled_height=3,
-                              pooled_width=3, spatial_scale=0.25, sampling_ratio=2)
-    m = builders.make_model([node], [builders.tensor("X", "float32", [2, 4, 20, 24]),
-                                     builders.tensor("boxes", "float32", ["R", 4]),
-                                     builders.tensor("boxes_num", "int64", [2])],
-                            [builders.tensor("Y", "float32", ["R", 4, 3, 3])])
+    m = _align_two_counts(2)
     assert cli.main(["validate", _save(tmp_path, m)]) == 0
     out = capsys.readouterr().out
     assert "OK" in out and "boxes_num [2]" in out and "X [2, 4, 20, 24]" in out, out
@@ -411,12 +416,7 @@ def test_validate_follows_declared_shapes(tmp_path, capsys):
 def test_validate_prints_onnxruntimes_whole_message(tmp_path, capsys):
     """Its message on a failed run was the first line of onnxruntime's: here the dimension
     that is wrong and the fix were cut off (boxes_num declared [2] for 3 images)."""
-    node = builders.roi_align("X", "boxes", "boxes_num", "Y", name="align", pooled_height=3,
-                              pooled_width=3, spatial_scale=0.25, sampling_ratio=2)
-    m = builders.make_model([node], [builders.tensor("X", "float32", [3, 4, 20, 24]),
-                                     builders.tensor("boxes", "float32", ["R", 4]),
-                                     builders.tensor("boxes_num", "int64", [2])],
-                            [builders.tensor("Y", "float32", ["R", 4, 3, 3])])
+    m = _align_two_counts(3)
     assert cli.main(["validate", _save(tmp_path, m)]) == 1
     out = capsys.readouterr().out
     for fragment in ("run: InvalidArgument: [ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got "
