@@ -21,7 +21,7 @@ from onnx import helper, numpy_helper
 
 import ort_roi
 from ort_roi.graph.builders import single_op_model
-from ort_roi.graph.fusion import GraphIndex
+from ort_roi.graph.toolkit import GraphIndex
 
 sys.path.insert(0, str(Path(__file__).parent))
 

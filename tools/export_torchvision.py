@@ -136,7 +136,7 @@ def _loop_bodies(module, args, dynamic: dict, roles: tuple) -> dict:
     import onnx
     import torch
 
-    from ort_roi.graph.fusion import GraphIndex
+    from ort_roi.graph.toolkit import GraphIndex
     from ort_roi.graph.loops import body_lines
 
     bodies = {}

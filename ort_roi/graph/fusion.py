@@ -32,74 +32,8 @@ from onnx import helper, numpy_helper
 
 from ..errors import node_label
 from ..specs import DOMAIN, MAX_LEVELS, PYRAMID_SPECS
-from .nodes import attribute_value, given_attrs, opset
-
-class NoMatch(Exception):
-    """The subgraph is not torchvision's stage, exactly: why."""
-
-
-def anything(value: Any) -> bool:
-    """An attribute value the matcher reads rather than prescribes (``GraphIndex.made_by``)."""
-    return True
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, onnx.TensorProto):
-        a = numpy_helper.to_array(value)
-        return f"a {a.dtype} tensor {a.tolist()!r}" if a.size <= 8 else f"a {a.dtype} tensor"
-    if value is None:
-        return "none"
-    return repr(value)
-
-
-def _declared(op_type: str, domain: str, onnx_opset: int | None) -> dict[str, Any]:
-    """The attributes an ONNX op declares at ``onnx_opset`` (the newest when None), each with
-    its default (None: none). Raises NoMatch for an op onnx does not know there."""
-    try:
-        schema = (onnx.defs.get_schema(op_type, domain or "") if onnx_opset is None
-                  else onnx.defs.get_schema(op_type, onnx_opset, domain or ""))
-    except onnx.defs.SchemaError:
-        raise NoMatch(f"{op_type} is not an ONNX op at opset {onnx_opset}") from None
-    return {name: attribute_value(a.default_value) if a.default_value.name else None
-            for name, a in schema.attributes.items()}
-
-
-def check_attrs(node: onnx.NodeProto, onnx_opset: int | None, **want: Any) -> dict[str, Any]:
-    """Check a matched node's whole attribute set against what the exporter writes.
-
-    Args:
-        node: a node of the default domain.
-        onnx_opset: the model's ONNX opset (the op's schema there says which attributes it has
-            and their defaults); None: the newest.
-        **want: attribute -> the value the exporter writes, or a predicate (``anything``: read,
-            not prescribed). An attribute the op does not declare at this opset is ignored.
-            Every declared attribute not named here must be absent or hold its default.
-
-    Returns:
-        Every declared attribute's value (given, else its default; None when it has none).
-
-    Raises:
-        NoMatch: naming the node and the first attribute that differs (or that the op does
-            not declare).
-    """
-    declared = _declared(node.op_type, node.domain, onnx_opset)
-    given = given_attrs(node)
-    label = f"{node.op_type} {node_label(node)!r}"
-    for name in given:
-        if name not in declared:
-            raise NoMatch(f"{label} has attribute {name!r}, which {node.op_type} does not "
-                          f"declare at opset {onnx_opset}")
-    values = {**declared, **given}
-    for name, value in values.items():
-        expected = want.get(name, declared[name])
-        ok = expected(value) if callable(expected) else (
-            not isinstance(value, onnx.TensorProto) and value == expected)
-        if not ok:
-            wants = ("another value" if callable(expected) else _shown(expected))
-            raise NoMatch(f"{label} has attribute {name}={_shown(value)} where torch.onnx "
-                          f"writes {wants}")
-    return values
-
+from .nodes import given_attrs, opset
+from .toolkit import GraphIndex, NoMatch, anything, check_attrs, declared_attrs, splice
 
 @dataclass
 class Stage:
@@ -111,66 +45,6 @@ class Stage:
     feats: list[str]  # the feature map of each level, level 0 first
     attrs: dict
     cast: int | None = None  # the type every level's result is Cast to, if it is
-
-
-class GraphIndex:
-    """A graph indexed: the producer and consumers of each tensor, its constants; the
-    model's ONNX opset (``onnx_opset``, None: the newest) for checking matched nodes."""
-
-    def __init__(self, graph: onnx.GraphProto, onnx_opset: int | None = None):
-        self.graph = graph
-        self.opset = onnx_opset
-        self.producer = {o: n for n in graph.node for o in n.output if o}
-        self.consumers: dict[str, list[onnx.NodeProto]] = {}
-        for n in graph.node:
-            for i in n.input:
-                self.consumers.setdefault(i, []).append(n)
-        self.outputs = {o.name for o in graph.output}
-        self.inits = {t.name: t for t in graph.initializer}
-
-    def const(self, name: str):
-        """The value of a constant tensor (Constant node or initializer), else None."""
-        if name in self.inits:
-            return numpy_helper.to_array(self.inits[name])
-        n = self.producer.get(name)
-        if n is not None and n.op_type == "Constant":
-            for a in n.attribute:
-                if a.name == "value":
-                    return numpy_helper.to_array(a.t)
-                if a.name in ("value_int", "value_ints", "value_float", "value_floats"):
-                    return np.asarray(attribute_value(a))
-        return None
-
-    def made_by(self, name: str, op: str, **want: Any) -> onnx.NodeProto:
-        """The node computing ``name``, an ONNX ``op`` whose whole attribute set is what the
-        exporter writes (``check_attrs(node, self.opset, **want)``); else NoMatch."""
-        n = self.producer.get(name)
-        if n is None or n.op_type != op or n.domain not in ("", "ai.onnx"):
-            got = "a graph input" if n is None else f"{n.op_type} {node_label(n)!r}"
-            raise NoMatch(f"{name!r} comes from {got}, not a {op}")
-        check_attrs(n, self.opset, **want)
-        return n
-
-    def const_is(self, node: onnx.NodeProto, index: int, value: Any) -> None:
-        """Input ``index`` of ``node`` is a constant equal to ``value`` (shape included);
-        else NoMatch naming the node and the input."""
-        got = self.const(node.input[index]) if len(node.input) > index and node.input[index] \
-            else None
-        want = np.asarray(value)
-        if got is None or got.shape != want.shape or not np.array_equal(got, want):
-            shown = "not a constant" if got is None else repr(got.tolist())
-            raise NoMatch(f"{node.op_type} {node_label(node)!r} reads {shown} as input "
-                          f"{index} where torch.onnx writes {want.tolist()!r}")
-
-    def operand(self, name: str, op: str, attr: str, index: int, value: list,
-                **want: Any) -> onnx.NodeProto:
-        """``made_by(name, op)`` whose ``attr`` (an attribute at the model's opset, or input
-        ``index`` since the op took it as an input: axes, split) is ``value``."""
-        if attr in _declared(op, "", self.opset):
-            return self.made_by(name, op, **{attr: list(value)}, **want)
-        n = self.made_by(name, op, **want)
-        self.const_is(n, index, value)
-        return n
 
 
 def _pooled_update(g: GraphIndex, name: str) -> tuple[onnx.NodeProto | None, onnx.NodeProto | None]:
@@ -198,7 +72,7 @@ def find_stages(model: onnx.ModelProto) -> tuple[list[Stage], list[str]]:
     starts like one (a zero tensor scattered into by RoiAlign results) but does not match,
     and for each merge of RoiAlign results by ScatterND (torch.onnx's dynamo exporter)."""
     onnx_opset = opset(model) or 1
-    g = GraphIndex(model.graph, onnx_opset)
+    g = GraphIndex(model.graph, onnx_opset, "torch.onnx")
     stages, notes = [], []
     for node in model.graph.node:
         if node.domain not in ("", "ai.onnx"):
@@ -309,13 +183,13 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> Stage:
         raise NoMatch(f"{len(chain)} levels merged: ort_roi fuses 2 to {MAX_LEVELS}")
     levels, rois, found, attrs, casts = None, None, {}, None, set()
     for s in chain:
-        check_attrs(s, g.opset, axis=0, reduction="none")
+        check_attrs(s, g.opset, g.exporter, axis=0, reduction="none")
         ra, cast = _pooled_update(g, s.input[2])
         if ra is None:
             raise NoMatch(f"ScatterElements {node_label(s)!r} scatters {s.input[2]!r}, not a "
                           f"RoiAlign's result")
-        casts.add(None if cast is None else check_attrs(cast, g.opset, to=anything)["to"])
-        a = check_attrs(ra, g.opset, mode="avg", output_height=anything,
+        casts.add(None if cast is None else check_attrs(cast, g.opset, g.exporter, to=anything)["to"])
+        a = check_attrs(ra, g.opset, g.exporter, mode="avg", output_height=anything,
                         output_width=anything, spatial_scale=lambda v: v > 0,
                         sampling_ratio=lambda v: v >= 0,
                         coordinate_transformation_mode=lambda v: v in ("half_pixel",
@@ -359,42 +233,6 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> Stage:
     return Stage(chain[-1], rois, levels, feats, attrs, casts.pop())
 
 
-def _ancestors(g: GraphIndex, names: list[str]) -> set[int]:
-    """Indices (in the graph) of the nodes every tensor in ``names`` is computed from (what
-    their subgraphs read included)."""
-    index = {id(n): i for i, n in enumerate(g.graph.node)}
-    seen, todo = set(), list(names)
-    while todo:
-        n = g.producer.get(todo.pop())
-        if n is None or index[id(n)] in seen:
-            continue
-        seen.add(index[id(n)])
-        todo.extend(_reads(n))
-    return seen
-
-
-def splice(model: onnx.ModelProto, old: onnx.NodeProto, new: list[onnx.NodeProto],
-           keep: list[str]) -> int:
-    """Put ``new`` in the place of node ``old`` of the main graph, in place, and drop the
-    nodes (and initializers) that computed only what ``old`` read: those not also computing
-    ``keep`` (the new nodes' inputs) or anything else still read. Returns how many nodes
-    went."""
-    g = GraphIndex(model.graph)
-    plumbing = _ancestors(g, list(old.output)) - _ancestors(g, keep)
-    nodes = list(model.graph.node)  # (copies: an earlier fusion rebuilt the list)
-    at = next(i for i, n in enumerate(nodes) if n.output[:1] == old.output[:1])
-    removed = _dead(nodes, plumbing, model.graph, at)
-    out = [n for i, n in enumerate(nodes) if i not in removed]
-    out[sum(1 for i in range(at) if i not in removed):0] = new
-    read = {name for n in out for name in _reads(n)} | {o.name for o in model.graph.output}
-    gone = {name for i in removed for name in _reads(nodes[i])} - read
-    for t in [t for t in model.graph.initializer if t.name in gone]:
-        model.graph.initializer.remove(t)
-    del model.graph.node[:]
-    model.graph.node.extend(out)
-    return len(removed)
-
-
 def fuse(model: onnx.ModelProto) -> tuple[list[tuple[str, int]], list[str]]:
     """Replace every MultiScaleRoIAlign stage of the main graph, in place, with one
     PyramidRoIAlign_L{n} node; returns ([(the new node's name, the nodes it replaced)], notes)."""
@@ -413,41 +251,6 @@ def fuse(model: onnx.ModelProto) -> tuple[list[tuple[str, int]], list[str]]:
                                         name=f"{name}/Cast", to=st.cast))
         done.append((name, splice(model, st.merge, new, inputs)))
     return done, notes
-
-
-def _dead(nodes: list[onnx.NodeProto], candidates: set[int], graph: onnx.GraphProto,
-          merge: int) -> set[int]:
-    """The merge, and the candidates nothing reads once it is gone."""
-    readers: dict[str, int] = {}
-    for n in nodes:
-        for name in _reads(n):
-            readers[name] = readers.get(name, 0) + 1
-    for o in graph.output:
-        readers[o.name] = readers.get(o.name, 0) + 1
-    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
-    removed, todo = set(), [merge]
-    while todo:
-        i = todo.pop()
-        if i in removed:
-            continue
-        removed.add(i)
-        for name in _reads(nodes[i]):
-            readers[name] -= 1
-            p = producer.get(name)
-            if (p is not None and p in candidates and p not in removed
-                    and all(readers.get(o, 0) == 0 for o in nodes[p].output if o)):
-                todo.append(p)
-    return removed
-
-
-def _reads(node: onnx.NodeProto) -> list[str]:
-    """The tensors a node reads, in its subgraphs too."""
-    names = [i for i in node.input if i]
-    for a in node.attribute:
-        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else []) + list(a.graphs):
-            for n in sub.node:
-                names += _reads(n)
-    return names
 
 
 def unfuse(node: onnx.NodeProto, onnx_opset: int) -> list[onnx.NodeProto]:
@@ -473,7 +276,7 @@ def unfuse(node: onnx.NodeProto, onnx_opset: int) -> list[onnx.NodeProto]:
         return op("Constant", [], value=numpy_helper.from_array(np.asarray(value, dtype)))
 
     def with_axes(op_type, x, name, values, **attrs) -> str:  # an attribute, since 13 an input
-        if name in _declared(op_type, "", onnx_opset):
+        if name in declared_attrs(op_type, "", onnx_opset):
             return op(op_type, [x], **{name: values}, **attrs)
         return op(op_type, [x, const(values)], **attrs)
 

@@ -30,7 +30,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import node_label
 from ..specs import DOMAIN, HEATMAPS_TO_KEYPOINTS, PASTE_MASKS, OpSpec
-from .fusion import GraphIndex, NoMatch, anything, check_attrs, splice
+from .toolkit import GraphIndex, NoMatch, anything, check_attrs, splice
 from .nodes import opset
 
 #: What the keypoint Loop's outer-scope tensors are, in the order its body first reads them.
@@ -270,7 +270,7 @@ LOOPS = (
 def match(g: GraphIndex, loop: onnx.NodeProto, form: LoopForm):
     """(the op's inputs from the graph, {name: value} of its constant inputs after them) for
     a Loop of ``form``; raises NoMatch saying why not."""
-    check_attrs(loop, g.opset, body=anything)
+    check_attrs(loop, g.opset, g.exporter, body=anything)
     lines, outer = body_lines(loop, g.const)
     bodies = references()[form.key]["bodies"]
     params = next((p for p in (unify(lines, ref) for ref in bodies.values()) if p is not None),
@@ -314,7 +314,7 @@ def fuse_loops(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], list
         if form is None:
             continue
         try:
-            inputs, values = match(GraphIndex(model.graph, opset(model) or 1), loop, form)
+            inputs, values = match(GraphIndex(model.graph, opset(model) or 1, "torch.onnx"), loop, form)
         except NoMatch as e:
             notes.append(f"node {node_label(loop)!r} (Loop) reads like {form.what} but "
                          f"does not match it exactly ({e}); left as it is")
