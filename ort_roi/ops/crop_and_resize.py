@@ -1,0 +1,191 @@
+"""CropAndResize: TensorFlow's tf.image.crop_and_resize (TF Object Detection API's Faster /
+Mask R-CNN RoI pooling), exact: NHWC image, normalized [y1, x1, y2, x2] boxes, float32 out."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..definitions.crop_and_resize import crop_and_resize as definition
+from ..errors import RoiOpError
+from ..kernels.checks import batch_from_indices, quiet
+from ..kernels.dispatch import compute, host, is_cupy
+from ..spec import DOMAIN, TYPES, Attr, Dims, Input, NodeForm, Op, OpSpec, Output
+
+F32 = np.float32
+#: The largest crop side (TF OD API crops 7 to 33; a side past this is a broken graph).
+MAX_CROP_SIDE = 1 << 16
+#: The most output elements (R * crop_height * crop_width * C) one call may produce: 8 GiB
+#: of float32; indices stay within int32 on the GPU.
+MAX_OUTPUT_ELEMENTS = (1 << 31) - 1
+
+
+def crop_shapes(spec: OpSpec, dims: Sequence[Dims], attrs: Mapping[str, Any],
+                values: Mapping[int, np.ndarray]) -> list[list]:
+    """[R, crop_height, crop_width, C] from image [N, H, W, C], boxes [R, 4] and
+    box_indices [R]; RoiOpError where known dimensions contradict the op."""
+    image, boxes, idx = dims[0], dims[1], dims[2]
+    if image is not None and len(image) != 4:
+        raise RoiOpError(spec.name, "input 'image'",
+                         f"must have rank 4 [N, H, W, C], got rank {len(image)}")
+    if boxes is not None and (len(boxes) != 2 or (isinstance(boxes[1], int) and boxes[1] != 4)):
+        raise RoiOpError(spec.name, "input 'boxes'",
+                         f"must have shape [R, 4], got {[d if d is not None else '?' for d in boxes]}")
+    if idx is not None and len(idx) != 1:
+        raise RoiOpError(spec.name, "input 'box_indices'",
+                         f"must have rank 1 [R], got rank {len(idx)}")
+    r = boxes[0] if boxes is not None else (idx[0] if idx is not None else None)
+    c = image[3] if image is not None else None
+    return [[r, attrs.get("crop_height"), attrs.get("crop_width"), c]]
+
+
+SPEC = OpSpec(
+    name="CropAndResize",
+    source="TensorFlow tf.image.crop_and_resize (CropAndResize, CPU kernel)",
+    doc="Each box [y1, x1, y2, x2] (normalized: 0 and 1 are the first and last pixel "
+        "centres) of image box_indices[r] resampled to crop_height x crop_width in NHWC, in "
+        "float32 as TensorFlow computes it: sample y at y1*(H-1) + y*((y2-y1)*(H-1)/"
+        "(crop_height-1)) (the centre when crop_height = 1), rows and columns off [0, H-1] "
+        "/ [0, W-1] the extrapolation value; bilinear (x first, then y) or nearest (half "
+        "away from zero). The output is float32 for a float64 image too (as TensorFlow).",
+    inputs=(Input("image", "T", "[N, H, W, C]", "images, NHWC"),
+            Input("boxes", "T", "[R, 4]", "rows [y1, x1, y2, x2], normalized (taken as float32)"),
+            Input("box_indices", "I", "[R]", "the image of each box, in [0, N)")),
+    attrs=(Attr("crop_height", int, None, min=1, doc="output height (TF's crop_size[0])"),
+           Attr("crop_width", int, None, min=1, doc="output width (TF's crop_size[1])"),
+           Attr("method", str, "bilinear", choices=("bilinear", "nearest"),
+                doc="bilinear, or nearest (roundf: half away from zero)"),
+           Attr("extrapolation_value", float, 0.0,
+                doc="the value of rows and columns off the image")),
+    outputs=(Output("crops", "[R, crop_height, crop_width, C]", "float32"),),
+    shapes=crop_shapes,
+    pooled=("crop_height", "crop_width"),
+)
+
+
+def _check_image(op: str, image) -> Any:
+    if not is_cupy(image) and not isinstance(image, np.ndarray):
+        try:
+            image = np.asarray(image)
+        except Exception as e:  # noqa: BLE001 - any conversion failure is a bad input
+            raise RoiOpError(op, "input 'image'", f"is not an array: {e}") from None
+    if image.dtype not in TYPES["T"]:
+        raise RoiOpError(op, "input 'image'", f"must be float32 or float64, got {image.dtype}")
+    if image.ndim != 4:
+        raise RoiOpError(op, "input 'image'",
+                         f"must have rank 4 [N, H, W, C], got shape {list(image.shape)}")
+    if image.shape[1] < 1 or image.shape[2] < 1:
+        raise RoiOpError(op, "input 'image'",
+                         f"must have H >= 1 and W >= 1, got shape {list(image.shape)}")
+    return image
+
+
+def _check_boxes(op: str, boxes) -> np.ndarray:
+    """float32/float64 [R, 4], finite as float32 (TensorFlow's boxes are float32)."""
+    try:
+        boxes = np.asarray(host(boxes))
+    except Exception as e:  # noqa: BLE001
+        raise RoiOpError(op, "input 'boxes'", f"is not an array: {e}") from None
+    if boxes.dtype not in TYPES["T"]:
+        raise RoiOpError(op, "input 'boxes'", f"must be float32 or float64, got {boxes.dtype}")
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise RoiOpError(op, "input 'boxes'", f"must have shape [R, 4], got {list(boxes.shape)}")
+    b32 = boxes.astype(F32)
+    finite = np.isfinite(b32)
+    if not finite.all():
+        r, c = np.argwhere(~finite)[0]
+        raise RoiOpError(op, "input 'boxes'",
+                         f"row {r} has a coordinate that is not finite in float32: "
+                         f"{boxes[r, c].item()!r}")
+    return b32
+
+
+def axis_positions(lo: np.ndarray, hi: np.ndarray, size: int, crop: int) -> np.ndarray:
+    """Sample positions [R, crop] along an axis of ``size`` pixels, float32 in TensorFlow's
+    order: lo*(size-1) + i*((hi-lo)*(size-1)/(crop-1)); crop 1: 0.5*(lo+hi)*(size-1) in
+    double, rounded to float32."""
+    s1 = F32(size - 1)
+    if crop == 1:
+        return (0.5 * (lo + hi).astype(np.float64) * (size - 1)).astype(F32)[:, None]
+    scale = (hi - lo) * s1 / F32(crop - 1)
+    return lo[:, None] * s1 + np.arange(crop, dtype=F32)[None, :] * scale[:, None]
+
+
+def bilinear_axis(pos: np.ndarray, size: int):
+    """(floor, ceil, weight) of positions [R, crop]; floor -1 where off [0, size-1] (NaN
+    too)."""
+    on = (pos >= 0) & (pos <= F32(size - 1))
+    p = np.where(on, pos, F32(0))
+    f = np.floor(p)
+    lo = np.where(on, f.astype(np.intp), -1)
+    return lo, np.ceil(p).astype(np.intp), (p - f).astype(F32)
+
+
+def nearest_axis(pos: np.ndarray, size: int) -> np.ndarray:
+    """roundf of positions [R, crop] (half away from zero; they are >= 0); -1 off the map."""
+    on = (pos >= 0) & (pos <= F32(size - 1))
+    p = np.where(on, pos, F32(0))
+    f = np.floor(p)
+    near = f.astype(np.intp) + ((p - f) >= F32(0.5))
+    return np.where(on, near, -1)
+
+
+@quiet
+def crop_and_resize(image: np.ndarray, boxes: np.ndarray, box_indices: np.ndarray, *,
+                    crop_height: int, crop_width: int, method: str = "bilinear",
+                    extrapolation_value: float = 0.0) -> np.ndarray:
+    """TensorFlow's tf.image.crop_and_resize, bit for bit (its CPU kernel).
+
+    Box r = [y1, x1, y2, x2] of image box_indices[r]: output row y samples image row
+    y1*(H-1) + y*(y2-y1)*(H-1)/(crop_height-1) (the centre 0.5*(y1+y2)*(H-1) when
+    crop_height = 1), columns likewise, in float32; a row or column off the image is
+    ``extrapolation_value``; bilinear interpolates x first, then y; nearest rounds half
+    away from zero. Boxes may be flipped (y1 > y2) or reach outside [0, 1].
+
+    Args:
+        image: [N, H, W, C] float32 or float64, NHWC (NumPy; CuPy computes on the GPU).
+        boxes: [R, 4] float32 or float64 rows [y1, x1, y2, x2], normalized (rounded to
+            float32, as TensorFlow takes them).
+        box_indices: [R] int32 or int64, each in [0, N).
+        crop_height, crop_width: the output size (>= 1; TF's crop_size).
+        method: "bilinear" or "nearest".
+        extrapolation_value: the value off the image.
+
+    Returns:
+        [R, crop_height, crop_width, C] float32 (a float64 image's values are rounded to
+        float32 first, as TensorFlow's kernel does). Raises RoiOpError on bad input.
+    """
+    op = SPEC.name
+    a = SPEC.resolve(dict(crop_height=crop_height, crop_width=crop_width, method=method,
+                          extrapolation_value=extrapolation_value))
+    ch, cw = a["crop_height"], a["crop_width"]
+    image = _check_image(op, image)
+    boxes = _check_boxes(op, boxes)
+    N, H, W, C = image.shape
+    R = boxes.shape[0]
+    batch = batch_from_indices(op, "box_indices", box_indices, N, R)
+    for name, side in (("crop_height", ch), ("crop_width", cw)):
+        if side > MAX_CROP_SIDE:
+            raise RoiOpError(op, f"attribute '{name}'",
+                             f"must be <= {MAX_CROP_SIDE}, got {side}")
+    if R * ch * cw * C > MAX_OUTPUT_ELEMENTS:
+        raise RoiOpError(op, "attribute 'crop_height'",
+                         f"the output [R, crop_height, crop_width, C] = [{R}, {ch}, {cw}, {C}] "
+                         f"would have more than {MAX_OUTPUT_ELEMENTS} elements")
+    ys = axis_positions(boxes[:, 0], boxes[:, 2], H, ch)
+    xs = axis_positions(boxes[:, 1], boxes[:, 3], W, cw)
+    if a["method"] == "nearest":
+        return compute("crop_nearest", image, batch, nearest_axis(ys, H), nearest_axis(xs, W),
+                       a["extrapolation_value"])
+    return compute("crop_bilinear", image, batch, *bilinear_axis(ys, H), *bilinear_axis(xs, W),
+                   a["extrapolation_value"])
+
+
+ENTRY = Op(
+    specs=(SPEC,), kernel=crop_and_resize, definition=definition,
+    steps=("crop_bilinear", "crop_nearest"),
+    forms=(NodeForm(DOMAIN, "CropAndResize", SPEC,
+                    "ort-roi convert (tf2onnx's crop_and_resize Loop and "
+                    "com.microsoft::CropAndResize)", "TensorFlow tf.image.crop_and_resize"),),
+)
