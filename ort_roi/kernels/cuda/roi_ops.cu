@@ -377,3 +377,51 @@ __global__ void roi_align_rotated(const T* X, const T* rois, T* out, long long n
     for (int k = 0; k < nc; ++k, o += (long long)PH * PW) *o = acc[k] / (T)count;
   }
 }
+
+// CropAndResize (TensorFlow's crop_and_resize): X is NHWC [N, H, W, C] of T, the output
+// float [R, CH, CW, C] (TensorFlow computes in float whatever T is). The host computes each
+// box's geometry in float as TensorFlow does (ops/crop_and_resize.py): geo int [R, 1 + 2*CH +
+// 2*CW] = [batch, top[CH], bottom[CH], left[CW], right[CW]] (top or left -1: off the map, the
+// extrapolation value) and w float [R, CH + CW] = [fy[CH], fx[CW]]. mode 0: bilinear, x first
+// (top = tl + (tr - tl) * fx, bottom likewise), then top + (bottom - top) * fy; mode 1:
+// nearest, the pixel at (top, left). One thread per output pixel and block of CB channels,
+// channel blocks fastest, so a warp reads and writes neighbouring channels.
+template <typename T, int CB>
+__global__ void crop_and_resize(const T* X, const int* geo, const float* w, float* out,
+                                long long n, int C, int H, int W, int CH, int CW, int mode,
+                                float ext) {
+  ORT_ROI_LOOP(i, n) {
+    const long long NCB = (C + CB - 1) / CB;
+    const int cb = (int)(i % NCB);
+    long long j = i / NCB;
+    const int x = (int)(j % CW);
+    j /= CW;
+    const int y = (int)(j % CH);
+    const long long r = j / CH;
+    const int* g = geo + r * (1 + 2LL * CH + 2LL * CW);
+    const int top = g[1 + y], bottom = g[1 + CH + y];
+    const int left = g[1 + 2 * CH + x], right = g[1 + 2 * CH + CW + x];
+    const int c0 = cb * CB, nc = C - c0 < CB ? C - c0 : CB;
+    float* o = out + ((r * CH + y) * CW + x) * (long long)C + c0;
+    if (top < 0 || left < 0) {
+      for (int k = 0; k < nc; ++k) o[k] = ext;
+      continue;
+    }
+    const T* img = X + (long long)g[0] * H * W * C + c0;
+    const T* tl = img + ((long long)top * W + left) * C;
+    if (mode == 1) {
+      for (int k = 0; k < nc; ++k) o[k] = (float)tl[k];
+      continue;
+    }
+    const T* tr = img + ((long long)top * W + right) * C;
+    const T* bl = img + ((long long)bottom * W + left) * C;
+    const T* br = img + ((long long)bottom * W + right) * C;
+    const float fy = w[r * (CH + CW) + y], fx = w[r * (CH + CW) + CH + x];
+    for (int k = 0; k < nc; ++k) {
+      const float a = (float)tl[k], b = (float)tr[k], c = (float)bl[k], d = (float)br[k];
+      const float t = a + (b - a) * fx;
+      const float u = c + (d - c) * fx;
+      o[k] = t + (u - t) * fy;
+    }
+  }
+}
