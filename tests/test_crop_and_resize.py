@@ -279,6 +279,23 @@ def test_op_in_onnxruntime_session_float64_image_gives_float32():
     _exact(sess.run(None, feed)[0], case["expected"])
 
 
+def test_onnx_shape_inference_gives_float32_nhwc():
+    """The registered schema: [R, crop_height, crop_width, C] float32, for a float64 image too."""
+    from onnx import shape_inference
+
+    from ort_roi.graph import schemas
+
+    schemas.register()
+    m = crop_model(np.float64, np.float32, np.int64, crop_height=7, crop_width=5)
+    for vi, shape in zip(m.graph.input, ([2, 9, 8, 3], ["R", 4], ["R"])):
+        vi.CopyFrom(helper.make_tensor_value_info(vi.name, vi.type.tensor_type.elem_type, shape))
+    del m.graph.output[:]
+    m.graph.output.append(helper.make_empty_tensor_value_info("crops"))
+    t = shape_inference.infer_shapes(m, strict_mode=True).graph.output[0].type.tensor_type
+    assert t.elem_type == TensorProto.FLOAT
+    assert [d.dim_param or d.dim_value for d in t.shape.dim] == ["R", 7, 5, 3]
+
+
 # -- bad inputs ----------------------------------------------------------------------------
 
 def _good():

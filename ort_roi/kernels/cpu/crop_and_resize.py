@@ -13,7 +13,7 @@ from .parallel import for_ranges
 
 F32 = np.dtype(np.float32)
 #: Elements (pixels x channels) per step of the working buffers (three of them).
-CHUNK = 1 << 16
+CHUNK = 1 << 17
 
 
 def _pixels(image: np.ndarray) -> np.ndarray:
