@@ -11,20 +11,22 @@
 
 The flow: graph (ort_roi.graph: builders, the rewrite pass) -> session (ort_roi.runtime:
 session_options, the front door) -> bridge (ort_roi.runtime.bridge) -> kernels
-(ort_roi.kernels: NumPy and CUDA), held to the definitions (ort_roi.definitions).
+(ort_roi.kernels: NumPy and CUDA) -- each op one entry of ort_roi.ops (spec, node forms,
+kernel) held to its definition (ort_roi.definitions).
 """
 
 __version__ = "0.1.0"
 
-from . import kernels  # noqa: E402
+from . import ops  # noqa: E402
 from .errors import RoiOpError  # noqa: E402
 from .graph import builders, schemas  # noqa: E402
 from .graph.rewrite import convert  # noqa: E402
-from .kernels.backend import get_backend, set_backend  # noqa: E402
+from .kernels.device import get_backend, set_backend  # noqa: E402
 from .kernels.cpu import workspace  # noqa: E402
 from .kernels.cpu.parallel import set_num_threads  # noqa: E402
 from .runtime.session import InferenceSession, session_options  # noqa: E402
-from .specs import DOMAIN, OPSET_VERSION, SPECS  # noqa: E402
+from .ops import SPECS  # noqa: E402
+from .spec import DOMAIN, OPSET_VERSION  # noqa: E402
 
 
 def torch_export(model, args: tuple = (), f=None, **kwargs):
@@ -60,5 +62,5 @@ def release_memory() -> int:
 schemas.register()
 
 __all__ = ["DOMAIN", "OPSET_VERSION", "SPECS", "InferenceSession", "RoiOpError", "builders",
-           "convert", "get_backend", "kernels", "paddle_export", "release_memory",
+           "convert", "get_backend", "ops", "paddle_export", "release_memory",
            "session_options", "set_backend", "set_num_threads", "torch_export", "__version__"]

@@ -452,7 +452,7 @@ def mask_cases(seed: int) -> list[dict]:
 
 def form_cases() -> list[tuple[str, dict]]:
     """(domain, case) for every registered node form (a few cases each, both dtypes)."""
-    from ort_roi.specs import FORMS
+    from ort_roi.ops import FORMS
 
     pick = lambda cs: [c for c in cs if "_1x1_" not in c["name"]][:: max(1, len(cs) // 6)]  # noqa: E731
     by_op = {

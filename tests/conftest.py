@@ -49,7 +49,7 @@ def load_golden(suite: str) -> list[dict]:
 
 
 def input_order(op: str) -> list[str]:
-    from ort_roi.specs import spec
+    from ort_roi.ops import spec
     return [i.name for i in spec(op).inputs]
 
 

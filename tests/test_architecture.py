@@ -91,21 +91,96 @@ def test_no_module_imports_an_underscore_name_from_another():
 
 
 def test_the_layout_shows_the_flow():
-    """graph -> rewrite -> session -> bridge -> kernels, each in its folder; the CUDA backend
-    reads nothing of the NumPy kernels (only the shared geometry)."""
+    """graph -> rewrite -> session -> bridge -> kernels, each in its folder; the ops in ops/;
+    the CUDA backend reads nothing of the NumPy kernels (only the shared geometry)."""
     for folder in ("graph", "runtime", "kernels", "kernels/cpu", "kernels/cuda", "definitions",
-                   "cli"):
+                   "cli", "ops"):
         assert (ROOT / folder / "__init__.py").is_file(), folder
     cuda = {mod for m in MODULES if m.startswith("ort_roi.kernels.cuda")
             for mod, _ in _imports(m)}
     assert not {m for m in cuda if m.startswith("ort_roi.kernels.cpu")}, cuda
 
 
-def test_every_op_has_one_kernel_and_one_definition():
-    """kernels.KERNELS and definitions.DEFINITIONS, the two registries keyed by spec, cover
-    exactly the spec table's ops (a new op cannot miss either)."""
-    from ort_roi import definitions, kernels, specs
+def _op_modules() -> list[str]:
+    return sorted(m for m in MODULES if m.startswith("ort_roi.ops.") and m != "ort_roi.ops")
 
-    keys = {s.key for s in specs.all_specs()}
-    assert set(kernels.KERNELS) == keys
-    assert set(definitions.DEFINITIONS) == keys
+
+def test_every_op_module_is_one_entry_in_the_registry():
+    """Each module of ort_roi/ops holds one ENTRY, and ops.ENTRIES lists every one of them
+    exactly once: an op cannot exist without being registered, or be registered twice."""
+    import importlib
+
+    from ort_roi import ops
+
+    entries = [importlib.import_module(m).ENTRY for m in _op_modules()]
+    assert len(entries) == len(ops.ENTRIES) == len(set(map(id, ops.ENTRIES)))
+    assert {id(e) for e in entries} == {id(e) for e in ops.ENTRIES}
+    keys = [s.key for e in ops.ENTRIES for s in e.specs]
+    assert len(keys) == len(set(keys))
+
+
+def _compute_steps(module: str) -> set[str]:
+    """The steps a module's code hands to ``compute`` (its first argument, a string)."""
+    steps = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "compute"
+                and node.args and isinstance(node.args[0], ast.Constant)):
+            steps.add(node.args[0].value)
+    return steps
+
+
+@pytest.mark.parametrize("module", _op_modules())
+def test_every_entry_is_complete(module):
+    """An entry says everything a reader and the tooling need: each spec documented (source,
+    doc, every input, attribute and output), its forms computed by its specs, a kernel with an
+    Args/Returns docstring, a definition from ort_roi.definitions, and exactly the compute
+    steps its code dispatches, each in the backend table."""
+    import importlib
+
+    from ort_roi.kernels.dispatch import TABLE
+
+    e = importlib.import_module(module).ENTRY
+    for s in e.specs:
+        assert s.source and s.doc, s.name
+        assert all(i.doc and i.shape for i in s.inputs), s.name
+        assert all(a.doc for a in s.attrs), s.name
+        assert s.outputs and all(o.shape for o in s.outputs), s.name
+        assert s.shapes is not None and (s.pooled is not None or s.shapes.__name__ !=
+                                         "pooled_shapes"), s.name
+    assert e.forms and all(any(f.computed_by(s) for s in e.specs) for f in e.forms)
+    assert any(f.registered for f in e.forms)
+    public = [getattr(importlib.import_module(module), n) for n in dir(importlib.import_module(
+        module)) if getattr(getattr(importlib.import_module(module), n), "__module__", None)
+        == module and callable(getattr(importlib.import_module(module), n))
+        and not n.startswith("_")]
+    kernels = [f for f in public if (f.__doc__ or "").find("Args:") >= 0]
+    assert kernels, f"{module}: no kernel with an Args/Returns docstring"
+    assert all("Returns:" in f.__doc__ for f in kernels), module
+    assert e.definition.__module__.startswith("ort_roi.definitions."), e.definition
+    assert set(e.steps) <= set(TABLE), set(e.steps) - set(TABLE)
+    assert _compute_steps(module) == set(e.steps), module
+
+
+def test_every_kernel_goes_through_the_dispatch_table():
+    """No op reaches a backend directly: the ops import neither kernels/cpu nor kernels/cuda
+    (only kernels.dispatch, which picks NumPy or CUDA by where the data is), and every step of
+    the table is some op's."""
+    from ort_roi import ops
+    from ort_roi.kernels.dispatch import TABLE
+
+    for m in _op_modules() + ["ort_roi.ops"]:
+        reached = {mod for mod, _ in _imports(m)}
+        assert not {x for x in reached if x.startswith(("ort_roi.kernels.cpu",
+                                                         "ort_roi.kernels.cuda"))}, m
+    assert {s for e in ops.ENTRIES for s in e.steps} == set(TABLE)
+
+
+def test_no_module_outside_the_entries_switches_on_an_op():
+    """Registration, schemas, builders, generated inputs, info and validate read the
+    entries' specs, not the name or kind of an op: they never import an op's module."""
+    readers = ["ort_roi.runtime.bridge", "ort_roi.graph.schemas", "ort_roi.graph.builders",
+               "ort_roi.graph.inputs", "ort_roi.cli.info", "ort_roi.cli.validate",
+               "ort_roi.graph.reference", "ort_roi.graph.rewrite"]
+    for m in readers:
+        reached = {mod for mod, _ in _imports(m)}
+        assert not {x for x in reached if x.startswith("ort_roi.ops.")}, m

@@ -313,7 +313,7 @@ def test_integer_batch_values_far_beyond_int_range():
     X, rois = good_feed("ROIPooling")
     rois[0, 0] = 1e30
     with pytest.raises(ort_roi.RoiOpError, match="e\\+30"):
-        ort_roi.kernels.roi_pooling(X, rois, **ATTRS["ROIPooling"])
+        ort_roi.ops.roi_pooling(X, rois, **ATTRS["ROIPooling"])
 
 
 # -- processes -------------------------------------------------------------------------------
@@ -334,8 +334,8 @@ def test_sessions_work_in_child_processes(method):
         pytest.skip(f"{method} not available")
     feed = good_feed("RoIAlign")
     # warm this process's worker threads first: a forked child must not inherit them broken
-    ort_roi.kernels.roi_align(*feed, **ATTRS["RoIAlign"])
-    want = ort_roi.kernels.roi_align(*feed, **ATTRS["RoIAlign"])
+    ort_roi.ops.roi_align(*feed, **ATTRS["RoIAlign"])
+    want = ort_roi.ops.roi_align(*feed, **ATTRS["RoIAlign"])
     # onnxruntime cannot free in a forked child a session made before the fork (a plain
     # Relu session: SIGSEGV; ours: a hang), and pytest's tracebacks keep earlier tests'
     # sessions in reference cycles that the child's garbage collector would free.
@@ -361,7 +361,7 @@ def _child_result(method):
 
 def _blas_threads_in_child(queue):
     try:
-        ort_roi.kernels.roi_align(*good_feed("RoIAlign"), **ATTRS["RoIAlign"])
+        ort_roi.ops.roi_align(*good_feed("RoIAlign"), **ATTRS["RoIAlign"])
         queue.put(parallel.blas_threads())
     except BaseException as e:  # noqa: BLE001 - report anything to the parent
         queue.put(repr(e))
@@ -375,7 +375,7 @@ def test_fork_while_another_thread_runs_a_kernel():
         pytest.skip("fork not available")
     before = parallel.blas_threads()
     feed = good_feed("RoIAlign")
-    want = ort_roi.kernels.roi_align(*feed, **ATTRS["RoIAlign"])
+    want = ort_roi.ops.roi_align(*feed, **ATTRS["RoIAlign"])
     inside, stop = threading.Event(), threading.Event()
 
     def held(a, b):
@@ -384,7 +384,7 @@ def test_fork_while_another_thread_runs_a_kernel():
 
     def busy():
         while not stop.is_set():
-            ort_roi.kernels.roi_align(*feed, **ATTRS["RoIAlign"])
+            ort_roi.ops.roi_align(*feed, **ATTRS["RoIAlign"])
 
     threads = [threading.Thread(target=parallel.for_ranges, args=(64, held)),
                threading.Thread(target=busy)]
@@ -424,7 +424,7 @@ def test_paste_masks_without_channels_is_refused_naming_op_input_and_shape(R, ca
     with pytest.raises(ort_roi.RoiOpError, match=message):
         ort_roi.InferenceSession(model).run(None, feed)
     with pytest.raises(ort_roi.RoiOpError, match=message):
-        ort_roi.kernels.paste_masks(*feed.values())
+        ort_roi.ops.paste_masks(*feed.values())
     plain = ort.InferenceSession(model.SerializeToString(), ort_roi.session_options(),
                                  providers=["CPUExecutionProvider"])
     with caplog.at_level(logging.ERROR, logger="ort_roi"):

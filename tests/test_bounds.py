@@ -9,8 +9,8 @@ import onnxruntime as ort
 import pytest
 
 import ort_roi
-from ort_roi import definitions as D
-from ort_roi import builders, kernels
+import defs as D
+from ort_roi import builders, ops
 from ort_roi.cli import bench
 from ort_roi.kernels.cpu import workspace as _workspace
 
@@ -52,7 +52,7 @@ def test_peak_memory_within_twice_input_plus_output_plus_64mb(name, op, path):
     attrs = align if op == "RoIAlign" else pool
     out_bytes = boxes.shape[0] * X.shape[1] * attrs["pooled_height"] ** 2 * X.itemsize
     if path == "kernel":
-        fn = getattr(kernels, "roi_align" if op == "RoIAlign" else "roi_pool")
+        fn = getattr(ops, "roi_align" if op == "RoIAlign" else "roi_pool")
         run = lambda: fn(X, boxes, counts, **attrs)  # noqa: E731
     else:
         m = builders.single_op_model(op, count_dtype=counts.dtype, **attrs)
@@ -73,10 +73,10 @@ def test_million_pixel_box_with_adaptive_sampling_is_cheap():
     boxes = np.array([[-5e5, -5e5, 5e5, 5e5], [0, 0, 1e6, 1e6]], np.float32)
     counts = np.array([2])
     t = time.perf_counter()
-    extra = _peak_extra(lambda: kernels.roi_align(X, boxes, counts, pooled_height=7,
+    extra = _peak_extra(lambda: ops.roi_align(X, boxes, counts, pooled_height=7,
                                                   pooled_width=7, sampling_ratio=-1))
     elapsed = time.perf_counter() - t
-    y = kernels.roi_align(X, boxes, counts, pooled_height=7, pooled_width=7, sampling_ratio=-1)
+    y = ops.roi_align(X, boxes, counts, pooled_height=7, pooled_width=7, sampling_ratio=-1)
     assert elapsed < 2.0 and extra < 16 * MB
     assert np.isfinite(y).all()
     # the box is 1e6 / 7 pixels per bin: the map (32 px) lies inside the middle bin of the
@@ -99,16 +99,16 @@ def test_fixed_sampling_ratio_taps_stay_bounded_for_many_boxes():
     counts = np.array([R])
     bins = np.full((R, 2), 1000 / 7, np.float32)
     assert strategies.align_by_taps(40, bins, 7, 7, 1200, 1200, 1).all()  # the taps path
-    extra = _peak_extra(lambda: kernels.roi_align(X, boxes, counts, **a))
+    extra = _peak_extra(lambda: ops.roi_align(X, boxes, counts, **a))
     assert extra < 32 * MB, f"{extra / MB:.0f} MB"
     with force(align="crops"):  # from crops: 113 MB once
-        extra = _peak_extra(lambda: kernels.roi_align(X, boxes, counts, **a))
+        extra = _peak_extra(lambda: ops.roi_align(X, boxes, counts, **a))
     assert extra < 48 * MB, f"crops: {extra / MB:.0f} MB"
     # the same boxes from their crops (the property tests hold both to the definition)
     some = (X, boxes[:50], np.array([50]))
     with force(align="crops"):
-        crops = kernels.roi_align(*some, **a)
-    np.testing.assert_allclose(kernels.roi_align(*some, **a), crops, rtol=1e-5, atol=1e-6)
+        crops = ops.roi_align(*some, **a)
+    np.testing.assert_allclose(ops.roi_align(*some, **a), crops, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("grid_side", [65, 97, 130, 301])
@@ -123,9 +123,9 @@ def test_closed_form_weights_equal_the_explicit_samples(grid_side, dtype):
                      dtype)
     a = dict(pooled_height=2, pooled_width=2, sampling_ratio=-1, aligned=1, spatial_scale=1.0)
     with force(align="crops"):
-        closed = kernels.roi_align(X, boxes, np.array([2]), **a)
+        closed = ops.roi_align(X, boxes, np.array([2]), **a)
         with force(align_weights="explicit"):
-            explicit = kernels.roi_align(X, boxes, np.array([2]), **a)
+            explicit = ops.roi_align(X, boxes, np.array([2]), **a)
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(closed, explicit, rtol=tol, atol=tol)
     np.testing.assert_allclose(explicit, D.roi_align(X, boxes, np.array([2]), **a),
@@ -139,20 +139,20 @@ def test_huge_coordinates_do_not_overflow_index_arithmetic(v, align_path):
     X = np.random.default_rng(1).standard_normal((1, 2, 6, 7)).astype(np.float32)
     boxes = np.array([[-3.4e38, -3.4e38, v, v], [v, v, v, v]], np.float32)
     counts = np.array([2])
-    pooled = kernels.roi_pool(X, boxes, counts, pooled_height=1, pooled_width=1)
+    pooled = ops.roi_pool(X, boxes, counts, pooled_height=1, pooled_width=1)
     if v == 3.4e38:  # the first box's size overflows to inf: the bin spans the whole map
         np.testing.assert_array_equal(pooled[0, :, 0, 0], X[0].max(axis=(1, 2)))
     np.testing.assert_array_equal(pooled, D.roi_pool(X, boxes, counts))
-    assert np.isfinite(kernels.psroi_pool(X, boxes, counts, output_channels=2)).all()
+    assert np.isfinite(ops.psroi_pool(X, boxes, counts, output_channels=2)).all()
     mixed = np.array([[0, 0, 5, v], [v, 1, v, 4], [1, 1, 5, 5]], np.float32)  # one axis huge
     for a in [dict(sampling_ratio=-1), dict(sampling_ratio=2)]:
         with force(align=align_path):
             if v == 3.4e38:  # samples of an infinite box are undefined: an error, not NaN
                 with pytest.raises(ort_roi.RoiOpError, match="row 0.*overflows float32"):
-                    kernels.roi_align(X, boxes, counts, **a)
+                    ops.roi_align(X, boxes, counts, **a)
             else:
-                assert np.isfinite(kernels.roi_align(X, boxes, counts, **a)).all()
-            got = kernels.roi_align(X, mixed, np.array([3]), **a)
+                assert np.isfinite(ops.roi_align(X, boxes, counts, **a)).all()
+            got = ops.roi_align(X, mixed, np.array([3]), **a)
         if a["sampling_ratio"] > 0:  # (the definition would take 1e30 adaptive samples)
             with np.errstate(over="ignore"):  # the definition's scaled huge coordinates
                 want = D.roi_align(X, mixed, np.array([3]), **a)
@@ -213,9 +213,9 @@ def test_planes_make_the_weights_of_a_chunk_of_boxes_at_a_time():
     boxes = np.concatenate([corner, corner + rng.uniform(0, 15, (70, 2))], 1).astype(np.float32)
     a = dict(pooled_height=5, pooled_width=4, sampling_ratio=2)
     with mock.patch.object(strategies, "WEIGHTS_MAX", 1000), force(align="planes"):
-        got = kernels.roi_align(X, boxes, np.array([30, 40]), **a)
+        got = ops.roi_align(X, boxes, np.array([30, 40]), **a)
     with force(align="crops"):
-        want = kernels.roi_align(X, boxes, np.array([30, 40]), **a)
+        want = ops.roi_align(X, boxes, np.array([30, 40]), **a)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
@@ -249,13 +249,13 @@ def test_roialign_max_of_a_huge_box_is_bounded_and_exact(op):
     a = dict(output_height=7, output_width=7)
     reading = "onnxruntime" if op.endswith("onnx_max") else "mmcv"
     if op.startswith("MMCVRoiAlign"):
-        run = lambda: kernels.mmcv_roi_align(X, rois, mode="max", **a)  # noqa: E731
+        run = lambda: ops.mmcv_roi_align(X, rois, mode="max", **a)  # noqa: E731
     elif op.startswith("RoiAlign"):
         mode = op.split()[1]
-        run = lambda: kernels.onnx_roi_align(X, rois[:, 1:], np.zeros(1, np.int64),  # noqa: E731
+        run = lambda: ops.onnx_roi_align(X, rois[:, 1:], np.zeros(1, np.int64),  # noqa: E731
                                              mode=mode, **a)
     else:  # one level of stride 1 (finest_scale 1: the box is on it)
-        run = lambda: kernels.multi_level_roi_align(rois, X, pool_mode=0,  # noqa: E731
+        run = lambda: ops.multi_level_roi_align(rois, X, pool_mode=0,  # noqa: E731
                                                     featmap_strides=(1.0,), **a)
     run()
     took = min(_timed(run) for _ in range(3))
@@ -292,7 +292,7 @@ def test_roialign_max_of_a_large_box_equals_onnxruntimes_own_every_sample():
     want = ort.InferenceSession(m.SerializeToString(), so,
                                 providers=["CPUExecutionProvider"]).run(None, feed)[0]
     np.testing.assert_array_equal(
-        kernels.onnx_roi_align(X, rois, batch, mode="onnx_max", **a), want)
+        ops.onnx_roi_align(X, rois, batch, mode="onnx_max", **a), want)
     sess = ort.InferenceSession(ort_roi.convert(m, roialign_max="onnx").SerializeToString(),
                                 ort_roi.session_options(), providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(sess.run(None, feed)[0], want)

@@ -11,7 +11,7 @@ import pytest
 from onnx import helper, TensorProto
 
 import ort_roi
-from ort_roi import builders, kernels
+from ort_roi import builders, ops
 from ort_roi.runtime import bridge as _bridge
 
 X16 = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
@@ -50,7 +50,7 @@ def test_outputs_come_back_as_arrays_not_lists(monkeypatch):
     X = np.random.default_rng(0).standard_normal((1, 8, 20, 20)).astype(np.float32)
     b = np.array([[1, 2, 15, 18], [0, 0, 19, 19]], np.float32)
     y = sess.run(None, {"X": X, "boxes": b, "boxes_num": np.array([2], np.int32)})[0]
-    np.testing.assert_array_equal(y, kernels.roi_align(X, b, np.array([2]), pooled_height=7,
+    np.testing.assert_array_equal(y, ops.roi_align(X, b, np.array([2]), pooled_height=7,
                                                        pooled_width=7))
     assert called == []
 
@@ -75,7 +75,7 @@ def test_bridge_outputs_start_half_a_page_off_onnxruntimes_buffer(monkeypatch):
         y = sess.run(None, {"X": X, "boxes": b, "boxes_num": np.array([2], np.int32)})[0]
     assert len(seen) == 2 and seen[0].ctypes.data == seen[1].ctypes.data
     assert seen[1].ctypes.data % 4096 == _workspace.OUTPUT_PAGE_OFFSET
-    np.testing.assert_array_equal(y, kernels.roi_align(X, b, np.array([2]), pooled_height=7,
+    np.testing.assert_array_equal(y, ops.roi_align(X, b, np.array([2]), pooled_height=7,
                                                        pooled_width=7))
 
 
@@ -143,7 +143,7 @@ def test_front_door_fills_defaults():
         plain(m)
     y = ort_roi.InferenceSession(m).run(None, {"X": X16, "boxes": SEED_BOXES,
                                                "boxes_num": np.array([2], np.int32)})[0]
-    np.testing.assert_array_equal(y, kernels.roi_align(X16, SEED_BOXES, np.array([2])))
+    np.testing.assert_array_equal(y, ops.roi_align(X16, SEED_BOXES, np.array([2])))
 
 
 def test_front_door_rejects_bad_attributes_at_load():
@@ -170,7 +170,7 @@ def test_exact_scale_front_door_vs_plain():
     feed = {"X": X, "boxes": b, "boxes_num": np.array([1], np.int32)}
     m64 = builders.single_op_model("RoIAlign", np.float64, pooled_height=3, pooled_width=3,
                                    spatial_scale=scale, sampling_ratio=2)
-    exact = kernels.roi_align(X, b, np.array([1]), pooled_height=3, pooled_width=3,
+    exact = ops.roi_align(X, b, np.array([1]), pooled_height=3, pooled_width=3,
                               spatial_scale=scale, sampling_ratio=2)
     np.testing.assert_array_equal(ort_roi.InferenceSession(m64).run(None, feed)[0], exact)
     assert not np.array_equal(plain(m64).run(None, feed)[0], exact)
@@ -226,7 +226,7 @@ _CHAINED = """
 import numpy as np, onnxruntime as ort
 from onnx import helper, TensorProto
 import ort_roi
-from ort_roi import builders, kernels
+from ort_roi import builders, ops
 from onnxruntime_extensions import PyCustomOpDef, onnx_op, _ocos
 
 ort_roi.session_options()  # ort_roi registered first
@@ -253,7 +253,7 @@ ours_m = builders.single_op_model("RoIAlign", pooled_height=2, pooled_width=2)
 X = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
 feed = {"X": X, "boxes": np.array([[0, 0, 3, 3]], np.float32), "boxes_num": np.array([1], np.int32)}
 ours = ort.InferenceSession(ours_m.SerializeToString(), so).run(None, feed)[0]
-want = kernels.roi_align(X, feed["boxes"], feed["boxes_num"], pooled_height=2, pooled_width=2)
+want = ops.roi_align(X, feed["boxes"], feed["boxes_num"], pooled_height=2, pooled_width=2)
 print(theirs.tolist(), len(seen), bool(np.array_equal(ours, want)))
 """
 

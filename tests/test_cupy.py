@@ -25,8 +25,8 @@ import cases as C
 import fake_cupy
 from conftest import load_golden, ordered, tolerance
 import ort_roi
-from ort_roi import builders, kernels
-from ort_roi.kernels import backend
+from ort_roi import builders, ops
+from ort_roi.kernels import device as backend
 from ort_roi.kernels.cuda import backend as _cupy
 
 SUITES = {"max": C.max_pool_cases("ROIPooling", 11) + C.max_pool_cases("RoIPool", 12),
@@ -51,12 +51,12 @@ def _check(kind, got, want):
 
 
 def _kernel(case):
-    from ort_roi.specs import spec
+    from ort_roi.ops import spec
 
     if case["op"] == "RoIAlign" and "order" in case["attrs"]:  # detectron2's Caffe2 node
-        return kernels.caffe2_roi_align
-    return kernels.KERNELS[spec(case["op"], "mmdeploy" if case["op"].startswith("MMCV")
-                                else "ort_roi").key]
+        return ops.caffe2_roi_align
+    return ops.kernel(spec(case["op"], "mmdeploy" if case["op"].startswith("MMCV")
+                           else "ort_roi"))
 
 
 # -- the CUDA source on the host ------------------------------------------------------------
@@ -113,14 +113,14 @@ def test_cuda_source_on_host_huge_grid_and_mmcv(host_cupy):
     counts = np.array([2, 1])
     a = dict(pooled_height=3, pooled_width=2, sampling_ratio=-1)
     Xd = host_cupy.asarray(X)
-    _check("align", kernels.roi_align(Xd, boxes, counts, **a),
-           kernels.roi_align(X, boxes, counts, **a))
+    _check("align", ops.roi_align(Xd, boxes, counts, **a),
+           ops.roi_align(X, boxes, counts, **a))
     rois = np.concatenate([[[0], [0], [1]], boxes], 1).astype(np.float32)
     m = dict(output_height=3, output_width=2, sampling_ratio=0, spatial_scale=0.5)
     for mode in ("avg", "max"):
-        got = kernels.mmcv_roi_align(Xd, rois, mode=mode, **m)
+        got = ops.mmcv_roi_align(Xd, rois, mode=mode, **m)
         assert isinstance(got, host_cupy.ndarray)
-        _check("align", got, kernels.mmcv_roi_align(X, rois, mode=mode, **m))
+        _check("align", got, ops.mmcv_roi_align(X, rois, mode=mode, **m))
 
 
 def test_cuda_path_never_returns_unwritten_memory(host_cupy):
@@ -135,8 +135,8 @@ def test_cuda_path_never_returns_unwritten_memory(host_cupy):
         return host_cupy.asarray(np.full(shape, 123.0, dtype))
 
     with mock.patch.object(host_cupy, "empty", prefilled):
-        got = np.asarray(kernels.roi_align(host_cupy.asarray(X), boxes, np.array([1]), **a))
-    want = kernels.roi_align(X, boxes, np.array([1]), **a)
+        got = np.asarray(ops.roi_align(host_cupy.asarray(X), boxes, np.array([1]), **a))
+    want = ops.roi_align(X, boxes, np.array([1]), **a)
     assert not (got == 123.0).any()
     _check("align", got, want)
     rows = np.concatenate([np.zeros((1, 1), np.float32), boxes], 1)
@@ -144,9 +144,9 @@ def test_cuda_path_never_returns_unwritten_memory(host_cupy):
              sampling_ratio=0, aligned=1)
     for mode in ("avg", "max"):
         with mock.patch.object(host_cupy, "empty", prefilled):
-            got = np.asarray(kernels.mmcv_roi_align(host_cupy.asarray(X), rows, mode=mode, **m))
+            got = np.asarray(ops.mmcv_roi_align(host_cupy.asarray(X), rows, mode=mode, **m))
         assert not (got == 123.0).any(), mode
-        _check("align", got, kernels.mmcv_roi_align(X, rows, mode=mode, **m))
+        _check("align", got, ops.mmcv_roi_align(X, rows, mode=mode, **m))
 
 
 def test_cuda_source_on_host_rotated_huge_grids_go_to_the_host(host_cupy):
@@ -162,19 +162,19 @@ def test_cuda_source_on_host_rotated_huge_grids_go_to_the_host(host_cupy):
     with mock.patch.object(_cupy, "launch",
                            lambda k, out, X, rows, *r: launched.append(rows.copy())
                            or launch(k, out, X, rows, *r)):
-        got = kernels.mmcv_roi_align_rotated(host_cupy.asarray(X), rois, **a)
+        got = ops.mmcv_roi_align_rotated(host_cupy.asarray(X), rois, **a)
     assert launched[0][:2, 9:].tolist() == [[-1, -1], [-1, -1]]  # both huge: on the host
     assert launched[0][2, 9:].tolist() == [3, 2]
-    _check("align", np.asarray(got), kernels.mmcv_roi_align_rotated(X, rois, **a))
+    _check("align", np.asarray(got), ops.mmcv_roi_align_rotated(X, rois, **a))
     assert _cupy.SAMPLES_PER_BOX < 2 * 3 * 110 * 100  # the second box: 110 x 100 per bin
 
 
 def test_cuda_path_reports_bad_input_like_numpy(host_cupy):
     X = np.zeros((1, 2, 4, 4), np.float32)
     with pytest.raises(ort_roi.RoiOpError, match="RoIPool.*'boxes_num'"):
-        kernels.roi_pool(host_cupy.asarray(X), np.zeros((2, 4), np.float32), np.array([3]))
+        ops.roi_pool(host_cupy.asarray(X), np.zeros((2, 4), np.float32), np.array([3]))
     with pytest.raises(ort_roi.RoiOpError, match="RoIAlign.*'boxes'.*shape"):
-        kernels.roi_align(host_cupy.asarray(X), host_cupy.asarray(np.zeros((2, 5), np.float32)),
+        ops.roi_align(host_cupy.asarray(X), host_cupy.asarray(np.zeros((2, 5), np.float32)),
                           np.array([2]))
 
 
@@ -240,7 +240,7 @@ def test_cupy_requested_without_gpu_falls_back_with_one_warning():
 
 
 def test_environment_variable_selects_the_backend():
-    code = ("import ort_roi; from ort_roi.kernels import backend; "
+    code = ("import ort_roi; from ort_roi.kernels import device as backend; "
             "print(backend._choice, ort_roi.get_backend())")
     env = {**os.environ, "ORT_ROI_BACKEND": "auto"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
@@ -286,7 +286,7 @@ def _roi_align_in_session_on_cupy_backend():
         got = sess.run(None, feed)[0]
     finally:
         ort_roi.set_backend("numpy")
-    return got, kernels.roi_align(*args, **case["attrs"])
+    return got, ops.roi_align(*args, **case["attrs"])
 
 
 @pytest.mark.gpu
@@ -334,8 +334,8 @@ import numpy as np, onnxruntime as ort
 sys.path.insert(0, sys.argv[1])
 import cases as C
 import ort_roi
-from ort_roi import builders, kernels
-from ort_roi.specs import spec
+from ort_roi import builders, ops
+from ort_roi.ops import spec
 warnings.simplefilter("default")
 print("backend", ort_roi.get_backend())
 for domain, case in C.form_cases():
@@ -348,7 +348,7 @@ for domain, case in C.form_cases():
     sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
                                 providers=["CPUExecutionProvider"])
     got = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], args)))[0]
-    want = kernels.KERNELS[s.key](*args, **case["attrs"])  # NumPy in: the NumPy kernel
+    want = ops.kernel(s.key)(*args, **case["attrs"])  # NumPy in: the NumPy kernel
     want = want[0] if isinstance(want, tuple) else want  # the extractor's second output: rois
     exact = case["op"] == "RoIPool" or case["attrs"].get("method") == "max"
     # NaN where the op's framework gives it (torchvision's 0 / 0) must be NaN in both
@@ -370,7 +370,7 @@ def _run_every_op(env_backend: str, hide_cupy: bool = False):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     rows = [ln.split() for ln in lines[1:]]
-    from ort_roi.specs import FORMS
+    from ort_roi.ops import FORMS
     assert {(r[0], r[1]) for r in rows} == {(f.domain or "-", f.op_type) for f in FORMS
                                            if f.registered}
     for domain, name, dtype, kind, diff, scale in rows:
@@ -402,12 +402,12 @@ MULTI = C.extractor_cases(41) + C.multilevel_cases(42) + C.pyramid_cases(43)
 
 def _multi_level(case, to_device):
     """The op with its feature maps (not its rois, nor its levels) on the device."""
-    from ort_roi.specs import spec
+    from ort_roi.ops import spec
 
     s = spec(case["op"])
     args = [to_device(a) if i in s.features else a
             for i, a in enumerate(case["inputs"].values())]
-    y = kernels.KERNELS[s.key](*args, **case["attrs"])
+    y = ops.kernel(s.key)(*args, **case["attrs"])
     return y[0] if isinstance(y, tuple) else y
 
 
@@ -444,11 +444,11 @@ def test_cuda_source_on_host_max_of_huge_boxes_is_bounded_and_exact(host_cupy, d
     rois = np.concatenate([np.array([[0], [1], [0], [1], [0]], dtype), boxes], 1)
     assert _cupy.MAX_MODE_SAMPLES > side / 7  # the huge box is the kernel's
     Xd = host_cupy.asarray(X)
-    runs = [(kernels.mmcv_roi_align, (rois,), dict(mode="max", sampling_ratio=0)),
-            (kernels.mmcv_roi_align, (rois,), dict(mode="max", sampling_ratio=5, aligned=0)),
-            (kernels.onnx_roi_align, (boxes, rois[:, 0].astype(np.int64)),
+    runs = [(ops.mmcv_roi_align, (rois,), dict(mode="max", sampling_ratio=0)),
+            (ops.mmcv_roi_align, (rois,), dict(mode="max", sampling_ratio=5, aligned=0)),
+            (ops.onnx_roi_align, (boxes, rois[:, 0].astype(np.int64)),
              dict(mode="onnx_max")),
-            (kernels.onnx_roi_align, (boxes, rois[:, 0].astype(np.int64)),
+            (ops.onnx_roi_align, (boxes, rois[:, 0].astype(np.int64)),
              dict(mode="onnx_max", sampling_ratio=3,
                   coordinate_transformation_mode="output_half_pixel"))]
     for fn, rest, a in runs:
@@ -461,6 +461,6 @@ def test_cuda_source_on_host_max_of_huge_boxes_is_bounded_and_exact(host_cupy, d
     levels = dict(output_height=7, output_width=7, pool_mode=0, featmap_strides=(1.0, 2.0),
                   finest_scale=4)
     X2 = X[:, :, ::2, ::2].copy()
-    got = kernels.multi_level_roi_align(rois, Xd, host_cupy.asarray(X2), **levels)
+    got = ops.multi_level_roi_align(rois, Xd, host_cupy.asarray(X2), **levels)
     np.testing.assert_array_equal(np.asarray(got),
-                                  kernels.multi_level_roi_align(rois, X, X2, **levels))
+                                  ops.multi_level_roi_align(rois, X, X2, **levels))

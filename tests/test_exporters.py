@@ -22,11 +22,11 @@ import literal
 import oracles as O
 import ort_roi
 from conftest import load_golden, tolerance
-from ort_roi import builders, kernels
+from ort_roi import builders, ops
 from ort_roi.cli import main as cli
 from ort_roi.kernels.cpu.strategies import force
 from ort_roi.graph.schemas import SHAPE_INFERENCE
-from ort_roi.specs import FORMS
+from ort_roi.ops import FORMS
 from versions import ORT, needs_opset_22
 
 needs_openvino = pytest.mark.skipif(not O.openvino_available(),
@@ -83,7 +83,7 @@ def test_rotated_matches_openvino_goldens(case):
 @pytest.mark.parametrize("seed", [301, 302])
 def test_rotated_matches_openvino_live(seed):
     for case in C.rotated_cases(seed, openvino=True):
-        got = kernels.mmcv_roi_align_rotated(*case["inputs"].values(), **case["attrs"])
+        got = ops.mmcv_roi_align_rotated(*case["inputs"].values(), **case["attrs"])
         np.testing.assert_allclose(got, O.openvino_rotated(case), rtol=1e-4, atol=1e-4)
 
 
@@ -96,33 +96,33 @@ def test_rotated_huge_grids_take_the_clipped_path_with_the_same_result():
     rois = np.array([[0, 5, 4, 300, 220, 0.7], [0, 5, 4, 30, 22, -0.4]], np.float64)
     a = dict(output_height=2, output_width=3, spatial_scale=1.0, sampling_ratio=0)
     with force(rotated="regular"):
-        regular = kernels.mmcv_roi_align_rotated(X, rois[1:], **a)
+        regular = ops.mmcv_roi_align_rotated(X, rois[1:], **a)
     with force(rotated="clipped"):
-        clipped = kernels.mmcv_roi_align_rotated(X, rois[1:], **a)
+        clipped = ops.mmcv_roi_align_rotated(X, rois[1:], **a)
     np.testing.assert_allclose(clipped, regular, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(regular, literal.mmcv_roi_align_rotated(X, rois[1:], **a),
                                rtol=1e-9, atol=1e-9)
     huge = np.array([[0, 5, 4, 3e6, 2e6, 0.3]], np.float64)
-    y = kernels.mmcv_roi_align_rotated(X, huge, **a)  # grid ~1e6 x 1e6 per bin
+    y = ops.mmcv_roi_align_rotated(X, huge, **a)  # grid ~1e6 x 1e6 per bin
     assert np.isfinite(y).all() and np.abs(y).max() < 1e-6  # the map is a speck of the box
     big = np.array([[0, 5, 4, 3000, 2000, 0.3]], np.float64)
-    y = kernels.mmcv_roi_align_rotated(X, big, **a)  # 1000 x 1000 samples per bin
+    y = ops.mmcv_roi_align_rotated(X, big, **a)  # 1000 x 1000 samples per bin
     assert np.isfinite(y).all()
 
 
 def test_rotated_refuses_what_mmcv_asserts_and_absurd_sample_counts():
     X = np.zeros((1, 1, 4, 4), np.float32)
     with pytest.raises(ort_roi.RoiOpError, match=r"MMCVRoIAlignRotated.*'rois'.*row 1.*negative"):
-        kernels.mmcv_roi_align_rotated(X, np.array([[0, 1, 1, 2, 2, 0], [0, 1, 1, -2, 2, 0]],
+        ops.mmcv_roi_align_rotated(X, np.array([[0, 1, 1, 2, 2, 0], [0, 1, 1, -2, 2, 0]],
                                                    np.float32))
     # aligned=0: sizes below 1 are 1, as mmcv
-    y = kernels.mmcv_roi_align_rotated(X + 1, np.array([[0, 1, 1, -2, 2, 0]], np.float32),
+    y = ops.mmcv_roi_align_rotated(X + 1, np.array([[0, 1, 1, -2, 2, 0]], np.float32),
                                        aligned=0)
     assert y.ravel().tolist() == [1.0]
     with pytest.raises(ort_roi.RoiOpError, match=r"'rois'.*shape \[R, 6\]"):
-        kernels.mmcv_roi_align_rotated(X, np.zeros((2, 5), np.float32))
+        ops.mmcv_roi_align_rotated(X, np.zeros((2, 5), np.float32))
     with pytest.raises(ort_roi.RoiOpError, match=r"samples on the map.*lower sampling_ratio"):
-        kernels.mmcv_roi_align_rotated(X, np.array([[0, 1, 1, 0, 0, 0]], np.float32),
+        ops.mmcv_roi_align_rotated(X, np.array([[0, 1, 1, 0, 0, 0]], np.float32),
                                        sampling_ratio=100000)
 
 
@@ -165,7 +165,7 @@ def test_caffe2_roi_align_as_detectron2_writes_it():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((2, 4, 20, 24)).astype(np.float32)
     rois = np.array([[1, 4, 4, 60, 44], [0, 10, 0, 95, 79]], np.float32)
-    want = kernels.roi_align(X, rois[[1, 0], 1:], np.array([1, 1]), pooled_height=7,
+    want = ops.roi_align(X, rois[[1, 0], 1:], np.array([1, 1]), pooled_height=7,
                              pooled_width=7, spatial_scale=0.25, sampling_ratio=-1,
                              aligned=1)[[1, 0]]
     got = ort_roi.InferenceSession(m).run(None, {"X": X, "rois": rois})[0]
@@ -313,11 +313,10 @@ def test_every_registered_form_runs_in_a_plain_session_and_has_a_schema():
         out = onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True)
         dims = out.graph.output[0].type.tensor_type.shape.dim
         got = _plain(m).run(None, _feed(_plain(m), args))[0]
-        want = kernels.KERNELS[ort_roi.specs.spec(case["op"], domain).key](*args,
-                                                                          **case["attrs"])
+        want = ops.kernel(ort_roi.ops.spec(case["op"], domain))(*args, **case["attrs"])
         want = want[0] if isinstance(want, tuple) else want
         np.testing.assert_array_equal(got, want)
-        if ort_roi.specs.spec(case["op"], domain).kind != "image":  # its size: an input's value
+        if case["op"] != "PasteMasks":  # its size: an input's value
             assert [d.dim_value for d in dims][2:] == list(got.shape[2:])
     assert {(d, c["op"]) for d, c in C.form_cases()} == {f.key for f in FORMS if f.registered}
 

@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 
 import ort_roi
-from ort_roi import builders, kernels
+from ort_roi import builders, ops
 from ort_roi.runtime import bridge
 from test_errors import EXPECT, feed, two_level_graph
 
@@ -174,12 +174,12 @@ def _session(scale: float):
 
 def _check_exact(sess, scale):
     y = sess.run(None, {"X": X64, "boxes": B64, "boxes_num": np.array([1], np.int32)})[0]
-    exact = kernels.roi_align(X64, B64, np.array([1]), pooled_height=3, pooled_width=3,
+    exact = ops.roi_align(X64, B64, np.array([1]), pooled_height=3, pooled_width=3,
                               spatial_scale=scale, sampling_ratio=2)
     np.testing.assert_array_equal(y, exact)
     rounded = float(bridge.parse_float("%g" % scale))
     assert rounded != np.float32(scale)
-    assert not np.array_equal(y, kernels.roi_align(
+    assert not np.array_equal(y, ops.roi_align(
         X64, B64, np.array([1]), pooled_height=3, pooled_width=3, spatial_scale=rounded,
         sampling_ratio=2))
 

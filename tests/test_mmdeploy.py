@@ -14,7 +14,7 @@ from onnx import TensorProto, checker, helper, shape_inference
 import literal
 import ort_roi
 from conftest import load_golden, tolerance
-from ort_roi import kernels
+from ort_roi import ops
 from ort_roi.graph.schemas import SHAPE_INFERENCE
 
 ROI_ALIGN_CASES = load_golden("roi_align")
@@ -75,7 +75,7 @@ def test_exported_graph_checks_infers_and_runs(domain):
     X = np.random.default_rng(0).standard_normal((1, 4, 20, 24)).astype(np.float32)
     rois = np.array([[0, 4, 4, 60, 44], [0, 10, 0, 95, 79]], np.float32)
     got = _plain(m).run(None, {"input": X, "rois": rois})[0]
-    want = kernels.roi_align(X, rois[:, 1:], np.array([2]), pooled_height=7, pooled_width=7,
+    want = ops.roi_align(X, rois[:, 1:], np.array([2]), pooled_height=7, pooled_width=7,
                              spatial_scale=0.25, sampling_ratio=0, aligned=1)
     np.testing.assert_array_equal(got, want)
     assert np.abs(got).sum() > 0
@@ -95,7 +95,7 @@ def test_max_mode_matches_mmcv_loop(seed, dtype, ph, pw, sr, aligned, scale):
     rois = np.concatenate([rng.integers(0, N, (R, 1)), xy, xy + wh], 1).astype(dtype)
     a = dict(output_height=ph, output_width=pw, spatial_scale=scale, sampling_ratio=sr,
              mode="max", aligned=aligned)
-    got = kernels.mmcv_roi_align(X, rois, **a)
+    got = ops.mmcv_roi_align(X, rois, **a)
     want = literal.mmcv_roi_align(X, rois, **a)
     tol = 1e-6 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)

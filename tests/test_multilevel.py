@@ -19,7 +19,7 @@ import literal
 import oracles as O
 import ort_roi
 from conftest import load_golden
-from ort_roi import kernels
+from ort_roi import ops
 from ort_roi.cli import main as cli
 from ort_roi.runtime.bridge import GUARD_ATTR
 from ort_roi import geometry as G
@@ -85,7 +85,7 @@ def test_extractor_matches_openvino_goldens_through_convert_and_front_door(case)
 @pytest.mark.parametrize("seed", [501, 502])
 def test_extractor_matches_openvino_live(seed):
     for case in C.extractor_cases(seed, float64=False):
-        got = kernels.roi_feature_extractor_levels(*case["inputs"].values(), **case["attrs"])
+        got = ops.kernel(ops.spec(case["op"]))(*case["inputs"].values(), **case["attrs"])
         np.testing.assert_allclose(got[0], O.openvino_extractor(case), rtol=1e-4, atol=1e-4)
 
 
@@ -98,9 +98,9 @@ def test_extractor_levels_follow_openvinos_rule():
     assert set(level[3:].tolist()) == {0, 1, 2, 3}
     assert level[0] == 4  # zero size: no level (an inverted box has a positive area)
     a = dict(output_size=3, sampling_ratio=2, aligned=1, pyramid_scales=C.STRIDES[:4])
-    y, r = kernels.roi_feature_extractor(boxes, *feats, **a)
+    y, r = ops.roi_feature_extractor(boxes, *feats, **a)
     assert not y[0].any() and np.abs(y[1:]).sum() > 0
-    y32, _ = kernels.roi_feature_extractor(boxes.astype(np.float32),
+    y32, _ = ops.roi_feature_extractor(boxes.astype(np.float32),
                                            *[f.astype(np.float32) for f in feats], **a)
     np.testing.assert_allclose(y, y32, rtol=1e-4, atol=1e-4)
 
@@ -135,11 +135,11 @@ def test_mmdeploy_is_its_level_rule_composed_with_mmcv_roi_align(aligned, pool_m
     rois = np.concatenate([rng.integers(0, 2, (len(boxes), 1)), boxes], 1)
     a = dict(output_height=3, output_width=2, sampling_ratio=2, pool_mode=pool_mode,
              aligned=aligned)
-    got = kernels.multi_level_roi_align(rois, *feats, featmap_strides=C.STRIDES[:4], **a)
+    got = ops.multi_level_roi_align(rois, *feats, featmap_strides=C.STRIDES[:4], **a)
     level = G.mmdeploy_levels(boxes, 56, 4)
     assert set(level.tolist()) == {0, 1, 2, 3}
     for r in range(len(rois)):
-        one = kernels.mmcv_roi_align(
+        one = ops.mmcv_roi_align(
             feats[level[r]], rois[r:r + 1], output_height=3, output_width=2,
             spatial_scale=1 / C.STRIDES[level[r]], sampling_ratio=2, aligned=aligned,
             mode="max" if pool_mode == 0 else "avg")
@@ -315,8 +315,8 @@ def test_kernels_equal_the_definitions(case):
     from ort_roi import definitions
 
     args = list(case["inputs"].values())
-    key = ort_roi.specs.spec(case["op"]).key
-    got = kernels.KERNELS[key](*args, **case["attrs"])
-    want = definitions.DEFINITIONS[key](*args, **case["attrs"])
+    key = ort_roi.ops.spec(case["op"]).key
+    got = ops.kernel(key)(*args, **case["attrs"])
+    want = ops.define(key, *args, **case["attrs"])
     got, want = (got[0], want[0]) if isinstance(got, tuple) else (got, want)
     np.testing.assert_allclose(got, want, **_tol(args[0].dtype))

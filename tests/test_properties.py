@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import literal
-from ort_roi import definitions as D, geometry, kernels
+import defs as D
+from ort_roi import geometry, ops
 from ort_roi.kernels.cpu.strategies import force
 
 SETTINGS = settings(max_examples=200, deadline=None,
@@ -73,7 +74,7 @@ def test_roi_pooling_max(strategy, p, ph, pw, s):
     rois = _rois(boxes, counts)
     a = dict(pooled_h=ph, pooled_w=pw, spatial_scale=s, method="max")
     with force(max_pool=strategy):
-        got = kernels.roi_pooling(X, rois, **a)
+        got = ops.roi_pooling(X, rois, **a)
     assert_close(got, D.roi_pooling(X, rois, **a), True)
 
 
@@ -83,7 +84,7 @@ def test_roi_pooling_bilinear(p, ph, pw):
     X, boxes, counts = p
     rois = _rois(boxes, counts)
     a = dict(pooled_h=ph, pooled_w=pw, spatial_scale=1.0, method="bilinear")
-    assert_close(kernels.roi_pooling(X, rois, **a), D.roi_pooling(X, rois, **a), False)
+    assert_close(ops.roi_pooling(X, rois, **a), D.roi_pooling(X, rois, **a), False)
 
 
 @max_pool_strategies
@@ -93,7 +94,7 @@ def test_roi_pool(strategy, p, ph, pw, s):
     X, boxes, counts = p
     a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s)
     with force(max_pool=strategy):
-        got = kernels.roi_pool(X, boxes, counts, **a)
+        got = ops.roi_pool(X, boxes, counts, **a)
     assert_close(got, D.roi_pool(X, boxes, counts, **a), True)
 
 
@@ -102,7 +103,7 @@ def test_roi_pool(strategy, p, ph, pw, s):
 def test_psroi_pool(data, ph, pw, oc, s):
     X, boxes, counts = data.draw(problem(channels=oc * ph * pw))
     a = dict(output_channels=oc, pooled_height=ph, pooled_width=pw, spatial_scale=s)
-    assert_close(kernels.psroi_pool(X, boxes, counts, **a),
+    assert_close(ops.psroi_pool(X, boxes, counts, **a),
                  D.psroi_pool(X, boxes, counts, **a), False)
 
 
@@ -118,7 +119,7 @@ def test_roi_align(strategy, p, ph, pw, s, sr, aligned):
     a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s, sampling_ratio=sr,
              aligned=aligned)
     with force(align=strategy, taps_step=1 + 200 * (sr % 2)):
-        got = kernels.roi_align(X, boxes, counts, **a)
+        got = ops.roi_align(X, boxes, counts, **a)
     assert_close(got, D.roi_align(X, boxes, counts, **a), False)
 
 
@@ -135,7 +136,7 @@ def test_max_pooling_tables_of_each_kind(ladder, budget):
     for ph, pw in [(1, 1), (2, 3), (3, 2)]:
         a = dict(pooled_height=ph, pooled_width=pw)
         with force(max_pool="table", table_budget=budget, table_ladder=ladder):
-            got = kernels.roi_pool(X, boxes, counts, **a)
+            got = ops.roi_pool(X, boxes, counts, **a)
         np.testing.assert_array_equal(got, D.roi_pool(X, boxes, counts, **a))
 
 
@@ -150,7 +151,7 @@ def test_max_pooling_with_capped_table(p, ph, pw, s, budget, chunk, run, ladder)
     a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=s)
     with force(max_pool="table", table_budget=budget, table_chunk=chunk, table_run=run,
                table_ladder=ladder):
-        got = kernels.roi_pool(X, boxes, counts, **a)
+        got = ops.roi_pool(X, boxes, counts, **a)
     assert_close(got, D.roi_pool(X, boxes, counts, **a), True)
 
 
@@ -165,7 +166,7 @@ def test_mmcv_roi_align(p, ph, pw, s, sr, aligned, mode):
     rois = _rois(boxes, counts)
     a = dict(output_height=ph, output_width=pw, spatial_scale=s, sampling_ratio=sr,
              aligned=aligned, mode=mode)
-    assert_close(kernels.mmcv_roi_align(X, rois, **a), D.mmcv_roi_align(X, rois, **a), False)
+    assert_close(ops.mmcv_roi_align(X, rois, **a), D.mmcv_roi_align(X, rois, **a), False)
 
 
 @SETTINGS
@@ -177,7 +178,7 @@ def test_onnx_roi_align(p, ph, pw, s, sr, ctm, mode):
     idx = np.repeat(np.arange(counts.size), counts)
     a = dict(output_height=ph, output_width=pw, spatial_scale=s, sampling_ratio=sr,
              coordinate_transformation_mode=ctm, mode=mode)
-    assert_close(kernels.onnx_roi_align(X, boxes, idx, **a), D.onnx_roi_align(X, boxes, idx, **a),
+    assert_close(ops.onnx_roi_align(X, boxes, idx, **a), D.onnx_roi_align(X, boxes, idx, **a),
                  mode == "onnx_max")
 
 
@@ -188,7 +189,7 @@ def test_caffe2_roi_align(p, ph, pw, s, sr, aligned):
     X, boxes, counts = p
     rois = _rois(boxes, counts)
     a = dict(pooled_h=ph, pooled_w=pw, spatial_scale=s, sampling_ratio=sr, aligned=aligned)
-    assert_close(kernels.caffe2_roi_align(X, rois, **a), D.caffe2_roi_align(X, rois, **a), False)
+    assert_close(ops.caffe2_roi_align(X, rois, **a), D.caffe2_roi_align(X, rois, **a), False)
 
 
 @st.composite
@@ -211,7 +212,7 @@ def test_mmcv_roi_align_rotated(strategy, data, ph, pw, s, sr, aligned, clockwis
     a = dict(output_height=ph, output_width=pw, spatial_scale=s, sampling_ratio=sr,
              aligned=aligned, clockwise=clockwise)
     with force(rotated=strategy):
-        got = kernels.mmcv_roi_align_rotated(X, rois, **a)
+        got = ops.mmcv_roi_align_rotated(X, rois, **a)
     assert_close(got, D.mmcv_roi_align_rotated(X, rois, **a), False)
 
 
@@ -238,18 +239,18 @@ def test_roi_align_max_of_one_sample_per_distinct_taps_is_the_max_of_every_sampl
     if op == "mmcv max":
         a = dict(output_height=ph, output_width=pw, spatial_scale=s, sampling_ratio=sr,
                  aligned=aligned, mode="max")
-        args, kernel, definition = (X, rois), kernels.mmcv_roi_align, D.mmcv_roi_align
+        args, kernel, definition = (X, rois), ops.mmcv_roi_align, D.mmcv_roi_align
     elif op == "onnx_max":
         a = dict(output_height=ph, output_width=pw, spatial_scale=s, sampling_ratio=sr,
                  mode="onnx_max", coordinate_transformation_mode=["output_half_pixel",
                                                                   "half_pixel"][aligned])
         args = (X, boxes, np.repeat(np.arange(counts.size), counts))
-        kernel, definition = kernels.onnx_roi_align, D.onnx_roi_align
+        kernel, definition = ops.onnx_roi_align, D.onnx_roi_align
     else:  # two levels (strides 1 and 2): mmdeploy's pool_mode 0, a max from -FLT_MAX
         a = dict(output_height=ph, output_width=pw, sampling_ratio=sr, aligned=aligned,
                  pool_mode=0, finest_scale=4, featmap_strides=(1.0, 2.0))
         args = (rois, X, X[:, :, ::2, ::2].copy())
-        kernel, definition = kernels.multi_level_roi_align, D.multi_level_roi_align
+        kernel, definition = ops.multi_level_roi_align, D.multi_level_roi_align
     with _every_sample():
         want = definition(*args, **a)
     with mock.patch.object(geometry, "SAMPLES_PER_PIXEL", per_pixel):

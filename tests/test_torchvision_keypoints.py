@@ -15,9 +15,9 @@ import pytest
 from onnx import helper
 
 import ort_roi
-from ort_roi.definitions import heatmaps_to_keypoints as definition
+from defs import heatmaps_to_keypoints as definition
 from ort_roi.graph.builders import single_op_model
-from ort_roi.kernels import heatmaps_to_keypoints as kernel
+from ort_roi.ops import heatmaps_to_keypoints as kernel
 
 OP = "HeatmapsToKeypoints"
 

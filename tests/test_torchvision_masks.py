@@ -15,9 +15,9 @@ from onnx import helper, numpy_helper
 
 import cases as C
 import ort_roi
-from ort_roi.definitions import paste_masks as definition
+from defs import paste_masks as definition
 from ort_roi.graph.builders import single_op_model
-from ort_roi.kernels import paste_masks as kernel
+from ort_roi.ops import paste_masks as kernel
 from ort_roi.graph.schemas import SHAPE_INFERENCE
 
 OP = "PasteMasks"

@@ -70,16 +70,16 @@ def test_a_wrong_roi_node_is_reported_failed_naming_it(tmp_path):
     path = os.path.join(MODELS, "mask_rcnn_head.onnx")
     script = textwrap.dedent(f"""
         import sys
-        from ort_roi.kernels import KERNELS
-        from ort_roi.specs import ROI_ALIGN
-        right = KERNELS[ROI_ALIGN.key]
+        from ort_roi import ops
+        entry = ops.entry(("ort_roi", "RoIAlign"))
+        right = entry.kernel
 
         def wrong(*inputs, **attrs):
             y = right(*inputs, **attrs).copy()
             y[-1] += 0.5
             return y
 
-        KERNELS[ROI_ALIGN.key] = wrong  # before the first session registers the ops
+        object.__setattr__(entry, "kernel", wrong)  # before the first session registers the ops
         from ort_roi.cli import main
         sys.exit(main.main(["validate", {path!r}]))
     """)

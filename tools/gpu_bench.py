@@ -74,7 +74,7 @@ def _torchvision():
 
 def _ours_and_peer(w: dict, op: str, X, boxes, counts, rois):
     """(our kernel, torchvision's or None): functions of (X, boxes, rois) on one device."""
-    from ort_roi import kernels
+    from ort_roi import ops as kernels
 
     torch, tv = _torchvision()
     p, s = w["pooled"], w["spatial_scale"]
@@ -134,7 +134,7 @@ def fpn_rows(names, repeat: int):
     torchvision's MultiScaleRoIAlign (its own level rule, the same amount of work)."""
     import cupy
 
-    from ort_roi import kernels
+    from ort_roi import ops as kernels
     from ort_roi.cli import bench
 
     torch, tv = _torchvision()

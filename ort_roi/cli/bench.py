@@ -35,7 +35,7 @@ from ..graph import builders
 from ..graph.rewrite import convert
 from ..runtime import bridge
 from ..runtime.session import session_options
-from ..specs import DOMAIN
+from ..spec import DOMAIN
 
 Runner = Callable[[], np.ndarray]
 

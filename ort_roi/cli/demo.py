@@ -15,7 +15,7 @@ from ..graph import builders
 from ..graph.examples import EXAMPLES
 from ..graph.inputs import generate_inputs
 from ..runtime.session import session_options
-from ..specs import DOMAIN
+from ..spec import DOMAIN
 from .compare import compare_with_reference
 
 

@@ -8,7 +8,8 @@ import argparse
 import onnxruntime as ort
 
 from ..runtime.probe import how_it_runs
-from ..specs import DOMAIN, FORMS, TYPES
+from ..ops import FORMS
+from ..spec import DOMAIN, TYPES
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -32,7 +33,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         for i in s.inputs:
             types = "/".join(t.name for t in TYPES[i.type])
             print(f"  input  {i.name:<10} {i.type}={types:<16} {i.shape:<30} {i.doc}")
-        print(f"  output {s.output:<10} T{'':<16} {s.output_shape_doc}")
+        for o in s.outputs:
+            print(f"  output {o.name:<10} {o.type:<17} {o.shape}")
         for a in s.attrs:
             rng = ""
             if a.choices:

@@ -21,7 +21,7 @@ from ..graph.inputs import generate_inputs
 from ..graph.nodes import given_attrs, iter_nodes, node_attrs, opset
 from ..graph.rewrite import rewrite
 from ..runtime.probe import plain_session_error
-from ..specs import form
+from ..ops import form
 from .compare import run_plain
 
 

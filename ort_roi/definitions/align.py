@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import (BoxGeometry, align_bins, max_sample_positions, onnx_geometry,
-                        roi_align_geometry, sample_positions)
-from ..specs import CAFFE2_ROI_ALIGN, MMCV_ROI_ALIGN, ONNX_ROI_ALIGN, ROI_ALIGN
-from .common import attributes_of, bilinear, images_of, weighted_corners
-
-#: mmcv's initial running maximum: a bin without samples gives it in mode "max".
-MMCV_EMPTY_MAX = -10000.0
+from ..geometry import (MMCV_EMPTY_MAX, BoxGeometry, align_bins, max_sample_positions,
+                        onnx_geometry, roi_align_geometry, sample_positions)
+from .common import bilinear, images_of, weighted_corners
 
 
 def align_box(X: np.ndarray, box: np.ndarray, geometry: BoxGeometry, spatial_scale, ph: int,
@@ -54,7 +50,6 @@ def align_box(X: np.ndarray, box: np.ndarray, geometry: BoxGeometry, spatial_sca
     return out
 
 
-@attributes_of(ROI_ALIGN)
 def roi_align(X, boxes, boxes_num, *, pooled_height=1, pooled_width=1, spatial_scale=1.0,
               sampling_ratio=-1, aligned=1):
     """RoIAlign (Paddle roi_align; detectron2 / torchvision): the mean of each bin's bilinear
@@ -75,7 +70,6 @@ def _rows(X, rois, geometry, spatial_scale, ph, pw, sampling_ratio, reduce="mean
     return out
 
 
-@attributes_of(MMCV_ROI_ALIGN)
 def mmcv_roi_align(input, rois, *, output_height=1, output_width=1, spatial_scale=1.0,
                    sampling_ratio=0, mode="avg", aligned=1):
     """MMCVRoiAlign over rows [batch, x1, y1, x2, y2]: "avg" is RoIAlign; "max" the largest
@@ -85,7 +79,6 @@ def mmcv_roi_align(input, rois, *, output_height=1, output_width=1, spatial_scal
                  MMCV_EMPTY_MAX)
 
 
-@attributes_of(ONNX_ROI_ALIGN)
 def onnx_roi_align(X, rois, batch_indices, *, coordinate_transformation_mode="half_pixel",
                    mode="avg", output_height=1, output_width=1, sampling_ratio=0,
                    spatial_scale=1.0):
@@ -98,7 +91,6 @@ def onnx_roi_align(X, rois, batch_indices, *, coordinate_transformation_mode="ha
                  output_height, output_width, sampling_ratio, reduce, MMCV_EMPTY_MAX)
 
 
-@attributes_of(CAFFE2_ROI_ALIGN)
 def caffe2_roi_align(X, rois, *, order="NCHW", spatial_scale=1.0, pooled_h=1, pooled_w=1,
                      sampling_ratio=-1, aligned=0):
     """Caffe2 RoIAlign (detectron2's export): RoIAlign over rows [batch, x1, y1, x2, y2], or

@@ -3,23 +3,9 @@ every channel, and the position-sensitive average over integer bins."""
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from ..geometry import bilinear_weights
-from ..specs import OpSpec
-
-
-def attributes_of(spec: OpSpec):
-    """Decorator: the definition receives its attributes as a graph holds them (spec.resolve:
-    defaults filled, float attributes as float32, ONNX's float type)."""
-    def wrap(fn):
-        @functools.wraps(fn)
-        def definition(*inputs, **attrs):
-            return fn(*inputs, **spec.resolve(attrs))
-        return definition
-    return wrap
 
 
 def images_of(counts) -> list[int]:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import (LEGACY, MMDEPLOY_ALIGNED, OPENVINO_ALIGNED, mmdeploy_levels,
+from ..geometry import (FLT_MAX, LEGACY, MMDEPLOY_ALIGNED, OPENVINO_ALIGNED, mmdeploy_levels,
                         mmdeploy_rescale, openvino_levels)
 from .align import align_box
 
-FLT_MAX = float(np.finfo(np.float32).max)
 
 
 def roi_feature_extractor(rois, *feats, output_size=7, sampling_ratio=2, aligned=0,

@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import bilinear_axis, bilinear_coords, roi_pool_bins
-from ..specs import ROI_POOL, ROI_POOLING
-from .common import attributes_of, images_of
+from .common import images_of
 
 
 def _max_bin(X: np.ndarray, h0: int, h1: int, w0: int, w1: int) -> np.ndarray:
@@ -31,7 +30,6 @@ def _max_pool_box(X: np.ndarray, box: np.ndarray, ph: int, pw: int, scale: float
     return out
 
 
-@attributes_of(ROI_POOL)
 def roi_pool(X, boxes, boxes_num, *, pooled_height=1, pooled_width=1, spatial_scale=1.0):
     """RoIPool (Paddle roi_pool): max pooling of each box over integer bins."""
     out = np.zeros((boxes.shape[0], X.shape[1], pooled_height, pooled_width), X.dtype)
@@ -40,7 +38,6 @@ def roi_pool(X, boxes, boxes_num, *, pooled_height=1, pooled_width=1, spatial_sc
     return out
 
 
-@attributes_of(ROI_POOLING)
 def roi_pooling(X, rois, *, pooled_h, pooled_w, spatial_scale, method="max"):
     """ROIPooling (OpenVINO ROIPooling-1; max = MXNet ROIPooling = ONNX MaxRoiPool) over rows
     [batch, x1, y1, x2, y2]. bilinear: boxes normalized to [0, 1]; one sample per bin at

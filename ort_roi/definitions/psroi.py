@@ -6,11 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import psroi_bins
-from ..specs import PSROI_POOL
-from .common import attributes_of, images_of, ps_average
+from .common import images_of, ps_average
 
 
-@attributes_of(PSROI_POOL)
 def psroi_pool(X, rois, rois_num, *, output_channels, spatial_scale=1.0, pooled_height=1,
                pooled_width=1):
     """PSROIPool (Paddle psroi_pool): output (c, ph, pw) is the mean of input channel

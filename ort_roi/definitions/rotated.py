@@ -5,11 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import rotated_rows, sample_positions
-from ..specs import MMCV_ROI_ALIGN_ROTATED
-from .common import attributes_of, bilinear
+from .common import bilinear
 
 
-@attributes_of(MMCV_ROI_ALIGN_ROTATED)
 def mmcv_roi_align_rotated(input, rois, *, output_height=1, output_width=1, spatial_scale=1.0,
                            sampling_ratio=0, aligned=1, clockwise=0):
     """MMCVRoIAlignRotated over rows [batch, cx, cy, w, h, theta]: RoIAlign's samples laid

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import (ALIGNED, align_bins, box_extent, cubic_resize_taps, linear_resize_taps,
-                        roi_align_geometry, sample_positions, torchvision_psroi_bins,
-                        torchvision_sample_grid)
-from ..specs import HEATMAPS_TO_KEYPOINTS, PASTE_MASKS, TV_PS_ROI_ALIGN, TV_PS_ROI_POOL
+from ..geometry import (ALIGNED, align_bins, box_extent, roi_align_geometry, sample_positions,
+                        torchvision_psroi_bins, torchvision_sample_grid)
+from ..resize import cubic_resize_taps, linear_resize_taps
 from .align import align_box
-from .common import attributes_of, bilinear, ps_average
+from .common import bilinear, ps_average
 
 
-@attributes_of(TV_PS_ROI_ALIGN)
 def torchvision_ps_roi_align(X, rois, *, pooled_height=1, pooled_width=1, spatial_scale=1.0,
                              sampling_ratio=-1):
     """ps_roi_align: the box's corners scaled and shifted by -0.5 (geometry.ALIGNED); bin
@@ -44,7 +42,6 @@ def torchvision_ps_roi_align(X, rois, *, pooled_height=1, pooled_width=1, spatia
     return out
 
 
-@attributes_of(TV_PS_ROI_POOL)
 def torchvision_ps_roi_pool(X, rois, *, pooled_height=1, pooled_width=1, spatial_scale=1.0):
     """ps_roi_pool: bins from round(x * scale), the box at least 1 x 1, bin p over
     [floor(p * bin), ceil((p + 1) * bin)) from the start, clipped to [0, H - 1]
@@ -86,7 +83,6 @@ def pyramid_roi_align_levels(rois, levels, *feats, **attrs):
     return pyramid_roi_align(rois, levels, *feats, spatial_scales=scales, **attrs)
 
 
-@attributes_of(HEATMAPS_TO_KEYPOINTS)
 def heatmaps_to_keypoints(maps, rois):
     """HeatmapsToKeypoints: box r [x1, y1, x2, y2], w = max(x2 - x1, 1), h likewise; its
     maps resized to ceil(h) x ceil(w) as onnxruntime's cubic Resize computes each output
@@ -120,7 +116,6 @@ def heatmaps_to_keypoints(maps, rois):
     return keypoints, scores
 
 
-@attributes_of(PASTE_MASKS)
 def paste_masks(masks, boxes, image_size):
     """PasteMasks: an image of image_size = (height, width); box r [x1, y1, x2, y2] (integers,
     inclusive), w = max(x2 - x1 + 1, 1), h

@@ -37,7 +37,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..errors import RoiOpError
 from ..graph import builders
 from ..graph.nodes import opset
-from ..specs import DOMAIN, OPSET_VERSION
+from ..spec import DOMAIN, OPSET_VERSION
 
 #: The child script (run by path: it needs paddle and paddle2onnx, not ort_roi).
 CHILD = Path(__file__).with_name("paddle_child.py")

@@ -26,7 +26,7 @@ import contextlib
 import functools
 from typing import Any, Callable
 
-from ..specs import DOMAIN, MAX_LEVELS
+from ..spec import DOMAIN, MAX_LEVELS
 
 #: The torchvision ops translated, by their TorchScript names.
 TORCHVISION_OPS = ("roi_align", "roi_pool", "ps_roi_align", "ps_roi_pool")

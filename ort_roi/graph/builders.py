@@ -18,7 +18,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..specs import DOMAIN, OPSET_VERSION, OpSpec, all_specs, spec
+from ..ops import all_specs, spec
+from ..spec import DOMAIN, OPSET_VERSION, OpSpec
 
 #: IR version of the models we write: onnxruntime 1.17+ reads it (onnx 1.23 writes 14).
 IR_VERSION = 9
@@ -35,7 +36,7 @@ def make_node(op: str | OpSpec, inputs: Sequence[str], outputs: Sequence[str], *
     if len(inputs) != len(s.inputs):
         raise ValueError(f"{s.name} takes {len(s.inputs)} inputs "
                          f"({', '.join(i.name for i in s.inputs)}), got {len(inputs)}")
-    n_out = 2 if s.extra_output else 1
+    n_out = len(s.outputs)
     if len(outputs) != n_out:
         raise ValueError(f"{s.name} has {n_out} output(s), got {len(outputs)}")
     op_type, domain = (s.name, s.domain) if isinstance(op, OpSpec) else (op, domain)
@@ -94,23 +95,28 @@ def make_model(nodes: Iterable[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoP
     return model
 
 
+def _symbolic(doc: str) -> list:
+    """The dimensions a shape doc names ("[R, C, 7, PW]"): ints, names, None for an
+    expression."""
+    dims = []
+    for d in doc.strip().split("]")[0].lstrip("[").split(","):
+        d = d.strip()
+        dims.append(int(d) if d.isdigit() else d if d.isidentifier() else None)
+    return dims
+
+
 def single_op_model(op: str, dtype: Any = np.float32, count_dtype: Any = np.int32, *,
                     domain: str = DOMAIN, **attrs: Any) -> onnx.ModelProto:
     """A one-node model of ``op`` with inputs named after the spec's inputs and output Y."""
     s = spec(op, domain)
-    outputs = [s.output] + ([s.extra_output[0]] if s.extra_output else [])
+    outputs = [o.name for o in s.outputs]
     node = make_node(op, [i.name for i in s.inputs], outputs, domain=domain, **attrs)
     types = {"T": dtype, "I": count_dtype}
     inputs = [tensor(i.name, types[i.type], None) for i in s.inputs]
-    values = s.resolve(attrs)
-    if s.kind == "keypoints":
-        shapes = [["R", "K", 3], ["R", "K"]]
-    elif s.kind == "image":
-        shapes = [["R", "height", "width"]]
-    else:
-        shapes = [["R", values[s.channels_attr] if s.channels_attr else "C",
-                   values[s.pooled[0]], values[s.pooled[1]]], ["R", 4]]
-    outs = [tensor(name, dtype, shape) for name, shape in zip(outputs, shapes)]
+    shapes = s.output_shapes([_symbolic(i.shape) for i in s.inputs], s.resolve(attrs))
+    outs = [tensor(o.name, o.dtype(dtype),
+                   [d if d is not None else name for d, name in zip(shape, _symbolic(o.shape))])
+            for o, shape in zip(s.outputs, shapes)]
     return make_model([node], inputs, outs, name=f"{s.name}_graph")
 
 

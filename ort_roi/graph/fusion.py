@@ -31,7 +31,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import node_label
-from ..specs import DOMAIN, MAX_LEVELS, PYRAMID_SPECS
+from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
+from ..spec import DOMAIN, MAX_LEVELS
 from .nodes import given_attrs, opset
 from .toolkit import GraphIndex, NoMatch, anything, check_attrs, declared_attrs, splice
 

@@ -19,7 +19,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..specs import Input, OpSpec, form
+from ..ops import form
+from ..spec import Input, OpSpec
 from .nodes import given_attrs, iter_nodes
 
 #: Feature maps whose size the graph leaves open: C, H, W of the finest level, its stride.

@@ -29,7 +29,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import node_label
-from ..specs import DOMAIN, HEATMAPS_TO_KEYPOINTS, PASTE_MASKS, OpSpec
+from ..ops.heatmaps_to_keypoints import SPEC as HEATMAPS_TO_KEYPOINTS
+from ..ops.paste_masks import SPEC as PASTE_MASKS
+from ..spec import DOMAIN, OpSpec
 from .toolkit import GraphIndex, NoMatch, anything, check_attrs, splice
 from .nodes import opset
 
@@ -292,7 +294,7 @@ def _replacement(node: onnx.NodeProto, form: LoopForm, inputs, values):
     outputs = list(node.output)
     after = []
     if form.transpose:  # the op's first output, transposed to the Loop's
-        outputs[0] = f"{name}_{form.spec.output}"
+        outputs[0] = f"{name}_{form.spec.outputs[0].name}"
         after = [helper.make_node("Transpose", [outputs[0]], [node.output[0]],
                                   name=f"{base}/Transpose", perm=[0, 2, 1])]
     op = helper.make_node(form.spec.name, inputs, outputs, name=name, domain=DOMAIN)

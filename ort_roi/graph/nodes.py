@@ -9,7 +9,8 @@ import onnx
 from onnx import helper
 
 from ..errors import RoiOpError, node_label
-from ..specs import OpSpec, form
+from ..ops import form
+from ..spec import OpSpec
 
 
 def iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:

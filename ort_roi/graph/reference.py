@@ -24,8 +24,8 @@ import onnx
 from onnx import helper
 from onnx.reference.op_run import OpRun
 
-from ..definitions import DEFINITIONS
-from ..specs import DOMAIN, FORMS, NodeForm, OpSpec, form
+from ..ops import FORMS, define, form
+from ..spec import DOMAIN, NodeForm, OpSpec
 from .nodes import iter_nodes, node_attrs, plain
 from .rewrite import rewrite
 
@@ -71,7 +71,7 @@ def run_definition(spec: OpSpec, attrs: dict[str, Any],
     Returns:
         its outputs, in the spec's order.
     """
-    y = DEFINITIONS[spec.key](*inputs, **attrs)
+    y = define(spec, *inputs, **attrs)
     return y if isinstance(y, tuple) else (y,)
 
 
@@ -83,7 +83,7 @@ def node_definition(node: onnx.NodeProto, onnx_opset: int) -> tuple[OpSpec, dict
     with ONNX RoiAlign's mode "max" read as onnxruntime computes it (``roialign_max="onnx"``).
 
     Args:
-        node: a node of a form ort_roi knows (``specs.form``).
+        node: a node of a form ort_roi knows (``ops.form``).
         onnx_opset: the model's default-domain opset (some attributes depend on it).
 
     Returns:

@@ -1,4 +1,4 @@
-"""The one graph-rewrite pass over the node forms (``specs.FORMS``).
+"""The one graph-rewrite pass over the node forms (``ops.FORMS``).
 
 ``rewrite`` serves ``ort-roi convert``, :func:`convert` and the front door's model
 preparation: every node of a form is checked against its spec; forms onnxruntime runs
@@ -16,7 +16,8 @@ import onnx
 from onnx import helper
 
 from ..errors import RoiOpError, node_label
-from ..specs import DOMAIN, FORMS, OPSET_VERSION, NodeForm, OpSpec, form
+from ..ops import FORMS, form
+from ..spec import DOMAIN, OPSET_VERSION, NodeForm, OpSpec
 from . import fusion, loops
 from .nodes import given_attrs, iter_nodes, node_attrs, opset
 
@@ -209,8 +210,7 @@ def _into_ours(node: onnx.NodeProto, f: NodeForm, onnx_opset: int, roialign_max:
                 f"roialign_max='onnx' (--roialign-max onnx) keeps onnxruntime's")
     values = node_attrs(node, spec, given)
     outputs = list(node.output)
-    if spec.extra_output and len(outputs) == 1:  # the rois output was not used
-        outputs.append("")
+    outputs += [""] * (len(spec.outputs) - len(outputs))  # outputs the node did not use
     new = helper.make_node(spec.name, list(node.input), outputs,
                            name=node.name or None, domain=spec.domain, **values)
     node.CopyFrom(new)

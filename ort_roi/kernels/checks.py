@@ -8,7 +8,7 @@ import functools
 import numpy as np
 
 from ..errors import RoiOpError
-from ..specs import TYPES
+from ..spec import TYPES
 from .dispatch import host, is_cupy
 
 
@@ -180,3 +180,27 @@ def check_levels(op: str, feats, batch: int | None = None) -> list:
                              f"must have feat_0's N and C {list(X[0].shape[:2])}, got "
                              f"{list(x.shape)}")
     return X
+
+
+def check_batch_rois(op: str, name: str, rois, X: np.ndarray, cols: int = 5):
+    """Rows [batch_id, x1, y1, x2, y2, ...] checked (``check_boxes``, ``batch_from_column``):
+    (the rows, each box's image, the boxes without their batch column, contiguous)."""
+    rois = check_boxes(op, name, rois, X, cols)
+    batch = batch_from_column(op, name, rois[:, 0], X.shape[0])
+    return rois, batch, np.ascontiguousarray(rois[:, 1:])
+
+
+def level_spec(specs: dict, L: int, node: str):
+    """The spec of a multi-level op for L feature maps (RoiOpError outside 1 .. MAX_LEVELS)."""
+    if L not in specs:
+        raise RoiOpError(node, "inputs", f"takes 1 to {max(specs)} feature maps, got {L}")
+    return specs[L]
+
+
+def per_level(spec, name: str, values, L: int) -> list:
+    """A list attribute with one value per feature map (RoiOpError naming it otherwise)."""
+    values = list(np.atleast_1d(np.asarray(values)).tolist())
+    if len(values) != L:
+        raise RoiOpError(spec.name, f"attribute '{name}'",
+                         f"must hold one value per feature map ({L}), got {values!r}")
+    return values

@@ -23,7 +23,7 @@ class Step:
     after X) hold one entry per box."""
 
     numpy: Callable
-    cuda: Callable
+    cuda: Callable | None  # None: the NumPy step on host copies, for CuPy input too
     per_box: tuple[int, ...]
 
 
@@ -31,13 +31,16 @@ class Step:
 TABLE: dict[str, Step] = {
     "max_pool": Step(cpu.max_pool, cuda.max_pool, (0, 1)),
     "bilinear_pool": Step(cpu.bilinear_pool, cuda.bilinear_pool, (0, 1)),
-    "ps_pool": Step(cpu.ps_pool, cuda.ps_pool, (0, 1)),
-    "tv_ps_pool": Step(cpu.tv_ps_pool, cuda.tv_ps_pool, (0, 1)),
+    "pool_bins": Step(cpu.pool_bins, cuda.pool_bins, (0, 1, 2, 3, 4)),
     "ps_align": Step(cpu.ps_align, cuda.ps_align, (0, 1)),
     "align": Step(cpu.align, cuda.align, (0, 1)),
     "align_max": Step(cpu.align_max, cuda.align_max, (0, 1)),
     "align_rotated": Step(cpu.align_rotated, cuda.align_rotated, (0,)),
     "align_levels": Step(cpu.align_levels, cuda.align_levels, (0, 1, 2)),
+    # computed on the host for either backend (CuPy input copied): per-box work whose size
+    # is the box's (upsampled roi maps, pasted images), no CUDA kernel
+    "keypoints": Step(cpu.keypoints, None, ()),
+    "paste_masks": Step(cpu.paste_masks, None, ()),
 }
 
 
@@ -62,6 +65,9 @@ def compute(step: str, X, *args, **kwargs):
     first = X[0] if isinstance(X, (list, tuple)) else X
     if not is_cupy(first):
         return s.numpy(X, *args, **kwargs)
+    if s.cuda is None:
+        return s.numpy([host(x) for x in X] if isinstance(X, (list, tuple)) else host(X),
+                       *(host(a) for a in args), **kwargs)
     import cupy
 
     out, left = s.cuda(X, *args, **kwargs)

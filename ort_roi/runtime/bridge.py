@@ -16,17 +16,17 @@ Three things the stock bridge gets wrong are handled here (see the README):
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
+from .. import forksafe
 from ..errors import RoiOpError
-from ..kernels import KERNELS, backend
-from ..kernels.cpu import workspace
-from ..specs import DOMAIN, FORMS, TYPES, Attr, OpSpec
+from ..kernels import device
+from ..ops import FORMS, kernel
+from ..spec import DOMAIN, TYPES, Attr, OpSpec
 from . import locate
 
 log = logging.getLogger("ort_roi")
@@ -37,7 +37,7 @@ _ATTR_DT = {int: "dt_int64", float: "dt_float", str: "dt_string"}
 
 #: kernel id -> (spec, output dtype, kernel) for every registered overload of ours.
 _KERNELS: dict[int, tuple[OpSpec, np.dtype, Callable[..., np.ndarray]]] = {}
-_lock = threading.RLock()
+_lock = forksafe.RLock()
 
 
 # --- errors on a side channel -------------------------------------------------------------
@@ -94,16 +94,10 @@ TOKEN_SLOTS = 99999
 _tokens: dict[np.float32, np.float32] = {}  # token value -> exact float32 value
 _free: list[int] = []  # released token numbers, reused first
 _issued = 0  # token numbers 1.._issued have been handed out
-_token_lock = threading.RLock()  # reentrant: a release may run from gc while it is held
+_token_lock = forksafe.RLock()  # reentrant: a release may run from gc while it is held
 
 
-def _after_fork_in_child() -> None:
-    global _lock, _token_lock  # a thread that held one at the fork does not exist in the child
-    _lock, _token_lock = threading.RLock(), threading.RLock()
-    _runs.clear()  # the runs of threads that do not exist in the child
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
+forksafe.in_child(_runs.clear)  # the runs of threads that do not exist in the child
 
 
 def _token(n: int) -> np.float32:
@@ -230,33 +224,35 @@ def _fallback(spec: OpSpec, feed, text: Mapping[str, str], dtype: np.dtype) -> t
             return v if 0 <= v <= 1 << 20 else 0
         except (TypeError, ValueError):
             return 0
-    shapes = [getattr(f, "shape", None) for f in feed]
-    get = lambda i: shapes[i] if i < len(shapes) else None  # noqa: E731
+    def value(v):
+        for kind in (int, float):
+            try:
+                return kind(v)
+            except (TypeError, ValueError):
+                pass
+        return v
+    try:
+        shapes = spec.output_shapes([getattr(f, "shape", None) for f in feed],
+                                    {k: value(v) for k, v in text.items()})
+    except Exception:  # noqa: BLE001 - contradicting shapes: empty outputs
+        shapes = [[0] for _ in spec.outputs]
     out = []
-    for shape in spec.output_shapes(get(spec.features[0]), get(spec.boxes_input), text):
+    for shape, o in zip(shapes, spec.outputs):
         shape = [dim(d) for d in shape]
+        fill = np.nan if o.type == "T" else 0
         try:
-            out.append(np.full(shape, np.nan, dtype))
+            out.append(np.full(shape, fill, o.dtype(dtype)))
         except (MemoryError, ValueError):
-            out.append(np.full([0] * len(shape), np.nan, dtype))
+            out.append(np.full([0] * len(shape), fill, o.dtype(dtype)))
     return tuple(out)
 
 
 def _run(k_id: int, feed, text: Mapping[str, str]):
     spec, dtype, kernel = _KERNELS[k_id]
     try:
-        attrs = parse_attrs(spec, text)
-        if backend.get_backend() == "cupy":
-            import cupy
-
-            feed = [cupy.asarray(f) if i in spec.features else f for i, f in enumerate(feed)]
-            ys = kernel(*feed, **attrs)
-            ys = tuple(cupy.asnumpy(y) for y in (ys if isinstance(ys, tuple) else (ys,)))
-        else:
-            with workspace.reuse_outputs():  # onnxruntime copies it before the next call
-                ys = kernel(*feed, **attrs)
-            ys = ys if isinstance(ys, tuple) else (ys,)
-        ys = tuple(np.ascontiguousarray(y, dtype=dtype) for y in ys)
+        ys = device.call(kernel, feed, spec.features, **parse_attrs(spec, text))
+        ys = tuple(np.ascontiguousarray(y, dtype=o.dtype(dtype))
+                   for y, o in zip(ys, spec.outputs))
     except BaseException as e:  # noqa: BLE001 - nothing may leave a kernel (it aborts)
         if not isinstance(e, RoiOpError):
             e = RoiOpError(spec.name, "kernel", f"internal error {type(e).__name__}: {e}")
@@ -366,23 +362,23 @@ def _add(spec: OpSpec, kernel: Callable[..., np.ndarray], domain: str, op_type: 
 
     attrs = {a.name: getattr(PyCustomOpDef, _ATTR_DT[a.type]) for a in spec.attrs}
     for types, out_dtype in _overloads(spec):
-        n_out = 1 if spec.extra_output is None else 2
         opdef = Opdef.create(
             kernel, op_type=f"{domain}::{op_type}",
             inputs=[getattr(PyCustomOpDef, _DT[t]) for t in types],
-            outputs=[getattr(PyCustomOpDef, _DT[out_dtype])] * n_out, attrs=attrs)
+            outputs=[getattr(PyCustomOpDef, _DT[o.dtype(out_dtype)]) for o in spec.outputs],
+            attrs=attrs)
         _KERNELS[opdef._nativedef.obj_id] = (spec, out_dtype, kernel)
 
 
 def register() -> None:
-    """Register the kernel of every registered node form (``specs.FORMS``: our ops and the
+    """Register the kernel of every registered node form (``ops.FORMS``: our ops and the
     nodes other exporters write) with onnxruntime-extensions (once per process).
 
     All at once, before any session: onnxruntime-extensions keeps a domain's Python ops in
     a growing array whose addresses the sessions keep, so an op added to a domain after a
     session has used that domain leaves dangling pointers (a later session or run crashes).
     """
-    _register_all(None, [(f.spec, KERNELS[f.spec.key], f.domain, f.op_type)
+    _register_all(None, [(f.spec, kernel(f.spec), f.domain, f.op_type)
                          for f in FORMS if f.registered]
                   + [(_guard(f), _refuse, f.domain, f.op_type) for f in FORMS if f.guard_levels])
 

@@ -23,7 +23,6 @@ This runs only when an op has failed.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import weakref
@@ -33,18 +32,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import onnx
 
+from .. import forksafe
 from ..errors import RoiOpError, node_label
 from ..graph.nodes import attribute_value, iter_nodes, spec_of
 
-_lock = threading.Lock()
+_lock = forksafe.Lock()
 
 
-def _after_fork_in_child() -> None:
-    global _lock
-    _lock = threading.Lock()  # a thread that held it at the fork does not exist in the child
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 #: onnxruntime session -> the nodes of its graph that the bridge runs (built on first need)
 _graphs: "weakref.WeakKeyDictionary[Any, Graph]" = weakref.WeakKeyDictionary()
 

@@ -13,7 +13,7 @@ from onnx import helper
 
 from ..graph import builders
 from ..graph.rewrite import rewrite
-from ..specs import DOMAIN, TYPES, Attr, NodeForm, OpSpec
+from ..spec import DOMAIN, TYPES, Attr, NodeForm, OpSpec
 from .session import session_options
 
 #: The default-domain opsets a native form is tried at (the others: 17).
@@ -34,7 +34,7 @@ def sample_model(f: NodeForm, dtype=np.float32, opset: int = 17) -> onnx.ModelPr
     if "coordinate_transformation_mode" in {a.name for a in spec.attrs}:
         attrs["coordinate_transformation_mode"] = "output_half_pixel"  # every opset has it
     names = [i.name for i in spec.inputs]
-    outs = [spec.output] + ([spec.extra_output[0]] if spec.extra_output else [])
+    outs = [o.name for o in spec.outputs]
     domain = f.domain if f.registered else DOMAIN
     node = builders.make_node(spec if not f.registered else f.op_type, names, outs,
                               domain=domain, **attrs)

@@ -36,7 +36,7 @@ import onnxruntime as ort
 from ..errors import RoiOpError, node_label
 from ..graph.nodes import iter_nodes, spec_of
 from ..graph.rewrite import Rewrite, rewrite
-from ..specs import TYPES
+from ..spec import TYPES
 from . import bridge, locate
 
 

@@ -5,8 +5,10 @@ from .align import align, align_levels, align_max
 from .bilinear import bilinear_pool
 from .max_pool import max_pool
 from .ps_align import ps_align
-from .psroi import ps_pool, tv_ps_pool
+from .keypoints import keypoints
+from .masks import paste_masks
+from .psroi import pool_bins
 from .rotated import align_rotated
 
 __all__ = ["align", "align_levels", "align_max", "bilinear_pool", "max_pool", "ps_align",
-           "ps_pool", "tv_ps_pool", "align_rotated"]
+           "pool_bins", "align_rotated", "keypoints", "paste_masks"]

@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...geometry import (BoxGeometry, align_bins, bilinear_weights, crop_weights,
+from ...geometry import (MMCV_EMPTY_MAX, BoxGeometry, align_bins, bilinear_weights, crop_weights,
                          max_sample_positions, neighbours, sample_positions, sample_taps)
 from . import strategies, workspace
 from .parallel import for_ranges
-
-#: mmcv's initial running maximum: what a bin without samples returns in its mode "max".
-MMCV_EMPTY_MAX = -10000.0
 
 
 def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,

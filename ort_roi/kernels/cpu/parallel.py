@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
+from ... import forksafe
 
 #: The environment variable that sets the kernels' thread count (a positive integer).
 THREADS_ENV = "ORT_ROI_NUM_THREADS"
@@ -97,22 +97,20 @@ def _find_openblas():
 
 
 _blas = None
-_blas_lock = threading.Lock()
+_blas_lock = forksafe.Lock()
 _blas_users = 0
 _blas_saved = 1
 
 
+@forksafe.in_child
 def _after_fork_in_child() -> None:
     """A forked child has only the thread that forked: no kernel of another thread is
-    running there, so OpenBLAS gets its saved setting back and the lock starts free."""
-    global _blas_lock, _blas_users, _pool
-    _blas_lock, _pool = threading.Lock(), None
+    running there, so OpenBLAS gets its saved setting back (the lock is fresh there)."""
+    global _blas_users, _pool
+    _pool = None
     if _blas and _blas_users:
         _blas[1](_blas_saved)
     _blas_users = 0
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _SingleThreadBlas:

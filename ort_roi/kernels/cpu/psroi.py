@@ -1,31 +1,12 @@
 """Position-sensitive average pooling over integer bins: Paddle's psroi_pool (PSROIPool) and
-torchvision's ps_roi_pool (TorchvisionPSRoIPool) differ only in where their bins lie
-(geometry.py); one pooling computes both from the bins."""
+torchvision's ps_roi_pool (TorchvisionPSRoIPool) differ only in where their bins lie, which
+their ops compute on the host (geometry.py); one pooling computes both from the bins."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...geometry import psroi_bins, torchvision_psroi_bins
 from .parallel import for_ranges
-
-
-def ps_pool(X: np.ndarray, batch: np.ndarray, rois: np.ndarray, oc: int, ph: int, pw: int,
-            spatial_scale: float) -> np.ndarray:
-    """PSROIPool (Paddle) of checked inputs (rois [R, 4])."""
-    N, C, H, W = X.shape
-    s = X.dtype.type(spatial_scale)
-    hlo, hhi = psroi_bins(rois[:, 1], rois[:, 3], s, ph, H)
-    wlo, whi = psroi_bins(rois[:, 0], rois[:, 2], s, pw, W)
-    return pool_bins(X, batch, hlo, hhi, wlo, whi, oc, ph, pw)
-
-
-def tv_ps_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
-               spatial_scale: float) -> np.ndarray:
-    """TorchvisionPSRoIPool of checked inputs (boxes [R, 4]; C = oc * ph * pw)."""
-    N, C, H, W = X.shape
-    (hlo, hhi), (wlo, whi) = torchvision_psroi_bins(boxes, spatial_scale, ph, pw, H, W)
-    return pool_bins(X, batch, hlo, hhi, wlo, whi, C // (ph * pw), ph, pw)
 
 
 def pool_bins(X: np.ndarray, batch: np.ndarray, hlo, hhi, wlo, whi, oc: int, ph: int,

@@ -12,7 +12,6 @@ import numpy as np
 
 from ...errors import RoiOpError
 from ...geometry import bilinear_weights, rotated_samples
-from ...specs import MMCV_ROI_ALIGN_ROTATED
 from . import strategies, workspace
 
 #: Samples x channels gathered per step (bounds the scratch memory).
@@ -110,7 +109,7 @@ def _clipped(Xn, rows, ph: int, pw: int, out, which=None) -> None:
             spans.append(ks)
         n_samples = sum(a.size for a in spans[0]) * sum(a.size for a in spans[1])
         if n_samples > MAX_SAMPLES:
-            raise RoiOpError(MMCV_ROI_ALIGN_ROTATED.name, "input 'rois'",
+            raise RoiOpError("MMCVRoIAlignRotated", "input 'rois'",
                              f"box {int(r)} needs {n_samples:.3g} samples on the map "
                              f"(grid {int(gh)} x {int(gw)} per bin): more than "
                              f"{MAX_SAMPLES}; lower sampling_ratio")

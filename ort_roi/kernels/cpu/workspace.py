@@ -29,23 +29,22 @@ from contextlib import contextmanager
 import numpy as np
 
 from .parallel import for_ranges
+from ... import forksafe
 
 _local = threading.local()
-_lock = threading.Lock()
+_lock = forksafe.Lock()
 #: (thread cache id, name, dtype) -> (that thread's cache dict, bytes), least recent first
 _lru: "OrderedDict[tuple, tuple[dict, int]]" = OrderedDict()
 _cached = 0  # bytes held by every thread's cache
 
 
+@forksafe.in_child
 def _after_fork_in_child() -> None:
-    """A forked child starts with one thread: locks another thread held at the fork would
-    never be released there, and the other threads' buffers are unreachable. Start afresh."""
-    global _lock, _local, _cached
-    _lock, _local, _cached = threading.Lock(), threading.local(), 0
+    """A forked child starts with one thread: the other threads' buffers are unreachable
+    there. Start afresh."""
+    global _local, _cached
+    _local, _cached = threading.local(), 0
     _lru.clear()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _env_limit() -> int:

@@ -1,7 +1,7 @@
 """The CUDA backend (CuPy): the kernels' compute steps on NVIDIA GPUs, source roi_ops.cu."""
 
 from .backend import (align, align_levels, align_max, align_rotated, bilinear_pool, max_pool,
-                      ps_align, ps_pool, tv_ps_pool)
+                      pool_bins, ps_align)
 
 __all__ = ["align", "align_levels", "align_max", "align_rotated", "bilinear_pool", "max_pool",
-           "ps_align", "ps_pool", "tv_ps_pool"]
+           "pool_bins", "ps_align"]

@@ -19,9 +19,9 @@ from importlib import resources
 import numpy as np
 
 from ...geometry import (ALIGNED, EXPLICIT_GRID_MAX, BoxGeometry, align_bins, axis_weights,
-                         box_extent, psroi_bins, torchvision_psroi_bins,
+                         box_extent,
                          torchvision_sample_grid)
-from ...specs import MAX_LEVELS
+from ...spec import MAX_LEVELS
 
 KERNELS = ("max_pool", "bilinear_pool", "psroi_pool", "roi_align", "roi_align_levels",
            "roi_align_rotated")
@@ -115,7 +115,11 @@ def bilinear_pool(X, batch, boxes, ph: int, pw: int):
     return out, NONE
 
 
-def _pool_bins(X, batch, hlo, hhi, wlo, whi, oc: int, ph: int, pw: int):
+#: The psroi_pool kernel's rows: each box's integer bins, computed on the host.
+PS_ROW = ("batch", "row lo[PH]", "row hi[PH]", "column lo[PW]", "column hi[PW]")
+
+
+def pool_bins(X, batch, hlo, hhi, wlo, whi, oc: int, ph: int, pw: int):
     """The psroi_pool kernel over bins the host computed: rows [batch, row lo[ph], row
     hi[ph], column lo[pw], column hi[pw]] (PS_ROW)."""
     import cupy
@@ -128,24 +132,6 @@ def _pool_bins(X, batch, hlo, hhi, wlo, whi, oc: int, ph: int, pw: int):
     return out, NONE
 
 
-#: The psroi_pool kernel's rows: each box's integer bins, computed on the host.
-PS_ROW = ("batch", "row lo[PH]", "row hi[PH]", "column lo[PW]", "column hi[PW]")
-
-
-def ps_pool(X, batch, rois, oc: int, ph: int, pw: int, spatial_scale: float):
-    """Paddle's psroi_pool."""
-    N, C, H, W = X.shape
-    s = X.dtype.type(spatial_scale)
-    hlo, hhi = psroi_bins(rois[:, 1], rois[:, 3], s, ph, H)
-    wlo, whi = psroi_bins(rois[:, 0], rois[:, 2], s, pw, W)
-    return _pool_bins(X, batch, hlo, hhi, wlo, whi, oc, ph, pw)
-
-
-def tv_ps_pool(X, batch, boxes, ph: int, pw: int, spatial_scale: float):
-    """torchvision's ps_roi_pool."""
-    N, C, H, W = X.shape
-    (hlo, hhi), (wlo, whi) = torchvision_psroi_bins(boxes, spatial_scale, ph, pw, H, W)
-    return _pool_bins(X, batch, hlo, hhi, wlo, whi, C // (ph * pw), ph, pw)
 
 
 #: The RoIAlign kernels' rows: each box's geometry, computed once on the host in T by

@@ -9,19 +9,18 @@ NumPy with one warning. ``auto`` picks the GPU when there is one, silently.
 from __future__ import annotations
 
 import os
-import threading
 import warnings
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .. import forksafe
+from .cpu import workspace
 
 CHOICES = ("numpy", "cupy", "auto")
-_lock = threading.Lock()
+_lock = forksafe.Lock()
 
 
-def _after_fork_in_child() -> None:
-    global _lock
-    _lock = threading.Lock()  # a thread that held it at the fork does not exist in the child
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 _choice = "numpy"
 _resolved: str | None = None
 
@@ -75,3 +74,28 @@ if _env:
     else:
         warnings.warn(f"ORT_ROI_BACKEND={_env!r} is not one of {', '.join(CHOICES)}; "
                       f"using numpy", RuntimeWarning, stacklevel=2)
+
+
+def call(kernel: Callable[..., Any], inputs: Sequence[np.ndarray], features: Sequence[int],
+         **attrs: Any) -> tuple[np.ndarray, ...]:
+    """Run a kernel for a registered op where the ops compute (``get_backend``).
+
+    Args:
+        kernel: the op's kernel.
+        inputs: its inputs as onnxruntime hands them (NumPy arrays).
+        features: which inputs are feature maps (copied to the GPU with "cupy").
+        **attrs: its attributes.
+
+    Returns:
+        its outputs as NumPy arrays (with "numpy", arrays a later call may reuse: onnxruntime
+        copies them before the next call).
+    """
+    if get_backend() == "cupy":
+        import cupy
+
+        inputs = [cupy.asarray(x) if i in features else x for i, x in enumerate(inputs)]
+        ys = kernel(*inputs, **attrs)
+        return tuple(cupy.asnumpy(y) for y in (ys if isinstance(ys, tuple) else (ys,)))
+    with workspace.reuse_outputs():
+        ys = kernel(*inputs, **attrs)
+    return ys if isinstance(ys, tuple) else (ys,)

@@ -1,0 +1,113 @@
+"""MultiLevelRoiAlign_L{L}: mmdeploy's MMCVMultiLevelRoiAlign (TensorRT plugin), FPN RoIAlign
+over L levels: rois [R, 5] with the batch index; level clamp(floor(log2(sqrt(area) /
+finest_scale + 1e-6)), 0, L-1) from the box as given (in float32, as its sqrtf/log2f; NaN
+from an inverted box is level 0, as CUDA's float-to-int conversion); then, when
+roi_scale_factor > 0, the box rescaled about its centre with half sizes (size + 1) * factor /
+2 - 1/2; then MMCVRoiAlign at scale 1/stride_l: pool_mode 1 the mean, 0 the largest sample (a
+bin without samples -FLT_MAX, the plugin's start). The exported node is rewritten into the
+fixed-arity op of its number of levels by convert and the front door."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..definitions.multilevel import multi_level_roi_align_levels as definition
+from ..geometry import FLT_MAX, LEGACY, MMDEPLOY_ALIGNED, mmdeploy_levels, mmdeploy_rescale
+from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, level_spec, \
+    per_level, quiet
+from ..kernels.dispatch import compute
+from ..spec import BATCH_ROIS, DOMAIN, MAX_LEVELS, Attr, NodeForm, Op, OpSpec, Output, \
+    level_inputs, pooled_attr, sampling_ratio_attr
+
+
+def _spec(L: int) -> OpSpec:
+    return OpSpec(
+        name=f"MultiLevelRoiAlign_L{L}",
+        source="mmdeploy MMCVMultiLevelRoiAlign (TensorRT plugin)",
+        doc=f"FPN RoIAlign over {L} level(s): each box [batch_id, x1, y1, x2, y2] to the level "
+            "clamp(floor(log2(sqrt(area) / finest_scale + 1e-6)), 0, L-1), rescaled about "
+            "its centre when roi_scale_factor > 0, pooled from it with MMCVRoiAlign at scale "
+            "1/stride_l (pool_mode 0 max, 1 avg).",
+        inputs=(BATCH_ROIS,) + level_inputs(L),
+        attrs=(pooled_attr("output_height", 7, "output height"),
+               pooled_attr("output_width", 7, "output width"),
+               sampling_ratio_attr(0),
+               Attr("pool_mode", int, 1, choices=(0, 1), doc="0: max, 1: avg"),
+               Attr("aligned", int, 1, choices=(0, 1), doc="1: half-pixel offset"),
+               Attr("roi_scale_factor", float, -1.0,
+                    doc="> 0: boxes rescaled about their centre first"),
+               Attr("finest_scale", int, 56, min=1, doc="box size of level 0"))
+        + tuple(Attr(f"stride_{i}", float, None, min=0.0, min_exclusive=True,
+                     doc=f"stride of level {i} (featmap_strides)") for i in range(L)),
+        outputs=(Output("output", "[R, C, PH, PW]"),),
+        pooled=("output_height", "output_width"),
+        features=tuple(range(1, L + 1)),
+        boxes_input=0,
+        box_cols=5,
+        same_types=True,
+    )
+
+
+#: One spec per number of levels.
+SPECS = {L: _spec(L) for L in range(1, MAX_LEVELS + 1)}
+
+
+@quiet
+def multi_level_roi_align(rois, *feats, output_height: int = 7, output_width: int = 7,
+                          sampling_ratio: int = 0, pool_mode: int = 1, aligned: int = 1,
+                          roi_scale_factor: float = -1.0, finest_scale: int = 56,
+                          featmap_strides=(4.0, 8.0, 16.0, 32.0)):
+    """mmdeploy's MMCVMultiLevelRoiAlign.
+
+    Args:
+        rois: [R, 5] rows [batch_id, x1, y1, x2, y2], float32 or float64.
+        *feats: the levels [N, C, H_l, W_l], finest first (1 to MAX_LEVELS), rois' dtype.
+        output_height, output_width: the output grid (>= 1).
+        sampling_ratio: samples per bin side; <= 0: adaptive.
+        pool_mode: 1: the mean of the samples; 0: the largest.
+        aligned: 1: half-pixel offset.
+        roi_scale_factor: > 0: boxes rescaled about their centre first.
+        finest_scale: box size of level 0.
+        featmap_strides: the stride of each level.
+
+    Returns:
+        [R, C, output_height, output_width] of the rois' dtype.
+    """
+    L = len(feats)
+    spec = level_spec(SPECS, L, "MMCVMultiLevelRoiAlign")
+    strides = per_level(spec, "featmap_strides", featmap_strides, L)
+    a = spec.resolve(dict(output_height=output_height, output_width=output_width,
+                          sampling_ratio=sampling_ratio, pool_mode=pool_mode, aligned=aligned,
+                          roi_scale_factor=roi_scale_factor, finest_scale=finest_scale,
+                          **{f"stride_{i}": v for i, v in enumerate(strides)}))
+    op = spec.name
+    X = check_levels(op, feats)
+    _, batch, boxes = check_batch_rois(op, "rois", rois, X[0])
+    level = mmdeploy_levels(boxes, a["finest_scale"], L)
+    if a["roi_scale_factor"] > 0:
+        boxes = mmdeploy_rescale(boxes, a["roi_scale_factor"])
+    scale = [float(np.float32(1.0 / np.float32(a[f"stride_{i}"]))) for i in range(L)]
+    check_box_sizes(op, "rois", boxes, max(scale))
+    ph, pw = a["output_height"], a["output_width"]
+    return compute("align_levels", X, batch, boxes, level, ph, pw, scale, a["sampling_ratio"],
+                   MMDEPLOY_ALIGNED if a["aligned"] else LEGACY, 1 - a["pool_mode"], -FLT_MAX)
+
+
+def multi_level_roi_align_levels(rois, *feats, **attrs):
+    """``multi_level_roi_align`` with the strides as attributes stride_0 .. stride_{L-1} (the
+    nodes MultiLevelRoiAlign_L1..L6 that convert writes)."""
+    strides = [attrs.pop(f"stride_{i}", None) for i in range(len(feats))]
+    return multi_level_roi_align(rois, *feats, featmap_strides=strides, **attrs)
+
+
+ENTRY = Op(
+    specs=tuple(SPECS.values()), kernel=multi_level_roi_align_levels, definition=definition,
+    steps=("align_levels",),
+    forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi convert (from "
+                         "mmdeploy::MMCVMultiLevelRoiAlign)",
+                         "level rule + MMCVRoiAlign per level") for s in SPECS.values())
+    + (NodeForm("mmdeploy", "MMCVMultiLevelRoiAlign", SPECS[4], "mmdeploy's TensorRT backend",
+                "its level rule composed with MMCVRoiAlign per level (Paddle roi_align), and a "
+                "literal loop", registered=False, levels=SPECS,
+                split={"featmap_strides": "stride_{}"}, guard_levels=4),),
+)

@@ -1,0 +1,71 @@
+"""PSROIPool: Paddle psroi_pool, R-FCN's position-sensitive average pooling."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..definitions.psroi import psroi_pool as definition
+from ..geometry import psroi_bins
+from ..kernels.checks import batch_from_counts, check_boxes, check_features, quiet
+from ..kernels.dispatch import compute
+from ..spec import COUNTS_DOC, DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, \
+    check_channels, pooled_attr, spatial_scale_attr
+
+SPEC = OpSpec(
+    name="PSROIPool",
+    source="Paddle psroi_pool (R-FCN)",
+    doc="Position-sensitive average pooling: output bin (c, ph, pw) averages input channel "
+        "(c*pooled_height + ph)*pooled_width + pw over its region.",
+    inputs=(Input("X", "T", "[N, output_channels*PH*PW, H, W]", "position-sensitive score maps"),
+            Input("rois", "T", "[R, 4]", "rows [x1, y1, x2, y2]"),
+            Input("rois_num", "I", "[N]", COUNTS_DOC)),
+    attrs=(Attr("output_channels", int, None, min=1, doc="channels of the output"),
+           spatial_scale_attr(),
+           pooled_attr("pooled_height", 1, "output height"),
+           pooled_attr("pooled_width", 1, "output width")),
+    outputs=(Output("Y", "[R, output_channels, PH, PW]"),),
+    pooled=("pooled_height", "pooled_width"),
+    channels_attr="output_channels",
+)
+
+
+@quiet
+def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
+               output_channels: int, spatial_scale: float = 1.0,
+               pooled_height: int = 1, pooled_width: int = 1) -> np.ndarray:
+    """Position-sensitive RoI pooling (R-FCN), as Paddle's psroi_pool.
+
+    Output bin (c, ph, pw) is the mean of input channel (c*pooled_height + ph)*pooled_width
+    + pw over the bin's region (0 for an empty region). Box corners are rounded before
+    scaling and the end edge is exclusive (+1).
+
+    Args:
+        X: [N, output_channels*pooled_height*pooled_width, H, W] float32 or float64.
+        rois: [R, 4] rows [x1, y1, x2, y2], X's dtype.
+        rois_num: [N] int32 or int64, the boxes of each image in order (sums to R).
+        output_channels: channels of the output (>= 1).
+        spatial_scale: multiplies box coordinates onto X (> 0).
+        pooled_height, pooled_width: the output grid (>= 1).
+
+    Returns:
+        [R, output_channels, pooled_height, pooled_width] of X's dtype.
+    """
+    op = SPEC.name
+    a = SPEC.resolve(dict(output_channels=output_channels, spatial_scale=spatial_scale,
+                          pooled_height=pooled_height, pooled_width=pooled_width))
+    oc, ph, pw = a["output_channels"], a["pooled_height"], a["pooled_width"]
+    X = check_features(op, X)
+    check_channels(op, X.shape[1], oc, ph, pw)
+    rois = check_boxes(op, "rois", rois, X, 4)
+    batch = batch_from_counts(op, "rois_num", rois_num, X.shape[0], rois.shape[0])
+    s = X.dtype.type(a["spatial_scale"])
+    rows = psroi_bins(rois[:, 1], rois[:, 3], s, ph, X.shape[2])
+    cols = psroi_bins(rois[:, 0], rois[:, 2], s, pw, X.shape[3])
+    return compute("pool_bins", X, batch, *rows, *cols, oc, ph, pw)
+
+
+ENTRY = Op(
+    specs=(SPEC,), kernel=psroi_pool, definition=definition, steps=("pool_bins",),
+    forms=(NodeForm(DOMAIN, "PSROIPool", SPEC, "ort_roi graphs (ort_roi.builders)",
+                    "Paddle psroi_pool"),),
+)

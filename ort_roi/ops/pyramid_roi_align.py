@@ -1,0 +1,96 @@
+"""PyramidRoIAlign_L{L}: RoIAlign of each box from the feature map its level names, the level
+given (as torchvision's exported MultiScaleRoIAlign computes it in the graph): the RoI stage
+of torchvision's detection models in one op (ort-roi convert, ort_roi.torch_export)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..definitions.torchvision import pyramid_roi_align_levels as definition
+from ..geometry import roi_align_geometry
+from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, int_vector, \
+    level_spec, per_level, quiet
+from ..kernels.dispatch import compute
+from ..spec import BATCH_ROIS, DOMAIN, MAX_LEVELS, Attr, Input, NodeForm, Op, OpSpec, Output, \
+    level_inputs, pooled_attr, sampling_ratio_attr
+
+
+def _spec(L: int) -> OpSpec:
+    return OpSpec(
+        name=f"PyramidRoIAlign_L{L}",
+        source="torchvision MultiScaleRoIAlign, one fused stage (ort-roi convert, "
+               "ort_roi.torch_export)",
+        doc=f"RoIAlign of each box [batch_id, x1, y1, x2, y2] from the one of the {L} feature "
+            "maps its level names (levels[r], as the graph computes it; a level outside 0 .. "
+            "L-1 gives 0), at that map's spatial_scale; the output in the order of the rois. "
+            "aligned 0 is torchvision's MultiScaleRoIAlign.",
+        inputs=(BATCH_ROIS, Input("levels", "I", "[R]", "the feature map of each box"))
+        + level_inputs(L),
+        attrs=(pooled_attr("output_height", 1, "output height"),
+               pooled_attr("output_width", 1, "output width"),
+               sampling_ratio_attr(0),
+               Attr("aligned", int, 0, choices=(0, 1), doc="1: half-pixel offset"))
+        + tuple(Attr(f"spatial_scale_{i}", float, None, min=0.0, min_exclusive=True,
+                     doc=f"multiplies box coordinates onto feat_{i}") for i in range(L)),
+        outputs=(Output("output", "[R, C, PH, PW]"),),
+        pooled=("output_height", "output_width"),
+        features=tuple(range(2, L + 2)),
+        boxes_input=0,
+        box_cols=5,
+        same_types=True,
+    )
+
+
+#: One spec per number of levels.
+SPECS = {L: _spec(L) for L in range(1, MAX_LEVELS + 1)}
+
+
+@quiet
+def pyramid_roi_align(rois, levels, *feats, output_height: int = 1, output_width: int = 1,
+                      sampling_ratio: int = 0, aligned: int = 0, spatial_scales=()):
+    """Each box pooled with RoIAlign from the feature map its level names.
+
+    Args:
+        rois: [R, 5] rows [batch_id, x1, y1, x2, y2], float32 or float64.
+        levels: [R] int32 or int64, the feature map of each box (outside 0 .. L-1: output 0).
+        *feats: [N, C, H_l, W_l], one per level (1 to MAX_LEVELS), rois' dtype.
+        output_height, output_width: the output grid (>= 1).
+        sampling_ratio: samples per bin side; <= 0: adaptive.
+        aligned: 1: half-pixel offset; 0: torchvision's MultiScaleRoIAlign.
+        spatial_scales: the scale of each level.
+
+    Returns:
+        [R, C, output_height, output_width] in the order of the rois.
+    """
+    L = len(feats)
+    spec = level_spec(SPECS, L, "PyramidRoIAlign")
+    scales = per_level(spec, "spatial_scales", spatial_scales, L)
+    a = spec.resolve(dict(output_height=output_height, output_width=output_width,
+                          sampling_ratio=sampling_ratio, aligned=aligned,
+                          **{f"spatial_scale_{i}": v for i, v in enumerate(scales)}))
+    op = spec.name
+    X = check_levels(op, feats)
+    rois, batch, boxes = check_batch_rois(op, "rois", rois, X[0])
+    level = int_vector(op, "levels", levels, rois.shape[0], "[R] = [{}] (one level per box)")
+    scale = [a[f"spatial_scale_{i}"] for i in range(L)]
+    check_box_sizes(op, "rois", boxes, max(scale))
+    level = np.where((level >= 0) & (level < L), level, L).astype(np.intp)  # L: no level
+    return compute("align_levels", X, batch, boxes, level, a["output_height"],
+                   a["output_width"], scale, a["sampling_ratio"],
+                   roi_align_geometry(a["aligned"]), 0)
+
+
+def pyramid_roi_align_levels(rois, levels, *feats, **attrs):
+    """``pyramid_roi_align`` with the scales as attributes spatial_scale_0 .. _{L-1} (the
+    nodes PyramidRoIAlign_L1..L6)."""
+    scales = [attrs.pop(f"spatial_scale_{i}", None) for i in range(len(feats))]
+    return pyramid_roi_align(rois, levels, *feats, spatial_scales=scales, **attrs)
+
+
+ENTRY = Op(
+    specs=tuple(SPECS.values()), kernel=pyramid_roi_align_levels, definition=definition,
+    steps=("align_levels",),
+    forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi convert (torchvision's exported "
+                         "MultiScaleRoIAlign stage), ort_roi.torch_export",
+                         "torchvision MultiScaleRoIAlign") for s in SPECS.values()),
+)

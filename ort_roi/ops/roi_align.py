@@ -1,0 +1,73 @@
+"""RoIAlign: Paddle roi_align (detectron2 / torchvision semantics)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..definitions.align import roi_align as definition
+from ..geometry import roi_align_geometry
+from ..kernels.checks import batch_from_counts, check_box_sizes, check_boxes, check_features, \
+    quiet
+from ..kernels.dispatch import compute
+from ..spec import COUNTS_DOC, DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, \
+    sampling_ratio_attr, spatial_scale_attr
+
+SPEC = OpSpec(
+    name="RoIAlign",
+    source="Paddle roi_align (detectron2 / torchvision semantics)",
+    doc="Average of bilinear samples on a regular grid in each bin; aligned=1 shifts by "
+        "half a pixel; sampling_ratio <= 0 picks ceil(bin size) samples per bin.",
+    inputs=(Input("X", "T", "[N, C, H, W]", "feature map"),
+            Input("boxes", "T", "[R, 4]", "rows [x1, y1, x2, y2]"),
+            Input("boxes_num", "I", "[N]", COUNTS_DOC)),
+    attrs=(pooled_attr("pooled_height", 1, "output height"),
+           pooled_attr("pooled_width", 1, "output width"),
+           spatial_scale_attr(),
+           sampling_ratio_attr(-1),
+           Attr("aligned", int, 1, choices=(0, 1),
+                doc="1: pixel model with half-pixel offset (detectron2 ROIAlignV2)")),
+    outputs=(Output("Y", "[R, C, PH, PW]"),),
+    pooled=("pooled_height", "pooled_width"),
+)
+
+
+@quiet
+def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
+              pooled_height: int = 1, pooled_width: int = 1, spatial_scale: float = 1.0,
+              sampling_ratio: int = -1, aligned: int = 1) -> np.ndarray:
+    """Average of bilinear samples over each bin of each box (Paddle's roi_align).
+
+    Box edges are scaled by ``spatial_scale`` and shifted by -0.5 when ``aligned``; without
+    ``aligned`` boxes are at least 1x1. Each bin holds ``sampling_ratio`` x
+    ``sampling_ratio`` samples, or ceil(bin size) per side when ``sampling_ratio`` <= 0.
+    Samples beyond one pixel outside the map contribute 0; a bin with no samples gives 0.
+
+    Args:
+        X: [N, C, H, W] float32 or float64 (NumPy; CuPy computes on the GPU).
+        boxes: [R, 4] rows [x1, y1, x2, y2], X's dtype.
+        boxes_num: [N] int32 or int64, the boxes of each image in order (sums to R).
+        pooled_height, pooled_width: the output grid (>= 1).
+        spatial_scale: multiplies box coordinates onto X (> 0).
+        sampling_ratio: samples per bin side; <= 0: adaptive.
+        aligned: 1: half-pixel offset (detectron2's ROIAlignV2); 0: legacy.
+
+    Returns:
+        [R, C, pooled_height, pooled_width] of X's dtype. Raises RoiOpError on bad input.
+    """
+    op = SPEC.name
+    a = SPEC.resolve(dict(pooled_height=pooled_height, pooled_width=pooled_width,
+                          spatial_scale=spatial_scale, sampling_ratio=sampling_ratio,
+                          aligned=aligned))
+    X = check_features(op, X)
+    boxes = check_boxes(op, "boxes", boxes, X, 4)
+    batch = batch_from_counts(op, "boxes_num", boxes_num, X.shape[0], boxes.shape[0])
+    check_box_sizes(op, "boxes", boxes, a["spatial_scale"])
+    return compute("align", X, batch, boxes, a["pooled_height"], a["pooled_width"],
+                   a["spatial_scale"], a["sampling_ratio"], roi_align_geometry(a["aligned"]))
+
+
+ENTRY = Op(
+    specs=(SPEC,), kernel=roi_align, definition=definition, steps=("align",),
+    forms=(NodeForm(DOMAIN, "RoIAlign", SPEC, "ort_roi graphs (ort_roi.builders)",
+                    "Paddle roi_align"),),
+)

@@ -1,0 +1,99 @@
+"""ROIFeatureExtractor_L{L}: OpenVINO's ExperimentalDetectronROIFeatureExtractor (CPU plugin),
+FPN RoIAlign over L levels: rois [R, 4] of image 0; level clamp(floor(log2(sqrt(area) / 224
++ 1e-6) + 2), 0, L-1) in float32, a box of area <= 0 on no level (its output stays 0);
+RoIAlign at scale 1/scale_l whose box sizes are at least 1 also when aligned; second output
+the rois. The exported node (a variable number of inputs, a list attribute) is rewritten into
+the fixed-arity op of its number of levels by convert and the front door."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..definitions.multilevel import roi_feature_extractor_levels as definition
+from ..geometry import LEGACY, OPENVINO_ALIGNED, openvino_levels
+from ..kernels.checks import check_box_sizes, check_boxes, check_levels, level_spec, \
+    per_level, quiet
+from ..kernels.dispatch import compute
+from ..spec import DOMAIN, MAX_LEVELS, Attr, Input, NodeForm, Op, OpSpec, Output, level_inputs, \
+    pooled_attr
+
+
+def _spec(L: int) -> OpSpec:
+    return OpSpec(
+        name=f"ROIFeatureExtractor_L{L}",
+        source="OpenVINO ExperimentalDetectronROIFeatureExtractor-6 (CPU plugin)",
+        doc=f"FPN RoIAlign over {L} level(s): each box [x1, y1, x2, y2] of image 0 to the level "
+            "clamp(floor(log2(sqrt(area) / 224 + 1e-6) + 2), 0, L-1) (area <= 0: none, "
+            "output 0), pooled from it with RoIAlign at scale 1/scale_l (sizes at least 1); "
+            "second output: the rois.",
+        inputs=(Input("rois", "T", "[R, 4]", "rows [x1, y1, x2, y2] (image 0)"),)
+        + level_inputs(L),
+        attrs=(pooled_attr("output_size", 7, "output height and width"),
+               Attr("sampling_ratio", int, 2, doc="samples per bin side; <= 0: adaptive"),
+               Attr("aligned", int, 0, choices=(0, 1), doc="1: half-pixel offset"))
+        + tuple(Attr(f"scale_{i}", int, None, min=1, doc=f"stride of level {i} (pyramid_scales)")
+                for i in range(L)),
+        outputs=(Output("output", "[R, C, output_size, output_size]"),
+                 Output("rois_out", "[R, 4]")),
+        pooled=("output_size", "output_size"),
+        features=tuple(range(1, L + 1)),
+        boxes_input=0,
+        same_types=True,
+    )
+
+
+#: One spec per number of levels.
+SPECS = {L: _spec(L) for L in range(1, MAX_LEVELS + 1)}
+
+
+@quiet
+def roi_feature_extractor(rois, *feats, output_size: int = 7, sampling_ratio: int = 2,
+                          aligned: int = 0, pyramid_scales=(4, 8, 16, 32)):
+    """OpenVINO's ExperimentalDetectronROIFeatureExtractor.
+
+    Args:
+        rois: [R, 4] rows [x1, y1, x2, y2] of image 0, float32 or float64.
+        *feats: the levels [1, C, H_l, W_l], finest first (1 to MAX_LEVELS), rois' dtype.
+        output_size: the output grid (>= 1).
+        sampling_ratio: samples per bin side; <= 0: adaptive.
+        aligned: 1: half-pixel offset.
+        pyramid_scales: the stride of each level.
+
+    Returns:
+        (features [R, C, output_size, output_size], rois [R, 4]).
+    """
+    L = len(feats)
+    spec = level_spec(SPECS, L, "ExperimentalDetectronROIFeatureExtractor")
+    scales = per_level(spec, "pyramid_scales", pyramid_scales, L)
+    a = spec.resolve(dict(output_size=output_size, sampling_ratio=sampling_ratio,
+                          aligned=aligned, **{f"scale_{i}": v for i, v in enumerate(scales)}))
+    op = spec.name
+    X = check_levels(op, feats, batch=1)
+    boxes = check_boxes(op, "rois", rois, X[0], 4)
+    level = openvino_levels(boxes, L)
+    scale = [float(np.float32(1) / np.float32(a[f"scale_{i}"])) for i in range(L)]  # 1.0f / s
+    check_box_sizes(op, "rois", boxes, max(scale))
+    p = a["output_size"]
+    out = compute("align_levels", X, np.zeros(boxes.shape[0], np.intp), boxes, level, p, p,
+                  scale, a["sampling_ratio"], OPENVINO_ALIGNED if a["aligned"] else LEGACY, 0)
+    return out, boxes.copy()
+
+
+def roi_feature_extractor_levels(rois, *feats, **attrs):
+    """``roi_feature_extractor`` with the strides as attributes scale_0 .. scale_{L-1} (the
+    nodes ROIFeatureExtractor_L1..L6 that convert writes)."""
+    scales = [attrs.pop(f"scale_{i}", None) for i in range(len(feats))]
+    return roi_feature_extractor(rois, *feats, pyramid_scales=scales, **attrs)
+
+
+ENTRY = Op(
+    specs=tuple(SPECS.values()), kernel=roi_feature_extractor_levels, definition=definition,
+    steps=("align_levels",),
+    forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi convert (from OpenVINO's ROI feature "
+                         "extractor)", "OpenVINO") for s in SPECS.values())
+    + (NodeForm("org.openvinotoolkit", "ExperimentalDetectronROIFeatureExtractor", SPECS[4],
+                "mmdeploy's OpenVINO backend, OpenVINO Training Extensions",
+                "OpenVINO (reads it from ONNX)", registered=False, levels=SPECS,
+                split={"pyramid_scales": "scale_{}"}, guard_levels=4,
+                drop=("image_id", "distribute_rois_between_levels", "preserve_rois_order")),),
+)

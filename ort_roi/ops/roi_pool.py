@@ -1,0 +1,59 @@
+"""RoIPool: Paddle roi_pool, ROIPooling max with boxes grouped per image by counts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..definitions.pooling import roi_pool as definition
+from ..kernels.checks import batch_from_counts, check_boxes, check_features, quiet
+from ..kernels.dispatch import compute
+from ..spec import COUNTS_DOC, DOMAIN, Input, NodeForm, Op, OpSpec, Output, pooled_attr, \
+    spatial_scale_attr
+
+SPEC = OpSpec(
+    name="RoIPool",
+    source="Paddle roi_pool",
+    doc="Max pooling of each box onto a pooled_height x pooled_width grid "
+        "(arithmetic of ROIPooling max); boxes grouped per image by boxes_num.",
+    inputs=(Input("X", "T", "[N, C, H, W]", "feature map"),
+            Input("boxes", "T", "[R, 4]", "rows [x1, y1, x2, y2]"),
+            Input("boxes_num", "I", "[N]", COUNTS_DOC)),
+    attrs=(pooled_attr("pooled_height", 1, "output height"),
+           pooled_attr("pooled_width", 1, "output width"),
+           spatial_scale_attr()),
+    outputs=(Output("Y", "[R, C, PH, PW]"),),
+    pooled=("pooled_height", "pooled_width"),
+)
+
+
+@quiet
+def roi_pool(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
+             pooled_height: int = 1, pooled_width: int = 1,
+             spatial_scale: float = 1.0) -> np.ndarray:
+    """Max-pool each box of ``X`` onto a pooled grid (ROIPooling max's arithmetic).
+
+    Args:
+        X: [N, C, H, W] float32 or float64 (NumPy; CuPy computes on the GPU).
+        boxes: [R, 4] rows [x1, y1, x2, y2], X's dtype.
+        boxes_num: [N] int32 or int64, the boxes of each image in order (sums to R).
+        pooled_height, pooled_width: the output grid (>= 1).
+        spatial_scale: multiplies box coordinates onto X (> 0).
+
+    Returns:
+        [R, C, pooled_height, pooled_width] of X's dtype. Raises RoiOpError on bad input.
+    """
+    op = SPEC.name
+    a = SPEC.resolve(dict(pooled_height=pooled_height, pooled_width=pooled_width,
+                          spatial_scale=spatial_scale))
+    X = check_features(op, X)
+    boxes = check_boxes(op, "boxes", boxes, X, 4)
+    batch = batch_from_counts(op, "boxes_num", boxes_num, X.shape[0], boxes.shape[0])
+    return compute("max_pool", X, batch, boxes, a["pooled_height"], a["pooled_width"],
+                   a["spatial_scale"])
+
+
+ENTRY = Op(
+    specs=(SPEC,), kernel=roi_pool, definition=definition, steps=("max_pool",),
+    forms=(NodeForm(DOMAIN, "RoIPool", SPEC, "ort_roi graphs (ort_roi.builders)",
+                    "Paddle roi_pool"),),
+)

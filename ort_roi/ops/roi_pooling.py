@@ -1,0 +1,74 @@
+"""ROIPooling: OpenVINO ROIPooling-1 (max is also MXNet ROIPooling and ONNX MaxRoiPool)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..definitions.pooling import roi_pooling as definition
+from ..kernels.checks import batch_from_column, check_boxes, check_features, quiet
+from ..kernels.dispatch import compute
+from ..spec import DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, \
+    spatial_scale_attr, SCALE_DOC
+
+SPEC = OpSpec(
+    name="ROIPooling",
+    source="OpenVINO ROIPooling-1 (max also MXNet ROIPooling, ONNX MaxRoiPool)",
+    doc="Max or bilinear pooling of each box onto a pooled_h x pooled_w grid; "
+        "rows of rois carry their batch index.",
+    inputs=(Input("X", "T", "[N, C, H, W]", "feature map"),
+            Input("rois", "T", "[R, 5]", "rows [batch_id, x1, y1, x2, y2]")),
+    attrs=(pooled_attr("pooled_h", None, "output height"),
+           pooled_attr("pooled_w", None, "output width"),
+           spatial_scale_attr(None, SCALE_DOC + " (method=max; ignored by bilinear)"),
+           Attr("method", str, "max", choices=("max", "bilinear"),
+                doc="max: max over integer bins; bilinear: one bilinear sample per bin, "
+                    "boxes normalized to [0, 1]")),
+    outputs=(Output("Y", "[R, C, PH, PW]"),),
+    pooled=("pooled_h", "pooled_w"),
+    box_cols=5,
+)
+
+
+@quiet
+def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_h: int, pooled_w: int,
+                spatial_scale: float, method: str = "max") -> np.ndarray:
+    """Pool each row of ``rois`` of ``X`` onto a pooled_h x pooled_w grid.
+
+    method="max": box edges are scaled by ``spatial_scale`` and rounded half away from
+    zero; bin p covers [floor(p*bin), ceil((p+1)*bin)) from the box start, clipped to the
+    map; the output is the bin's maximum, 0 for an empty bin.
+    method="bilinear": coordinates are normalized to [0, 1] (``spatial_scale`` unused);
+    each output is one bilinear sample, 0 outside the map.
+
+    Args:
+        X: [N, C, H, W] float32 or float64 (NumPy; CuPy computes on the GPU).
+        rois: [R, 5] rows [batch_id, x1, y1, x2, y2], X's dtype.
+        pooled_h, pooled_w: the output grid (>= 1).
+        spatial_scale: multiplies box coordinates onto X (> 0).
+        method: "max" or "bilinear".
+
+    Returns:
+        [R, C, pooled_h, pooled_w] of X's dtype. Raises RoiOpError on bad input.
+    """
+    op = SPEC.name
+    a = SPEC.resolve(dict(pooled_h=pooled_h, pooled_w=pooled_w, spatial_scale=spatial_scale,
+                          method=method))
+    X = check_features(op, X)
+    rois = check_boxes(op, "rois", rois, X, 5)
+    batch = batch_from_column(op, "rois", rois[:, 0], X.shape[0])
+    if a["method"] == "max":
+        return compute("max_pool", X, batch, rois[:, 1:], a["pooled_h"], a["pooled_w"],
+                       a["spatial_scale"])
+    return compute("bilinear_pool", X, batch, rois[:, 1:], a["pooled_h"], a["pooled_w"])
+
+
+ENTRY = Op(
+    specs=(SPEC,), kernel=roi_pooling, definition=definition,
+    steps=("max_pool", "bilinear_pool"),
+    forms=(NodeForm(DOMAIN, "ROIPooling", SPEC, "ort_roi graphs (ort_roi.builders)",
+                    "MXNet ROIPooling (max), OpenVINO ROIPooling-1 (bilinear)"),
+           NodeForm("", "MaxRoiPool", SPEC, "ONNX graphs (MaxRoiPool-1)",
+                    "onnxruntime's MaxRoiPool, MXNet ROIPooling", registered=False,
+                    defaults={"spatial_scale": 1.0},
+                    split={"pooled_shape": ("pooled_h", "pooled_w")}, fixed={"method": "max"})),
+)
