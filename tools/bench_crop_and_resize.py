@@ -1,15 +1,22 @@
-"""ort_roi's CropAndResize kernel against TensorFlow's tf.image.crop_and_resize, in one
-process, interleaved (TF run, ort_roi run, ...; the median of each), on TF Object Detection
-API-shaped workloads: NHWC maps, normalized boxes (clipped to [0, 1], as detections are),
-bilinear. Prints one row per workload and checks the outputs are equal. "kernel": the
-public kernel called directly (a fresh output array each call, as TF's); "session": the op
-in an onnxruntime session (ort_roi.session_options(); the bridge reuses the kernel's output
-buffer and onnxruntime copies it out).
+"""ort_roi's CropAndResize against TensorFlow's tf.image.crop_and_resize and against
+onnxruntime running tf2onnx's translations of it, in one process, interleaved (each runner
+once per round; the median of each), on TF Object Detection API-shaped workloads: NHWC maps,
+normalized boxes (clipped to [0, 1], as detections are). Checks the outputs first: ort_roi's
+equal TensorFlow's bit for bit; the tf2onnx forms' largest difference is printed.
 
-    python tools/bench_crop_and_resize.py [--repeat 15] [--threads N]
+    python tools/bench_crop_and_resize.py [--repeat 15] [--threads N] [--method nearest]
 
-Needs tensorflow (``pip install tensorflow-cpu``) next to ort_roi. TF uses its own thread
-pool (all cores); ort_roi its kernel threads (ort_roi.set_num_threads).
+Columns (ms): "TF" tf.image.crop_and_resize (eager, its CPU kernel, a fresh output each
+call); "kernel" ort_roi's public kernel called directly (a fresh output each call);
+"session" the ort_roi::CropAndResize node in an onnxruntime session
+(ort_roi.session_options(); the bridge reuses the kernel's output buffer, onnxruntime copies it
+out); "Loop" and "contrib" onnxruntime (default options) running tf2onnx 1.17's graph at
+opset 17, as a Loop over boxes and with extra_opset com.microsoft (Transpose,
+com.microsoft::CropAndResize, Transpose). Ratios are TF / kernel and Loop / session,
+contrib / session (> 1: ort_roi faster).
+
+Needs tensorflow and tf2onnx (``pip install -e '.[tensorflow]'``) next to ort_roi. TF uses
+its own thread pool, ort_roi its kernel threads (ort_roi.set_num_threads).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import numpy as np
 WORKLOADS = [((1, 64, 64, 256), 300, 14), ((2, 38, 50, 1024), 100, 7),
              ((2, 38, 50, 1024), 100, 14), ((2, 38, 50, 1024), 300, 7),
              ((2, 38, 50, 1024), 300, 14)]
+NAMES = ("image", "boxes", "box_indices")
 
 
 def boxes_for(R: int, N: int, seed: int = 0):
@@ -35,73 +43,96 @@ def boxes_for(R: int, N: int, seed: int = 0):
     return b, (np.arange(R) % N).astype(np.int32)
 
 
+def ort_roi_model(spec, crop: int, method: str):
+    """One ort_roi::CropAndResize node over float32 image and boxes, int32 box indices."""
+    from onnx import TensorProto, helper
+
+    attrs = spec.resolve(dict(crop_height=crop, crop_width=crop, method=method))
+    types = (TensorProto.FLOAT, TensorProto.FLOAT, TensorProto.INT32)
+    inputs = [helper.make_tensor_value_info(n, t, None) for n, t in zip(NAMES, types)]
+    node = helper.make_node("CropAndResize", list(NAMES), ["crops"], domain="ort_roi", **attrs)
+    graph = helper.make_graph([node], "crop", inputs,
+                              [helper.make_tensor_value_info("crops", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("ort_roi", 1)],
+                             ir_version=9)
+
+
+def tf2onnx_model(crop: int, method: str, contrib: bool):
+    """tf2onnx's graph of tf.image.crop_and_resize at opset 17 (contrib: com.microsoft)."""
+    import tensorflow as tf
+    import tf2onnx
+
+    sig = (tf.TensorSpec([None, None, None, None], tf.float32, name="image"),
+           tf.TensorSpec([None, 4], tf.float32, name="boxes"),
+           tf.TensorSpec([None], tf.int32, name="box_indices"))
+
+    @tf.function(input_signature=sig)
+    def f(image, boxes, box_indices):
+        return tf.image.crop_and_resize(image, boxes, box_indices, [crop, crop], method=method)
+
+    extra = [tf2onnx.utils.make_opsetid("com.microsoft", 1)] if contrib else None
+    model, _ = tf2onnx.convert.from_function(f, input_signature=sig, opset=17,
+                                             extra_opset=extra)
+    return model
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--threads", type=int, default=None, help="ort_roi kernel threads")
     ap.add_argument("--method", default="bilinear", choices=("bilinear", "nearest"))
     args = ap.parse_args()
-    import tensorflow as tf
-
     import onnxruntime as ort
+    import tensorflow as tf
 
     import ort_roi
     from ort_roi.ops.crop_and_resize import SPEC, crop_and_resize
 
     if args.threads:
         ort_roi.set_num_threads(args.threads)
-    print(f"tensorflow {tf.__version__}, {args.method}, median of {args.repeat} interleaved runs")
-    print(f"{'image':>18} {'R':>4} {'crop':>5} {'TF ms':>8} {'kernel ms':>10} {'ratio':>6} "
-          f"{'session ms':>10} {'ratio':>6}")
+    print(f"tensorflow {tf.__version__}, onnxruntime {ort.__version__}, {args.method}, "
+          f"median of {args.repeat} interleaved runs (ms)")
+    print(f"{'image':>18} {'R':>4} {'crop':>5} {'TF':>7} {'kernel':>7} {'TF/k':>5} "
+          f"{'session':>7} {'Loop':>7} {'L/s':>5} {'contrib':>7} {'c/s':>5}  max |tf2onnx - TF|")
+    cpu = ["CPUExecutionProvider"]
     for shape, R, crop in WORKLOADS:
         img = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
         boxes, idx = boxes_for(R, shape[0])
+        feed = dict(zip(NAMES, (img, boxes, idx)))
         t_img, t_boxes, t_idx = tf.constant(img), tf.constant(boxes), tf.constant(idx)
-
-        def run_tf():
-            return tf.image.crop_and_resize(t_img, t_boxes, t_idx, [crop, crop],
-                                            method=args.method).numpy()
-
-        def run_ours():
-            return crop_and_resize(img, boxes, idx, crop_height=crop, crop_width=crop,
-                                   method=args.method)
-
-        sess = ort.InferenceSession(_model(SPEC, crop, args.method).SerializeToString(),
-                                    ort_roi.session_options(), providers=["CPUExecutionProvider"])
-
-        def run_session():
-            return sess.run(None, dict(image=img, boxes=boxes, box_indices=idx))[0]
-
-        want = run_tf()
-        for f in (run_ours, run_session):
-            assert np.array_equal(want, f()), f"outputs differ on {shape} {R} {crop}"
-        times = {run_tf: [], run_ours: [], run_session: []}
+        ours = ort.InferenceSession(ort_roi_model(SPEC, crop, args.method).SerializeToString(),
+                                    ort_roi.session_options(), providers=cpu)
+        quiet = ort.SessionOptions()
+        quiet.log_severity_level = 3  # tf2onnx's contrib graph declares a wrong output shape
+        loop, contrib = (ort.InferenceSession(tf2onnx_model(crop, args.method, c)
+                                              .SerializeToString(), quiet, providers=cpu)
+                         for c in (False, True))
+        runners = {
+            "TF": lambda: tf.image.crop_and_resize(t_img, t_boxes, t_idx, [crop, crop],
+                                                   method=args.method).numpy(),
+            "kernel": lambda: crop_and_resize(img, boxes, idx, crop_height=crop,
+                                              crop_width=crop, method=args.method),
+            "session": lambda: ours.run(None, feed)[0],
+            "Loop": lambda: loop.run(None, feed)[0],
+            "contrib": lambda: contrib.run(None, feed)[0],
+        }
+        want = runners["TF"]()
+        for k in ("kernel", "session"):
+            assert np.array_equal(want, runners[k]()), f"{k} differs from TF on {shape} {R}"
+        diff = {k: float(np.abs(runners[k]() - want).max()) for k in ("Loop", "contrib")}
+        times = {k: [] for k in runners}
         for _ in range(args.repeat):
-            for f in times:
+            for k, f in runners.items():
                 t0 = time.perf_counter()
                 f()
-                times[f].append(time.perf_counter() - t0)
-        t_tf, t_k, t_s = (statistics.median(times[f]) * 1e3
-                          for f in (run_tf, run_ours, run_session))
-        print(f"{str(list(shape)):>18} {R:>4} {crop:>2}x{crop:<2} {t_tf:8.2f} {t_k:10.2f} "
-              f"{t_tf / t_k:6.2f} {t_s:10.2f} {t_tf / t_s:6.2f}")
-
-
-def _model(spec, crop: int, method: str):
-    """One ort_roi::CropAndResize node over float32 image and boxes, int32 box indices."""
-    from onnx import TensorProto, helper
-
-    attrs = spec.resolve(dict(crop_height=crop, crop_width=crop, method=method))
-    types = (TensorProto.FLOAT, TensorProto.FLOAT, TensorProto.INT32)
-    inputs = [helper.make_tensor_value_info(n, t, None)
-              for n, t in zip(("image", "boxes", "box_indices"), types)]
-    node = helper.make_node("CropAndResize", [i.name for i in inputs], ["crops"],
-                            domain="ort_roi", **attrs)
-    graph = helper.make_graph([node], "crop", inputs,
-                              [helper.make_tensor_value_info("crops", TensorProto.FLOAT, None)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                   helper.make_opsetid("ort_roi", 1)],
-                             ir_version=9)
+                times[k].append(time.perf_counter() - t0)
+        t = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        print(f"{str(list(shape)):>18} {R:>4} {crop:>2}x{crop:<2} {t['TF']:7.1f} "
+              f"{t['kernel']:7.1f} {t['TF'] / t['kernel']:5.2f} {t['session']:7.1f} "
+              f"{t['Loop']:7.1f} {t['Loop'] / t['session']:5.2f} {t['contrib']:7.1f} "
+              f"{t['contrib'] / t['session']:5.2f}  Loop {diff['Loop']:.3g}, "
+              f"contrib {diff['contrib']:.3g}")
 
 
 if __name__ == "__main__":
