@@ -342,7 +342,11 @@ BAD = [  # (id, change to the inputs, attributes, fragments of the message)
     ("crop side huge", {}, dict(crop_height=1 << 20), ["attribute 'crop_height'", "65536",
                                                        "1048576"]),
     ("output huge", {}, dict(crop_height=40000, crop_width=40000),
-     ["CropAndResize", "[2, 40000, 40000, 3]", "elements"]),
+     ["attribute 'crop_height'", "[2, 40000, 40000, 3]", "elements"]),
+    ("output huge from many boxes", dict(image=np.zeros((1, 1, 1, 1 << 21), np.float32),
+                                         boxes=np.zeros((600, 4), np.float32),
+                                         box_indices=np.zeros(600, np.int32)),
+     dict(crop_height=14, crop_width=14), ["'boxes'", "[600, 14, 14, 2097152]", "elements"]),
 ]
 
 

@@ -30,8 +30,8 @@ def crop_shapes(spec: OpSpec, dims: Sequence[Dims], attrs: Mapping[str, Any],
         raise RoiOpError(spec.name, "input 'image'",
                          f"must have rank 4 [N, H, W, C], got rank {len(image)}")
     if boxes is not None and (len(boxes) != 2 or (isinstance(boxes[1], int) and boxes[1] != 4)):
-        raise RoiOpError(spec.name, "input 'boxes'",
-                         f"must have shape [R, 4], got {[d if d is not None else '?' for d in boxes]}")
+        shown = [d if d is not None else "?" for d in boxes]
+        raise RoiOpError(spec.name, "input 'boxes'", f"must have shape [R, 4], got {shown}")
     if idx is not None and len(idx) != 1:
         raise RoiOpError(spec.name, "input 'box_indices'",
                          f"must have rank 1 [R], got rank {len(idx)}")
@@ -170,7 +170,8 @@ def crop_and_resize(image: np.ndarray, boxes: np.ndarray, box_indices: np.ndarra
             raise RoiOpError(op, f"attribute '{name}'",
                              f"must be <= {MAX_CROP_SIDE}, got {side}")
     if R * ch * cw * C > MAX_OUTPUT_ELEMENTS:
-        raise RoiOpError(op, "attribute 'crop_height'",
+        where = "input 'boxes'" if ch * cw * C <= MAX_OUTPUT_ELEMENTS else "attribute 'crop_height'"
+        raise RoiOpError(op, where,
                          f"the output [R, crop_height, crop_width, C] = [{R}, {ch}, {cw}, {C}] "
                          f"would have more than {MAX_OUTPUT_ELEMENTS} elements")
     ys = axis_positions(boxes[:, 0], boxes[:, 2], H, ch)
