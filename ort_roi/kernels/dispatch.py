@@ -37,6 +37,8 @@ TABLE: dict[str, Step] = {
     "align_max": Step(cpu.align_max, cuda.align_max, (0, 1)),
     "align_rotated": Step(cpu.align_rotated, cuda.align_rotated, (0,)),
     "align_levels": Step(cpu.align_levels, cuda.align_levels, (0, 1, 2)),
+    "crop_bilinear": Step(cpu.crop_bilinear, cuda.crop_bilinear, (0, 1, 2, 3, 4, 5, 6)),
+    "crop_nearest": Step(cpu.crop_nearest, cuda.crop_nearest, (0, 1, 2)),
     # computed on the host for either backend (CuPy input copied): per-box work whose size
     # is the box's (upsampled roi maps, pasted images), no CUDA kernel
     "keypoints": Step(cpu.keypoints, None, ()),

@@ -239,7 +239,7 @@ def _fallback(spec: OpSpec, feed, text: Mapping[str, str], dtype: np.dtype) -> t
     out = []
     for shape, o in zip(shapes, spec.outputs):
         shape = [dim(d) for d in shape]
-        fill = np.nan if o.type == "T" else 0
+        fill = np.nan if o.dtype(dtype).kind == "f" else 0
         try:
             out.append(np.full(shape, fill, o.dtype(dtype)))
         except (MemoryError, ValueError):

@@ -41,7 +41,7 @@ def sample_model(f: NodeForm, dtype=np.float32, opset: int = 17) -> onnx.ModelPr
     types = {"T": dtype, "I": np.int64}
     ins = [builders.tensor(i.name, types[i.type], None) for i in spec.inputs]
     g = helper.make_graph([node], f.op_type, ins,
-                          [builders.tensor(o, dtype, None) for o in outs])
+                          [builders.tensor(o.name, o.dtype(dtype), None) for o in spec.outputs])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset),
                                             helper.make_opsetid(domain, 1)])
     m.ir_version = IR_VERSION

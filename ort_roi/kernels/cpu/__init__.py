@@ -3,6 +3,7 @@ over every core: the strategies each step may take are named in strategies.py.""
 
 from .align import align, align_levels, align_max
 from .bilinear import bilinear_pool
+from .crop_and_resize import crop_bilinear, crop_nearest
 from .max_pool import max_pool
 from .ps_align import ps_align
 from .keypoints import keypoints
@@ -10,5 +11,5 @@ from .masks import paste_masks
 from .psroi import pool_bins
 from .rotated import align_rotated
 
-__all__ = ["align", "align_levels", "align_max", "bilinear_pool", "max_pool", "ps_align",
+__all__ = ["align", "align_levels", "align_max", "bilinear_pool", "crop_bilinear", "crop_nearest", "max_pool", "ps_align",
            "pool_bins", "align_rotated", "keypoints", "paste_masks"]

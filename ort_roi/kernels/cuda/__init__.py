@@ -2,6 +2,7 @@
 
 from .backend import (align, align_levels, align_max, align_rotated, bilinear_pool, max_pool,
                       pool_bins, ps_align)
+from .crop_and_resize import crop_bilinear, crop_nearest
 
-__all__ = ["align", "align_levels", "align_max", "align_rotated", "bilinear_pool", "max_pool",
-           "pool_bins", "ps_align"]
+__all__ = ["align", "align_levels", "align_max", "align_rotated", "bilinear_pool",
+           "crop_bilinear", "crop_nearest", "max_pool", "pool_bins", "ps_align"]
