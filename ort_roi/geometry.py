@@ -88,6 +88,13 @@ def align_bins(boxes: np.ndarray, spatial_scale, geometry: BoxGeometry, pooled_h
     return AlignBins(c[:, :2], bin_size, grid)
 
 
+def level_scales(scales, level: np.ndarray, dtype) -> np.ndarray:
+    """Each box's scale [R, 1] (for ``align_bins``) from its level's; a box on no level
+    (outside 0 .. L-1: its output is 0) takes level 0's."""
+    ok = (level >= 0) & (level < len(scales))
+    return np.asarray(scales, dtype)[np.where(ok, level, 0)][:, None]
+
+
 def box_extent(boxes: np.ndarray, spatial_scale, geometry: BoxGeometry) -> np.ndarray:
     """The boxes' sizes [R, 2] (y, x) in T, before the geometry's least size: (end * scale
     - offset) - (start * scale - offset), as the references subtract them."""

@@ -33,10 +33,10 @@ TABLE: dict[str, Step] = {
     "bilinear_pool": Step(cpu.bilinear_pool, cuda.bilinear_pool, (0, 1)),
     "pool_bins": Step(cpu.pool_bins, cuda.pool_bins, (0, 1, 2, 3, 4)),
     "ps_align": Step(cpu.ps_align, cuda.ps_align, (0, 1)),
-    "align": Step(cpu.align, cuda.align, (0, 1)),
-    "align_max": Step(cpu.align_max, cuda.align_max, (0, 1)),
+    "align": Step(cpu.align, cuda.align, (0, 1, 2, 3)),
+    "align_max": Step(cpu.align_max, cuda.align_max, (0, 1, 2, 3)),
     "align_rotated": Step(cpu.align_rotated, cuda.align_rotated, (0,)),
-    "align_levels": Step(cpu.align_levels, cuda.align_levels, (0, 1, 2)),
+    "align_levels": Step(cpu.align_levels, cuda.align_levels, (0, 1, 2, 3, 4)),
     "crop_bilinear": Step(cpu.crop_bilinear, cuda.crop_bilinear, (0, 1, 2, 3, 4, 5, 6)),
     "crop_nearest": Step(cpu.crop_nearest, cuda.crop_nearest, (0, 1, 2)),
     # computed on the host for either backend (CuPy input copied): per-box work whose size

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..definitions.align import caffe2_roi_align as definition
 from ..errors import RoiOpError
-from ..geometry import roi_align_geometry
+from ..geometry import align_bins, roi_align_geometry
 from ..kernels.checks import batch_from_column, check_box_sizes, check_boxes, check_features, \
     quiet
 from ..kernels.dispatch import compute, host
@@ -70,8 +70,9 @@ def caffe2_roi_align(X: np.ndarray, rois: np.ndarray, *, order: str = "NCHW",
         batch = batch_from_column(op, "rois", rois[:, 0], X.shape[0])
         boxes = np.ascontiguousarray(rois[:, 1:])
     check_box_sizes(op, "rois", boxes, a["spatial_scale"])
-    return compute("align", X, batch, boxes, a["pooled_h"], a["pooled_w"], a["spatial_scale"],
-                   a["sampling_ratio"], roi_align_geometry(a["aligned"]))
+    ph, pw, sr = a["pooled_h"], a["pooled_w"], a["sampling_ratio"]
+    bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw, sr)
+    return compute("align", X, batch, *bins, ph, pw, sr)
 
 
 ENTRY = Op(

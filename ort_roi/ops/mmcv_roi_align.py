@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.align import mmcv_roi_align as definition
-from ..geometry import MMCV_EMPTY_MAX, roi_align_geometry
+from ..geometry import MMCV_EMPTY_MAX, align_bins, roi_align_geometry
 from ..kernels.checks import batch_from_column, check_box_sizes, check_boxes, check_features, \
     quiet
 from ..kernels.dispatch import compute
@@ -67,11 +67,11 @@ def mmcv_roi_align(input: np.ndarray, rois: np.ndarray, *, output_height: int = 
     batch = batch_from_column(op, "rois", rois[:, 0], X.shape[0])
     boxes = np.ascontiguousarray(rois[:, 1:])
     check_box_sizes(op, "rois", boxes, a["spatial_scale"])
-    args = (X, batch, boxes, a["output_height"], a["output_width"], a["spatial_scale"],
-            a["sampling_ratio"], roi_align_geometry(a["aligned"]))
+    ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
+    bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw, sr)
     if a["mode"] == "avg":
-        return compute("align", *args)
-    return compute("align_max", *args, empty=MMCV_EMPTY_MAX)
+        return compute("align", X, batch, *bins, ph, pw, sr)
+    return compute("align_max", X, batch, *bins, ph, pw, empty=MMCV_EMPTY_MAX)
 
 
 ENTRY = Op(

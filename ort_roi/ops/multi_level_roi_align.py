@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.multilevel import multi_level_roi_align_levels as definition
-from ..geometry import FLT_MAX, LEGACY, MMDEPLOY_ALIGNED, mmdeploy_levels, mmdeploy_rescale
+from ..geometry import FLT_MAX, LEGACY, MMDEPLOY_ALIGNED, align_bins, level_scales, \
+    mmdeploy_levels, mmdeploy_rescale
 from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, level_spec, \
     per_level, quiet
 from ..kernels.dispatch import compute
@@ -88,9 +89,11 @@ def multi_level_roi_align(rois, *feats, output_height: int = 7, output_width: in
         boxes = mmdeploy_rescale(boxes, a["roi_scale_factor"])
     scale = [float(np.float32(1.0 / np.float32(a[f"stride_{i}"]))) for i in range(L)]
     check_box_sizes(op, "rois", boxes, max(scale))
-    ph, pw = a["output_height"], a["output_width"]
-    return compute("align_levels", X, batch, boxes, level, ph, pw, scale, a["sampling_ratio"],
-                   MMDEPLOY_ALIGNED if a["aligned"] else LEGACY, 1 - a["pool_mode"], -FLT_MAX)
+    ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
+    bins = align_bins(boxes, level_scales(scale, level, boxes.dtype),
+                      MMDEPLOY_ALIGNED if a["aligned"] else LEGACY, ph, pw, sr)
+    return compute("align_levels", X, batch, *bins, level, ph, pw, sr, 1 - a["pool_mode"],
+                   -FLT_MAX)
 
 
 def multi_level_roi_align_levels(rois, *feats, **attrs):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.align import onnx_roi_align as definition
-from ..geometry import MMCV_EMPTY_MAX, onnx_geometry
+from ..geometry import MMCV_EMPTY_MAX, align_bins, onnx_geometry
 from ..kernels.checks import batch_from_indices, check_box_sizes, check_boxes, check_features, \
     quiet
 from ..kernels.dispatch import compute
@@ -78,11 +78,13 @@ def onnx_roi_align(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *
     rois = check_boxes(op, "rois", rois, X, 4)
     batch = batch_from_indices(op, "batch_indices", batch_indices, X.shape[0], rois.shape[0])
     check_box_sizes(op, "rois", rois, a["spatial_scale"])
-    args = (X, batch, rois, a["output_height"], a["output_width"], a["spatial_scale"],
-            a["sampling_ratio"], onnx_geometry(a["coordinate_transformation_mode"]))
+    ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
+    bins = align_bins(rois, a["spatial_scale"], onnx_geometry(a["coordinate_transformation_mode"]),
+                      ph, pw, sr)
     if a["mode"] == "avg":
-        return compute("align", *args)
-    return compute("align_max", *args, empty=None if a["mode"] == "onnx_max" else MMCV_EMPTY_MAX)
+        return compute("align", X, batch, *bins, ph, pw, sr)
+    return compute("align_max", X, batch, *bins, ph, pw,
+                   empty=None if a["mode"] == "onnx_max" else MMCV_EMPTY_MAX)
 
 
 ENTRY = Op(

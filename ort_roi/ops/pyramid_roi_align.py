@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.torchvision import pyramid_roi_align_levels as definition
-from ..geometry import roi_align_geometry
+from ..geometry import align_bins, level_scales, roi_align_geometry
 from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, int_vector, \
     level_spec, per_level, quiet
 from ..kernels.dispatch import compute
@@ -75,9 +75,10 @@ def pyramid_roi_align(rois, levels, *feats, output_height: int = 1, output_width
     scale = [a[f"spatial_scale_{i}"] for i in range(L)]
     check_box_sizes(op, "rois", boxes, max(scale))
     level = np.where((level >= 0) & (level < L), level, L).astype(np.intp)  # L: no level
-    return compute("align_levels", X, batch, boxes, level, a["output_height"],
-                   a["output_width"], scale, a["sampling_ratio"],
-                   roi_align_geometry(a["aligned"]), 0)
+    ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
+    bins = align_bins(boxes, level_scales(scale, level, boxes.dtype),
+                      roi_align_geometry(a["aligned"]), ph, pw, sr)
+    return compute("align_levels", X, batch, *bins, level, ph, pw, sr, 0)
 
 
 def pyramid_roi_align_levels(rois, levels, *feats, **attrs):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.align import roi_align as definition
-from ..geometry import roi_align_geometry
+from ..geometry import align_bins, roi_align_geometry
 from ..kernels.checks import batch_from_counts, check_box_sizes, check_boxes, check_features, \
     quiet
 from ..kernels.dispatch import compute
@@ -62,8 +62,9 @@ def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
     boxes = check_boxes(op, "boxes", boxes, X, 4)
     batch = batch_from_counts(op, "boxes_num", boxes_num, X.shape[0], boxes.shape[0])
     check_box_sizes(op, "boxes", boxes, a["spatial_scale"])
-    return compute("align", X, batch, boxes, a["pooled_height"], a["pooled_width"],
-                   a["spatial_scale"], a["sampling_ratio"], roi_align_geometry(a["aligned"]))
+    ph, pw, sr = a["pooled_height"], a["pooled_width"], a["sampling_ratio"]
+    bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw, sr)
+    return compute("align", X, batch, *bins, ph, pw, sr)
 
 
 ENTRY = Op(

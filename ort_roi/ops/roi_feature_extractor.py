@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.multilevel import roi_feature_extractor_levels as definition
-from ..geometry import LEGACY, OPENVINO_ALIGNED, openvino_levels
+from ..geometry import LEGACY, OPENVINO_ALIGNED, align_bins, level_scales, openvino_levels
 from ..kernels.checks import check_box_sizes, check_boxes, check_levels, level_spec, \
     per_level, quiet
 from ..kernels.dispatch import compute
@@ -73,9 +73,11 @@ def roi_feature_extractor(rois, *feats, output_size: int = 7, sampling_ratio: in
     level = openvino_levels(boxes, L)
     scale = [float(np.float32(1) / np.float32(a[f"scale_{i}"])) for i in range(L)]  # 1.0f / s
     check_box_sizes(op, "rois", boxes, max(scale))
-    p = a["output_size"]
-    out = compute("align_levels", X, np.zeros(boxes.shape[0], np.intp), boxes, level, p, p,
-                  scale, a["sampling_ratio"], OPENVINO_ALIGNED if a["aligned"] else LEGACY, 0)
+    p, sr = a["output_size"], a["sampling_ratio"]
+    bins = align_bins(boxes, level_scales(scale, level, boxes.dtype),
+                      OPENVINO_ALIGNED if a["aligned"] else LEGACY, p, p, sr)
+    out = compute("align_levels", X, np.zeros(boxes.shape[0], np.intp), *bins, level, p, p,
+                  sr, 0)
     return out, boxes.copy()
 
 

@@ -24,26 +24,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...geometry import (MMCV_EMPTY_MAX, BoxGeometry, align_bins, bilinear_weights, crop_weights,
+from ...geometry import (MMCV_EMPTY_MAX, bilinear_weights, crop_weights,
                          max_sample_positions, neighbours, sample_positions, sample_taps)
 from . import strategies, workspace
 from .parallel import for_ranges
 
 
-def align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
-          spatial_scale: float, sampling_ratio: int, geometry: BoxGeometry,
+def align(X: np.ndarray, batch: np.ndarray, start: np.ndarray, bin_size: np.ndarray,
+          grid: np.ndarray, ph: int, pw: int, sampling_ratio: int,
           out: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
-    """RoIAlign's mean of checked inputs, over an NHWC copy of X, boxes shared among the
+    """RoIAlign's mean over the bins the op computed on the host (geometry.align_bins: start,
+    bin size and grid [R, 2] each, y then x), over an NHWC copy of X, boxes shared among the
     cores; each call (or box) by the strategy strategies.py picks. Box i is written to
     out[rows[i]] when ``out`` is given (several levels into one output), else to a new
     [R, C, ph, pw] array (rows 0 .. R-1)."""
     N, C, H, W = X.shape
-    R = boxes.shape[0]
+    R = start.shape[0]
     if out is None:
         out, rows = workspace.output((R, C, ph, pw), X.dtype), np.arange(R)
     if R == 0 or C == 0:
         return out
-    start, bin_size, grid = align_bins(boxes, spatial_scale, geometry, ph, pw, sampling_ratio)
     if strategies.align_is_small(R, C, H, W, ph, pw, int(grid.max())):
         out[rows] = _align_small(X, batch, start, bin_size, grid, ph, pw)
         return out
@@ -206,9 +206,9 @@ def _align_small(X, batch, start, bin_size, grid, ph: int, pw: int):
 MAX_STEP = 1 << 20
 
 
-def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
-              geometry: BoxGeometry, empty: float | None = MMCV_EMPTY_MAX) -> np.ndarray:
-    """Max pooling of bilinear samples, of checked inputs: per box, the samples of each bin
+def align_max(X, batch, start, bin_size, grid, ph: int, pw: int,
+              empty: float | None = MMCV_EMPTY_MAX) -> np.ndarray:
+    """Max pooling of bilinear samples over the host's bins (``align``): per box, the samples of each bin
     from an NHWC copy; of samples with the same taps one (geometry.max_sample_positions), so
     a huge box costs in proportion to the map, not to its samples.
 
@@ -219,12 +219,11 @@ def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_
     (0 for a bin without samples)."""
     corners = empty is None
     N, C, H, W = X.shape
-    R = boxes.shape[0]
+    R = start.shape[0]
     t = X.dtype.type
     out = workspace.output((R, C, ph, pw), X.dtype)
     if R == 0 or C == 0:
         return out
-    start, bin_size, grid = align_bins(boxes, spatial_scale, geometry, ph, pw, sampling_ratio)
     Xn = workspace.nhwc(X).reshape(N * H * W, C)
 
     def work(a: int, b: int) -> None:
@@ -265,23 +264,22 @@ def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_
     return out
 
 
-def align_levels(X: list, batch, boxes, level, ph: int, pw: int, scales, sampling_ratio: int,
-                 geometry: BoxGeometry, mode: int, empty: float | None = 0.0):
-    """Each box pooled from its level X[level[r]] at scales[level[r]] with RoIAlign's
-    arithmetic, the mean (mode 0) or the max from ``empty`` (mode 1); a box on no level
-    (level outside [0, len(X))) gives 0. Each level's mean is written straight into the
-    boxes' rows of the output."""
-    shape = (boxes.shape[0], X[0].shape[1], ph, pw)
+def align_levels(X: list, batch, start, bin_size, grid, level, ph: int, pw: int,
+                 sampling_ratio: int, mode: int, empty: float | None = 0.0):
+    """Each box pooled from its level X[level[r]] over the host's bins (computed at its
+    level's scale) with RoIAlign's arithmetic, the mean (mode 0) or the max from ``empty``
+    (mode 1); a box on no level (level outside [0, len(X))) gives 0. Each level's mean is
+    written straight into the boxes' rows of the output."""
+    shape = (start.shape[0], X[0].shape[1], ph, pw)
     # the max's levels come back in their own output arrays (workspace.output): not that one
     out = workspace.output(shape, X[0].dtype) if mode == 0 else np.empty(shape, X[0].dtype)
     out[(level < 0) | (level >= len(X))] = 0
     for i in range(len(X)):
         which = np.flatnonzero(level == i)
         if which.size:
-            args = (X[i], batch[which], boxes[which], ph, pw, scales[i], sampling_ratio,
-                    geometry)
+            args = (X[i], batch[which], start[which], bin_size[which], grid[which], ph, pw)
             if mode == 0:
-                align(*args, out=out, rows=which)
+                align(*args, sampling_ratio, out=out, rows=which)
             else:
                 out[which] = align_max(*args, empty=empty)
     return out

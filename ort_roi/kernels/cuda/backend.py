@@ -18,7 +18,7 @@ from importlib import resources
 
 import numpy as np
 
-from ...geometry import (ALIGNED, EXPLICIT_GRID_MAX, BoxGeometry, align_bins, axis_weights,
+from ...geometry import (ALIGNED, EXPLICIT_GRID_MAX, align_bins, axis_weights,
                          box_extent,
                          torchvision_sample_grid)
 from ...spec import MAX_LEVELS
@@ -135,7 +135,7 @@ def pool_bins(X, batch, hlo, hhi, wlo, whi, oc: int, ph: int, pw: int):
 
 
 #: The RoIAlign kernels' rows: each box's geometry, computed once on the host in T by
-#: geometry.align_bins (the NumPy kernels use the same), a grid of -1 marking a box the host
+#: geometry.align_bins (the op computes them on the host), a grid of -1 marking a box the host
 #: computes; roi_align_levels adds the level (-1: none) and its map's H and W.
 ALIGN_ROW = ("batch", "y0", "x0", "bin_h", "bin_w", "grid_h", "grid_w")
 LEVELS_ROW = ALIGN_ROW + ("level", "H", "W")
@@ -144,15 +144,13 @@ LEVELS_ROW = ALIGN_ROW + ("level", "H", "W")
 MAX_MODE_SAMPLES = 1 << 16
 
 
-def align_rows(batch, boxes, spatial_scale, ph: int, pw: int, sampling_ratio: int,
-               geometry: BoxGeometry, limit: int, level=None, sizes=None):
-    """Rows of ALIGN_ROW (LEVELS_ROW with ``level`` and the maps' ``sizes``) for the
-    boxes, in their dtype, and the boxes whose grid exceeds ``limit`` (marked -1: the caller
-    computes them). ``spatial_scale``: one scale, or one per box."""
-    start, bin_size, grid = align_bins(boxes, spatial_scale, geometry, ph, pw, sampling_ratio)
+def align_rows(batch, start, bin_size, grid, limit: int, level=None, sizes=None):
+    """Rows of ALIGN_ROW (LEVELS_ROW with ``level`` and the maps' ``sizes``) for the boxes'
+    bins (geometry.align_bins), in their dtype, and the boxes whose grid exceeds ``limit``
+    (marked -1: the caller computes them)."""
     big = (grid > limit).any(axis=1)
-    rows = np.empty((boxes.shape[0], len(ALIGN_ROW if level is None else LEVELS_ROW)),
-                    boxes.dtype)
+    rows = np.empty((start.shape[0], len(ALIGN_ROW if level is None else LEVELS_ROW)),
+                    start.dtype)
     rows[:, 0] = batch
     rows[:, 1:3], rows[:, 3:5] = start, bin_size
     rows[:, 5:7] = np.where(big[:, None], -1, grid)
@@ -162,8 +160,8 @@ def align_rows(batch, boxes, spatial_scale, ph: int, pw: int, sampling_ratio: in
     return rows, np.flatnonzero(big)
 
 
-def _roi_align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
-               geometry: BoxGeometry, mode: int, limit: int, empty: float = 0.0, ps: int = 0):
+def _roi_align(X, batch, start, bin_size, grid, ph: int, pw: int, mode: int, limit: int,
+               empty: float = 0.0, ps: int = 0):
     """The roi_align kernel (mode 0: mean, 1: running max from ``empty``, 2: onnxruntime's
     max of weighted corners; ps 1: position-sensitive channels) over every box whose grid is
     at most ``limit`` per side: (output, X on the device, the boxes left)."""
@@ -171,41 +169,38 @@ def _roi_align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling
 
     N, C, H, W = X.shape
     C_out = C // (ph * pw) if ps else C
-    out = _empty(X, boxes.shape[0], C_out, ph, pw)
-    rows, left = align_rows(batch, boxes, spatial_scale, ph, pw, sampling_ratio, geometry,
-                            limit)
+    out = _empty(X, start.shape[0], C_out, ph, pw)
+    rows, left = align_rows(batch, start, bin_size, grid, limit)
     Xg = cupy.ascontiguousarray(X)
     launch("roi_align", out, Xg, cupy.asarray(rows),
            (*_i(C_out, H, W, ph, pw, mode), X.dtype.type(empty), np.int32(ps)))
     return out, Xg, left
 
 
-def align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
-          geometry: BoxGeometry):
-    """RoIAlign's mean; boxes with huge grids in closed form (two GEMMs on the device)."""
+def align(X, batch, start, bin_size, grid, ph: int, pw: int, sampling_ratio: int):
+    """RoIAlign's mean over the host's bins; boxes with huge grids in closed form (two GEMMs
+    on the device)."""
     import cupy
 
     N, C, H, W = X.shape
-    out, Xg, big = _roi_align(X, batch, boxes, ph, pw, spatial_scale, sampling_ratio,
-                              geometry, 0, EXPLICIT_GRID_MAX)
+    out, Xg, big = _roi_align(X, batch, start, bin_size, grid, ph, pw, 0, EXPLICIT_GRID_MAX)
     if big.size:  # closed-form weights: O(pooled * size), not O(samples)
-        start, bin_size, grid = align_bins(boxes[big], spatial_scale, geometry, ph, pw,
-                                           sampling_ratio)
-        Ay = cupy.asarray(axis_weights(start[:, 0], bin_size[:, 0], grid[:, 0], ph, H, X.dtype))
-        Ax = cupy.asarray(axis_weights(start[:, 1], bin_size[:, 1], grid[:, 1], pw, W, X.dtype))
+        s, b, g = start[big], bin_size[big], grid[big]
+        Ay = cupy.asarray(axis_weights(s[:, 0], b[:, 0], g[:, 0], ph, H, X.dtype))
+        Ax = cupy.asarray(axis_weights(s[:, 1], b[:, 1], g[:, 1], pw, W, X.dtype))
         for i, r in enumerate(big):
             out[r] = cupy.matmul(cupy.matmul(Ay[i], Xg[batch[r]]), Ax[i].T)
     return out, NONE
 
 
-def align_max(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_ratio: int,
-              geometry: BoxGeometry, empty: float | None = -10000.0):
+def align_max(X, batch, start, bin_size, grid, ph: int, pw: int,
+              empty: float | None = -10000.0):
     """Max of bilinear samples (a running maximum from ``empty``, or onnxruntime's max of
     weighted corners when ``empty`` is None); boxes with more than MAX_MODE_SAMPLES samples
     per bin side are left to the host."""
     mode = 2 if empty is None else 1
-    out, _, left = _roi_align(X, batch, boxes, ph, pw, spatial_scale, sampling_ratio,
-                              geometry, mode, MAX_MODE_SAMPLES, 0.0 if empty is None else empty)
+    out, _, left = _roi_align(X, batch, start, bin_size, grid, ph, pw, mode, MAX_MODE_SAMPLES,
+                              0.0 if empty is None else empty)
     return out, left
 
 
@@ -213,8 +208,9 @@ def ps_align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_r
     """torchvision's ps_roi_align: the roi_align kernel's mean over position-sensitive
     channels; a box whose grid torchvision counts as 0 samples gives NaN (0 / 0), one whose
     grid is negative (inverted) 0; huge grids are left to the host."""
-    out, _, left = _roi_align(X, batch, boxes, ph, pw, spatial_scale, sampling_ratio, ALIGNED,
-                              0, EXPLICIT_GRID_MAX, ps=1)
+    start, bin_size, agrid = align_bins(boxes, spatial_scale, ALIGNED, ph, pw, sampling_ratio)
+    out, _, left = _roi_align(X, batch, start, bin_size, agrid, ph, pw, 0, EXPLICIT_GRID_MAX,
+                              ps=1)
     grid, count = torchvision_sample_grid(box_extent(boxes, spatial_scale, ALIGNED), (ph, pw),
                                           sampling_ratio)
     bad = np.flatnonzero((grid <= 0).any(axis=1))
@@ -224,22 +220,21 @@ def ps_align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_r
     return out, left
 
 
-def align_levels(Xs: list, batch, boxes, level, ph: int, pw: int, scales, sampling_ratio: int,
-                 geometry: BoxGeometry, mode: int, empty: float | None = 0.0):
+def align_levels(Xs: list, batch, start, bin_size, grid, level, ph: int, pw: int,
+                 sampling_ratio: int, mode: int, empty: float | None = 0.0):
     """Multi-level RoIAlign in one launch (roi_align_levels): box r pooled from
-    Xs[level[r]] at scales[level[r]], mean (mode 0) or max from ``empty`` (mode 1); a box on
+    Xs[level[r]] over its host bins, mean (mode 0) or max from ``empty`` (mode 1); a box on
     no level (level outside [0, len(Xs))) gives 0. Boxes past the kernel's grid limits are
     left to the host."""
     import cupy
 
     X0 = Xs[0]
-    R, C = boxes.shape[0], X0.shape[1]
+    R, C = start.shape[0], X0.shape[1]
     out = cupy.zeros((R, C, ph, pw), X0.dtype)
     limit = EXPLICIT_GRID_MAX if mode == 0 else MAX_MODE_SAMPLES
     lv = np.where((level >= 0) & (level < len(Xs)), level, -1)
-    scale = np.asarray(scales, X0.dtype)[np.maximum(lv, 0)][:, None]
-    rows, big = align_rows(batch, boxes, scale, ph, pw, sampling_ratio, geometry, limit,
-                           level=lv, sizes=[x.shape[2:] for x in Xs])
+    rows, big = align_rows(batch, start, bin_size, grid, limit, level=lv,
+                           sizes=[x.shape[2:] for x in Xs])
     Xg = [cupy.ascontiguousarray(x) for x in Xs]
     launch("roi_align_levels", out, *Xg, *Xg[:1] * (MAX_LEVELS - len(Xg)), cupy.asarray(rows),
            (*_i(C, ph, pw, mode), X0.dtype.type(0.0 if empty is None else empty)))
