@@ -452,6 +452,7 @@ def mask_cases(seed: int) -> list[dict]:
 
 def form_cases() -> list[tuple[str, dict]]:
     """(domain, case) for every registered node form (a few cases each, both dtypes)."""
+    import crop_cases
     from ort_roi.ops import FORMS
 
     pick = lambda cs: [c for c in cs if "_1x1_" not in c["name"]][:: max(1, len(cs) // 6)]  # noqa: E731
@@ -467,6 +468,7 @@ def form_cases() -> list[tuple[str, dict]]:
         "TorchvisionPSRoIPool": pick(torchvision_ps_cases("TorchvisionPSRoIPool", 35)),
         "HeatmapsToKeypoints": keypoint_cases(37),
         "PasteMasks": mask_cases(38),
+        "CropAndResize": crop_cases.cases()[::4],
     }
     out = []
     for f in FORMS:
