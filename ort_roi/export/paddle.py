@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -78,7 +79,8 @@ def paddle_export(path_prefix: str | os.PathLike, f: str | os.PathLike | None = 
             with no standard form. ImportError: paddle2onnx or paddle missing in ``python``.
     """
     model, answer = run_paddle2onnx(path_prefix, opset_version, python=python, timeout=timeout)
-    model = rewrite_stand_ins(model, answer["rois"], answer["outputs"], standard=standard)
+    model = rewrite_stand_ins(model, answer["rois"], answer["outputs"], standard=standard,
+                              cuts=answer.get("cuts", ()), n_counts=answer.get("counts", 0))
     if f is not None:
         onnx.save(model, os.fspath(f))
     return model
@@ -147,7 +149,8 @@ def _raise(answer: dict | None, done: subprocess.CompletedProcess, where: str) -
 
 
 def rewrite_stand_ins(model: onnx.ModelProto, rois: list[dict], n_outputs: int, *,
-                      standard: bool = False) -> onnx.ModelProto:
+                      standard: bool = False, cuts: Sequence[dict] = (),
+                      n_counts: int = 0) -> onnx.ModelProto:
     """Rewrite the child's stand-ins (tagged ONNX RoiAlign nodes) into the exact nodes and
     drop the extra count outputs.
 
@@ -156,8 +159,15 @@ def rewrite_stand_ins(model: onnx.ModelProto, rois: list[dict], n_outputs: int, 
         rois: the child's records, one per RoI op: ``op``, ``attrs`` (Paddle's), ``dtype``
             (of the boxes), ``counts`` (index of its count output after the first
             ``n_outputs``, or None without ``boxes_num``).
-        n_outputs: the program's own outputs (the count outputs follow).
+        n_outputs: the program's own outputs (the count outputs follow, then the inputs of
+            the cut ops).
         standard: standard ONNX nodes instead of ort_roi's.
+        cuts: the child's records of the ops it cut out (generate_proposals,
+            distribute_fpn_proposals, multiclass_nms3): ``op``, ``attrs``, ``inputs`` (index
+            of each input among the outputs after the counts, or None), ``outputs`` (the
+            graph input standing for each result; a list for a vector result; None unused),
+            ``ranks`` (of the inputs).
+        n_counts: the count outputs (those before the cut ops' inputs).
 
     Returns:
         The model, rewritten in place.
@@ -165,6 +175,7 @@ def rewrite_stand_ins(model: onnx.ModelProto, rois: list[dict], n_outputs: int, 
     graph = model.graph
     counts = [o.name for o in graph.output[n_outputs:]]
     del graph.output[n_outputs:]
+    cut_nodes = _join_cuts(graph, cuts, counts[n_counts:], standard)
     onnx_opset = opset(model) or builders.ONNX_OPSET
     producers = {o: n for n in graph.node for o in n.output}
     batches: dict[str, str] = {}  # count tensor -> its int64 batch indices (standard)
@@ -192,11 +203,161 @@ def rewrite_stand_ins(model: onnx.ModelProto, rois: list[dict], n_outputs: int, 
             nodes += _batch_indices(num, boxes, batches[num], pre, onnx_opset)
         nodes += _standard(rec, x, boxes, batches[num], y, pre, onnx_opset)
     del graph.node[:]
-    graph.node.extend(_topological(nodes))  # the counts' nodes come last from paddle2onnx
+    graph.node.extend(_topological(nodes + cut_nodes))  # the counts' nodes come last from paddle2onnx
     _prune(graph)
     if not standard and not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(DOMAIN, OPSET_VERSION))
     return model
+
+
+def _join_cuts(graph: onnx.GraphProto, cuts: Sequence[dict], fetched: list[str],
+               standard: bool) -> list[onnx.NodeProto]:
+    """The nodes computing each cut op's results (graph inputs until now, dropped) from its
+    inputs (fetched as graph outputs, already dropped)."""
+    nodes: list[onnx.NodeProto] = []
+    joined: set[str] = set()
+    for k, cut in enumerate(cuts):
+        ins = [None if i is None else fetched[i] for i in cut["inputs"]]
+        outs = cut["outputs"]
+        pre = f"paddle_{cut['op']}_{k}"
+        if standard and cut["op"] != "multiclass_nms3":
+            raise RoiOpError(_OP, f"op '{cut['op']}'", "has no standard ONNX form; export "
+                             "without standard=True and run the model with "
+                             "ort_roi.session_options()")
+        if cut["op"] == "generate_proposals":
+            nodes.append(_generate_proposals(cut["attrs"], ins, outs, pre))
+        elif cut["op"] == "distribute_fpn_proposals":
+            nodes.append(_distribute(cut["attrs"], ins, outs, pre))
+        else:
+            nodes += _multiclass_nms3(cut["attrs"], ins, outs, cut["ranks"], pre)
+        joined.update(n for o in outs for n in (o if isinstance(o, list) else [o]) if n)
+    kept = [i for i in graph.input if i.name not in joined]
+    del graph.input[:]
+    graph.input.extend(kept)
+    return nodes
+
+
+def _names(outs: list, pre: str) -> list[str]:
+    """Node output names: the cut's names, unused results given throwaway names."""
+    return [o or f"{pre}/unused_{j}" for j, o in enumerate(outs)]
+
+
+def _generate_proposals(a: dict, ins: list, outs: list, pre: str) -> onnx.NodeProto:
+    """``ort_roi::GenerateProposals``: inputs scores, bbox_deltas, im_shape, anchors,
+    variances; outputs rpn_rois [R, 4], rpn_roi_probs [R, 1], rpn_rois_num [N] int32."""
+    return helper.make_node(
+        "GenerateProposals", ins, _names(outs, pre), name=pre, domain=DOMAIN,
+        pre_nms_top_n=int(a["pre_nms_top_n"]), post_nms_top_n=int(a["post_nms_top_n"]),
+        nms_thresh=float(a["nms_thresh"]), min_size=float(a["min_size"]),
+        eta=float(a["eta"]), pixel_offset=int(a["pixel_offset"]))
+
+
+def _distribute(a: dict, ins: list, outs: list, pre: str) -> onnx.NodeProto:
+    """``ort_roi::DistributeFpnProposals_L{L}``: inputs fpn_rois, rois_num; outputs the L
+    levels' rois, their L counts [N] int32, restore_index [R, 1] int32."""
+    L = int(a["max_level"]) - int(a["min_level"]) + 1
+    if ins[1] is None:
+        raise RoiOpError(_OP, "op 'distribute_fpn_proposals'", "has no rois_num input "
+                         "(ort_roi's DistributeFpnProposals needs the per-image counts)")
+    rois = outs[0] if outs[0] is not None else [None] * L
+    nums = outs[1] if outs[1] is not None else [None] * L
+    names = _names(list(rois) + list(nums) + [outs[2]], pre)
+    return helper.make_node(
+        f"DistributeFpnProposals_L{L}", ins[:2], names, name=pre, domain=DOMAIN,
+        min_level=int(a["min_level"]), max_level=int(a["max_level"]),
+        refer_level=int(a["refer_level"]), refer_scale=int(a["refer_scale"]),
+        pixel_offset=int(a["pixel_offset"]))
+
+
+def _multiclass_nms3(a: dict, ins: list, outs: list, ranks: list,
+                     pre: str) -> list[onnx.NodeProto]:
+    """Paddle's multiclass_nms3 on [M, C, 4] boxes and [M, C] scores of one image as standard
+    nodes: ONNX NonMaxSuppression with each class a batch (its greedy pass, strict
+    thresholds and ties broken by index are Paddle's), the best keep_top_k of what it keeps,
+    in Paddle's order (label, then score). Outputs out [K, 6] (label, score, x1, y1, x2, y2),
+    index [K, 1] int32 (the box of each row), nms_rois_num [1] int32."""
+    where = "op 'multiclass_nms3'"
+    if ranks[0] != 3 or ranks[1] != 2:
+        raise RoiOpError(_OP, where, f"boxes of rank {ranks[0]} and scores of rank {ranks[1]}:"
+                         " only the per-class form (boxes [M, C, 4], scores [M, C], one image)"
+                         " is written")
+    if int(a["nms_top_k"]) > -1 or float(a["nms_eta"]) != 1.0 or not a["normalized"]:
+        raise RoiOpError(_OP, where, f"nms_top_k={a['nms_top_k']}, nms_eta={a['nms_eta']}, "
+                         f"normalized={a['normalized']}: only nms_top_k=-1, nms_eta=1, "
+                         "normalized=True have an exact ONNX form")
+    boxes, scores = ins[0], ins[1]
+    p = pre
+    o_out, o_index, o_num = _names(list(outs) + [None] * (3 - len(outs)), pre)[:3]
+    i64 = lambda name, v: _const(name, np.array(v, np.int64))  # noqa: E731
+    f32 = lambda name, v: _const(name, np.array(v, np.float32))  # noqa: E731
+    nodes = [
+        i64(p + "/one", 1), i64(p + "/ax1", [1]), i64(p + "/ax0", 0), i64(p + "/zero_i", [0]),
+        helper.make_node("Transpose", [boxes], [p + "/boxes_cm"], perm=[1, 0, 2]),
+        helper.make_node("Transpose", [scores], [p + "/scores_cm"], perm=[1, 0]),
+        helper.make_node("Unsqueeze", [p + "/scores_cm", p + "/ax1"], [p + "/scores_c1m"]),
+        helper.make_node("Shape", [scores], [p + "/sshape"]),
+        helper.make_node("Gather", [p + "/sshape", p + "/ax0"], [p + "/M"], axis=0),
+        helper.make_node("Gather", [p + "/sshape", p + "/one"], [p + "/C"], axis=0),
+    ]
+    s_in = p + "/scores_c1m"
+    bg = int(a["background_label"])
+    if bg >= 0:  # Paddle skips that label: its scores are set below any threshold
+        nodes += [
+            i64(p + "/zero", 0),
+            helper.make_node("Range", [p + "/zero", p + "/C", p + "/one"], [p + "/labels"]),
+            i64(p + "/bg", bg),
+            helper.make_node("Equal", [p + "/labels", p + "/bg"], [p + "/isbg"]),
+            i64(p + "/c11", [-1, 1, 1]),
+            helper.make_node("Reshape", [p + "/isbg", p + "/c11"], [p + "/isbg3"]),
+            f32(p + "/ninf", -np.inf),
+            helper.make_node("Where", [p + "/isbg3", p + "/ninf", s_in], [p + "/scores_nobg"]),
+        ]
+        s_in = p + "/scores_nobg"
+    nodes += [
+        helper.make_node("Reshape", [p + "/M", p + "/ax1"], [p + "/max_out"]),  # all of them
+        f32(p + "/iou", [float(a["nms_threshold"])]),
+        f32(p + "/sthr", [float(a["score_threshold"])]),
+        helper.make_node("NonMaxSuppression", [p + "/boxes_cm", s_in, p + "/max_out",
+                                               p + "/iou", p + "/sthr"], [p + "/sel"],
+                         name=pre, center_point_box=0),
+        i64(p + "/col0", [0]), i64(p + "/col2", [2]),
+        helper.make_node("Gather", [p + "/sel", p + "/col0"], [p + "/cls2"], axis=1),
+        helper.make_node("Gather", [p + "/sel", p + "/col2"], [p + "/box2"], axis=1),
+        helper.make_node("Concat", [p + "/box2", p + "/cls2"], [p + "/bc"], axis=1),
+        helper.make_node("GatherND", [scores, p + "/bc"], [p + "/sc_all"]),
+        helper.make_node("GatherND", [boxes, p + "/bc"], [p + "/bx_all"]),
+        helper.make_node("Shape", [p + "/sc_all"], [p + "/K"]),
+    ]
+    keep = int(a["keep_top_k"])
+    if keep > -1:  # the best keep_top_k by score (ties: the earlier row), back in row order
+        nodes += [
+            i64(p + "/keep", [keep]),
+            helper.make_node("Min", [p + "/K", p + "/keep"], [p + "/k"]),
+            helper.make_node("TopK", [p + "/sc_all", p + "/k"], [p + "/top_v", p + "/top_i"],
+                             largest=1, sorted=1),
+            helper.make_node("TopK", [p + "/top_i", p + "/k"], [p + "/rows", p + "/rows_i"],
+                             largest=0, sorted=1),
+        ]
+    else:
+        nodes += [i64(p + "/zero_r", 0),
+                  helper.make_node("Squeeze", [p + "/K"], [p + "/Ks"]),
+                  helper.make_node("Range", [p + "/zero_r", p + "/Ks", p + "/one"],
+                                   [p + "/rows"])]
+    nodes += [
+        helper.make_node("Gather", [p + "/bc", p + "/rows"], [p + "/bc_k"], axis=0),
+        helper.make_node("Gather", [p + "/sc_all", p + "/rows"], [p + "/sc_k"], axis=0),
+        helper.make_node("Gather", [p + "/bx_all", p + "/rows"], [p + "/bx_k"], axis=0),
+        helper.make_node("Gather", [p + "/bc_k", p + "/ax1"], [p + "/cls_k"], axis=1),
+        helper.make_node("Gather", [p + "/bc_k", p + "/zero_i"], [p + "/box_k"], axis=1),
+        helper.make_node("Cast", [p + "/cls_k"], [p + "/label"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", [p + "/sc_k", p + "/ax1"], [p + "/score"]),
+        helper.make_node("Concat", [p + "/label", p + "/score", p + "/bx_k"], [o_out], axis=1),
+        helper.make_node("Cast", [p + "/box_k"], [o_index], to=TensorProto.INT32),
+        helper.make_node("Shape", [o_out], [p + "/oshape"]),
+        helper.make_node("Slice", [p + "/oshape", p + "/zero_i", p + "/ax1"], [p + "/n64"]),
+        helper.make_node("Cast", [p + "/n64"], [o_num], to=TensorProto.INT32),
+    ]
+    return nodes
 
 
 def _stand_in(node: onnx.NodeProto) -> int | None:

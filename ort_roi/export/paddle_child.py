@@ -26,6 +26,12 @@ import sys
 #: sampling_ratio of a stand-in is MARK + its index (no real model samples 2**20 per bin).
 MARK = 1 << 20
 ROI_OPS = ("pd_op.roi_align", "pd_op.roi_pool", "pd_op.psroi_pool")
+#: Ops paddle2onnx does not export that the caller writes as ort_roi nodes: each is cut out of
+#: the program (its outputs become graph inputs named CUT.format(k, j), its inputs extra
+#: outputs) and the caller joins the two ends with the node.
+CUT_OPS = ("pd_op.generate_proposals", "pd_op.distribute_fpn_proposals",
+           "pd_op.multiclass_nms3")
+CUT = "ort_roi_cut_{}_{}"
 #: Ops of every program that paddle2onnx handles itself (not in its supported list).
 STRUCTURAL = {"pd_op.data", "pd_op.feed", "pd_op.fetch", "builtin.parameter",
               "builtin.shadow_output", "builtin.constant", "builtin.set_parameter"}
@@ -52,10 +58,13 @@ def unsupported(program, supported: set) -> dict:
     bad: dict = {}
     for op in all_ops(program.global_block()):
         name = op.name()
-        if name in STRUCTURAL or name in ROI_OPS:
+        if name in STRUCTURAL or name in ROI_OPS or name in CUT_OPS:
             continue
         short = name.split(".", 1)[-1]
-        if not ({short, name.replace(".", "_")} | older.get(short, set())) & supported:
+        names = {short, name.replace(".", "_")} | older.get(short, set())
+        if short.endswith("_"):  # in place (batch_norm_): paddle2onnx lists the op
+            names |= {short[:-1]} | older.get(short[:-1], set())
+        if not names & supported:
             bad[name] = bad.get(name, 0) + 1
     return bad
 
@@ -108,6 +117,108 @@ def stand_ins(paddle, program) -> tuple[list, list]:
     return rois, [paddle.assign(c) for c in counts]
 
 
+def cut_outs(paddle, program) -> tuple[list, list, list]:
+    """Cut each CUT_OPS op out of the program: its results (and the elements of its vector
+    results) become ``pd_op.data`` inputs, its inputs are fetched. Returns the records, the
+    new feeds and the values to fetch."""
+    cuts, feeds, fetches = [], [], []
+    for op in [o for o in all_ops(program.global_block()) if o.name() in CUT_OPS]:
+        k = len(cuts)
+        attrs = {a: v for a, v in op.attrs().items() if a not in ("stop_gradient", "struct_name")}
+        ins, ranks = [], []
+        for i in range(op.num_operands()):
+            v = op.operand_source(i)
+            if v is None or not v.initialized():
+                ins.append(None)
+                ranks.append(None)
+                continue
+            ins.append(len(fetches))
+            ranks.append(len(v.shape))
+            fetches.append(v)
+        paddle.pir.set_insertion_point(op)
+        outs, dead = [], [op]
+        for r in op.results():
+            users = r.all_used_ops()
+            if users and all(u.name() == "builtin.split" for u in users):  # a vector result
+                split = users[0]
+                group = []
+                for e in split.results():
+                    group.append(_feed(paddle, e, CUT.format(k, len(feeds)), feeds))
+                outs.append(group)
+                dead[:0] = users
+            elif users:
+                outs.append(_feed(paddle, r, CUT.format(k, len(feeds)), feeds))
+            else:
+                outs.append(None)
+        for d in dead:
+            d.get_parent_block().remove_op(d)
+        cuts.append({"op": op.name().split(".", 1)[1], "attrs": attrs, "inputs": ins,
+                     "outputs": outs, "ranks": ranks})
+    paddle.pir.reset_insertion_point_to_end()
+    return cuts, feeds, [paddle.assign(v) for v in fetches]
+
+
+def _feed(paddle, value, name: str, feeds: list):
+    if value.use_empty():
+        return None
+    data = paddle.static.data(name, list(value.shape), value.dtype)
+    # read through a copy: paddle2onnx 2.1 names an output computed from a graph input
+    # after that input (a program output bbox_num + 1 came out as the cut's input itself)
+    value.replace_all_uses_with(paddle.assign(data))
+    feeds.append(data)
+    return name
+
+
+def constants(paddle, program) -> None:
+    """Rewrite ``pd_op.assign_value_`` (``paddle.to_tensor`` of an array in a traced model,
+    e.g. PaddleDetection's post-processing) as ``pd_op.full`` ops: paddle2onnx 2.1 stops on
+    its array of double attributes ("the 0th elementwise MUST be ir::FloatAttribute")."""
+    for op in [o for o in all_ops(program.global_block())
+               if o.name() in ("pd_op.assign_value_", "pd_op.assign_value")]:
+        a = op.attrs()
+        values, shape, dtype = list(a["values"]), list(a["shape"]), a["dtype"]
+        if len(values) > 4096:
+            continue
+        paddle.pir.set_insertion_point(op)
+        if len(set(values)) == 1:
+            new = paddle.full(shape, values[0], dtype)
+        else:
+            new = paddle.reshape(paddle.concat([paddle.full([1], v, dtype) for v in values]),
+                                 shape)
+        op.result(0).replace_all_uses_with(new)
+        op.get_parent_block().remove_op(op)
+    paddle.pir.reset_insertion_point_to_end()
+
+
+INTERP = ("pd_op.nearest_interp", "pd_op.bilinear_interp")
+
+
+def interp_sizes(paddle, program) -> None:
+    """Rewrite ``nearest_interp`` / ``bilinear_interp`` with an integral ``scale`` attribute
+    (an FPN's upsampling) to take the output size as a tensor (in size * scale, the size
+    Paddle computes, and the same source coordinates: in / out = 1 / scale exactly):
+    paddle2onnx 2.1 stops on the scale Paddle 3.3 stores as doubles."""
+    for op in [o for o in all_ops(program.global_block()) if o.name() in INTERP]:
+        a = op.attrs()
+        scale = list(a.get("scale") or [])
+        others = [op.operand_source(i) for i in range(1, op.num_operands())]
+        if (not scale or any(v != int(v) or v < 1 for v in scale)
+                or any(v is not None and v.initialized() for v in others)):
+            continue
+        x = op.operand_source(0)
+        paddle.pir.set_insertion_point(op)
+        first = 2 if a["data_format"].startswith("NC") else 1
+        hw = paddle.cast(paddle.shape(x)[first:first + len(scale)], "int32")
+        size = hw * paddle.to_tensor([int(v) for v in scale], "int32") if len(set(scale)) > 1 \
+            else hw * int(scale[0])
+        fn = getattr(paddle._C_ops, op.name().split(".", 1)[1])
+        new = fn(x, size, None, None, a["data_format"], a["out_d"], a["out_h"], a["out_w"], [],
+                 a["interp_method"], a["align_corners"], a["align_mode"])
+        op.result(0).replace_all_uses_with(new)
+        op.get_parent_block().remove_op(op)
+    paddle.pir.reset_insertion_point_to_end()
+
+
 def main(request_path: str) -> int:
     with open(request_path) as fh:
         req = json.load(fh)
@@ -137,13 +248,17 @@ def main(request_path: str) -> int:
     feeds = [o.result(0) for o in block.ops if o.name() in ("pd_op.data", "pd_op.feed")]
     try:
         with paddle.static.program_guard(program):
+            interp_sizes(paddle, program)
+            constants(paddle, program)
             rois, counts = stand_ins(paddle, program)
+            cuts, cut_feeds, cut_fetches = cut_outs(paddle, program)
     except ValueError as e:
         return answer(error="roi", message=str(e))
     fetches = [o.operand_source(0) for o in block.ops
                if o.name() in ("pd_op.fetch", "builtin.shadow_output")]
     prefix = os.path.join(work, "standin")
-    paddle.static.save_inference_model(prefix, feeds, fetches + counts, exe, program=program)
+    paddle.static.save_inference_model(prefix, feeds + cut_feeds,
+                                       fetches + counts + cut_fetches, exe, program=program)
     params = prefix + ".pdiparams"
     sys.stdout.flush()
     model = p2o.export(prefix + ".json", params if os.path.exists(params) else "",
@@ -151,7 +266,7 @@ def main(request_path: str) -> int:
                        "onnxruntime", "", "", False)
     with open(os.path.join(work, "exported.onnx"), "wb") as fh:
         fh.write(model)
-    return answer(rois=rois, outputs=len(fetches), counts=len(counts))
+    return answer(rois=rois, outputs=len(fetches), counts=len(counts), cuts=cuts)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""PaddleDetection's Faster R-CNN FPN end to end: Paddle Inference against onnxruntime running
+the model ``ort-roi export-paddle`` wrote.
+
+    pip install --no-deps paddledet==2.6.0
+    pip install pyyaml typeguard tqdm scipy shapely terminaltables pycocotools \\
+        opencv-python-headless requests six matplotlib scikit-learn pandas  # -c your pins
+    python tools/paddledet_e2e.py [--depth 50] [--size 480 640] [--repeat 5] [--profile]
+                                  [--out DIR] [--json FILE]
+
+The model is built from ``ppdet.modeling`` with PaddleDetection's faster_rcnn_r50_fpn_1x_coco
+settings (ResNet depth 18/34/50, FPN 256, RPN 5 levels, 1000 proposals, RoIAlign 7x7 aligned
+adaptive sampling, TwoFCHead 1024, MultiClassNMS 0.05 / 0.5 / keep 100), random weights
+seeded and made to carry a trained model's load (as tools/torchvision_e2e.py does: the RPN's
+box regression zeroed so that the proposals are anchors of every size on every level, its
+objectness x 0.1; the box classifier's weights x 0.01 and biases -8 but class 1 at +8, so one
+class wins each box and NMS sees about a thousand boxes), saved as PaddleDetection's
+``tools/export_model.py ... export_onnx=True`` saves it (``paddle.jit.save`` of the traced
+model, inputs image / im_shape / scale_factor, one image; PaddleDetection's documented route
+to ONNX). Then:
+
+1. ``ort_roi.paddle_export`` (paddle2onnx in a child process; generate_proposals,
+   distribute_fpn_proposals and roi_align written as ort_roi nodes, multiclass_nms3 as ONNX
+   NonMaxSuppression), run by a plain ``onnxruntime.InferenceSession`` with
+   ``ort_roi.session_options()``;
+2. Paddle Inference (``paddle.inference``, CPU; oneDNN off: with it on, Paddle 3.3.1 fails on
+   this program, "ConvertPirAttribute2RuntimeAttribute not support
+   [pir::ArrayAttribute<pir::DoubleAttribute>]", which the script reports);
+
+checks that the detections are equal (same count, boxes and scores within 1e-4), and times
+both in one process, interleaved (each round in a fresh random order; the median of the
+rounds' ratios), with ``--profile`` onnxruntime's profile by op type.
+
+paddledet 2.6.0 needs these patches under Paddle 3.3.1 (applied here, in this process, to
+copies of the functions; the installed package is not touched): ``RPNHead._gen_proposal`` and
+``BBoxPostProcess.get_pred`` index 0-D tensors (``shape(x)[0]``, ``scale_factor[0][0]``); and
+``ops.multiclass_nms`` builds the op with the old static API, which PIR refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import linecache
+import os
+import random
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+import types
+
+import numpy as np
+
+CONFIG = """
+architecture: FasterRCNN
+export_onnx: true
+num_classes: 80
+FasterRCNN: {backbone: ResNet, neck: FPN, rpn_head: RPNHead, bbox_head: BBoxHead,
+             bbox_post_process: BBoxPostProcess}
+ResNet: {depth: %(depth)d, norm_type: bn, freeze_at: 0, return_idx: [0, 1, 2, 3],
+         num_stages: 4}
+FPN: {out_channel: 256}
+RPNHead:
+  anchor_generator: {aspect_ratios: [0.5, 1.0, 2.0],
+                     anchor_sizes: [[32], [64], [128], [256], [512]],
+                     strides: [4, 8, 16, 32, 64]}
+  rpn_target_assign: {batch_size_per_im: 256, fg_fraction: 0.5, negative_overlap: 0.3,
+                      positive_overlap: 0.7, use_random: true}
+  train_proposal: {min_size: 0.0, nms_thresh: 0.7, pre_nms_top_n: 2000,
+                   post_nms_top_n: 1000, topk_after_collect: true}
+  test_proposal: {min_size: 0.0, nms_thresh: 0.7, pre_nms_top_n: %(pre)d,
+                  post_nms_top_n: %(post)d}
+BBoxHead:
+  head: TwoFCHead
+  roi_extractor: {resolution: 7, sampling_ratio: 0, aligned: true}
+  bbox_assigner: BBoxAssigner
+BBoxAssigner: {batch_size_per_im: 512, bg_thresh: 0.5, fg_thresh: 0.5, fg_fraction: 0.25,
+               use_random: true}
+TwoFCHead: {out_channel: 1024}
+BBoxPostProcess:
+  decode: RCNNBox
+  nms: {name: MultiClassNMS, keep_top_k: 100, score_threshold: 0.05, nms_threshold: 0.5}
+"""
+
+
+def _repatch(owner, name: str, edits: list[tuple[str, str]]) -> None:
+    """Replace ``owner.name`` by a copy of its source with the edits made (each must occur
+    once); the source goes to linecache so that Paddle's dy2static can read it."""
+    fn = getattr(owner, name)
+    fn = getattr(fn, "__func__", fn)
+    src = textwrap.dedent(inspect.getsource(fn))
+    for old, new in edits:
+        if src.count(old) != 1:
+            raise RuntimeError(f"paddledet patch: {fn.__qualname__} has changed ({old!r})")
+        src = src.replace(old, new)
+    fname = f"<paddledet patched {fn.__module__}.{fn.__qualname__}>"
+    linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
+    ns: dict = {}
+    exec(compile(src, fname, "exec"), fn.__globals__, ns)  # noqa: S102 - our own edit
+    ns[name].__qualname__ = fn.__qualname__
+    setattr(owner, name, ns[name])
+
+
+def import_ppdet():
+    """ppdet with the three patches for Paddle 3.3.1 (see the module's doc)."""
+    try:
+        import pkg_resources  # noqa: F401 - ppdet.model_zoo imports it (setuptools < 81)
+    except ImportError:
+        sys.modules["pkg_resources"] = types.ModuleType("pkg_resources")
+    import ppdet  # noqa: F401
+    from ppdet.modeling import ops, post_process
+    from ppdet.modeling.proposal_generator import rpn_head
+
+    if getattr(ops, "_ort_roi_patched", False):
+        return
+    _repatch(rpn_head.RPNHead, "_gen_proposal", [(
+        "output_rois_num = paddle.shape(onnx_topk_rois)[0]",
+        "output_rois_num = paddle.shape(onnx_topk_rois)[0:1]")])
+    _repatch(post_process.BBoxPostProcess, "get_pred", [(
+        "scale_factor[0][0], scale_factor[0][1]", "scale_factor[0][0:1], scale_factor[0][1:2]")])
+    _repatch(ops, "multiclass_nms", [("    if in_dynamic_mode():", """\
+    if paddle.framework.in_pir_mode():
+        output, index, nms_rois_num = paddle._C_ops.multiclass_nms3(
+            bboxes, scores, rois_num, score_threshold, nms_top_k, keep_top_k,
+            nms_threshold, normalized, nms_eta, background_label)
+        return output, nms_rois_num, (index if return_index else None)
+    if in_dynamic_mode():""")])
+    ops._ort_roi_patched = True
+
+
+def build(prefix: str, depth: int = 50, pre_nms_top_n: int = 1000,
+          post_nms_top_n: int = 1000, seed: int = 0) -> str:
+    """The model (see the module's doc), saved under ``prefix`` (PREFIX.json and
+    PREFIX.pdiparams); returns prefix."""
+    import paddle
+
+    import_ppdet()
+    from ppdet.core.workspace import create, load_config
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as fh:
+        fh.write(CONFIG % dict(depth=depth, pre=pre_nms_top_n, post=post_nms_top_n))
+    try:
+        cfg = load_config(fh.name)
+    finally:
+        os.unlink(fh.name)
+    paddle.disable_static()
+    paddle.seed(seed)
+    model = create(cfg.architecture)
+    model.eval()
+    with paddle.no_grad():  # a trained model's load
+        rpn = model.rpn_head
+        rpn.rpn_rois_delta.weight.set_value(paddle.zeros_like(rpn.rpn_rois_delta.weight))
+        rpn.rpn_rois_delta.bias.set_value(paddle.zeros_like(rpn.rpn_rois_delta.bias))
+        rpn.rpn_rois_score.weight.set_value(rpn.rpn_rois_score.weight * 0.1)
+        cls = model.bbox_head.bbox_score
+        cls.weight.set_value(cls.weight * 0.01)
+        bias = np.full(cls.bias.shape, -8.0, np.float32)
+        bias[1] = 8.0
+        cls.bias.set_value(paddle.to_tensor(bias))
+    spec = [{"image": paddle.static.InputSpec([None, 3, -1, -1], "float32", "image"),
+             "im_shape": paddle.static.InputSpec([None, 2], "float32", "im_shape"),
+             "scale_factor": paddle.static.InputSpec([None, 2], "float32", "scale_factor")}]
+    static = paddle.jit.to_static(model, input_spec=spec, full_graph=True)
+    paddle.jit.save(static, prefix, input_spec=spec)
+    return prefix
+
+
+def feeds(size: tuple[int, int], seed: int = 0) -> dict[str, np.ndarray]:
+    """One image (normalised like PaddleDetection's NormalizeImage) and its shapes."""
+    rng = np.random.default_rng(seed)
+    h, w = size
+    image = rng.standard_normal((1, 3, h, w)).astype(np.float32)
+    return {"image": image, "im_shape": np.array([[h, w]], np.float32),
+            "scale_factor": np.array([[1.0, 1.0]], np.float32)}
+
+
+def paddle_predictor(prefix: str, mkldnn: bool, threads: int):
+    """A Paddle Inference predictor on CPU; None and the reason when it cannot run."""
+    from paddle import inference
+
+    config = inference.Config(prefix + ".json", prefix + ".pdiparams")
+    config.disable_gpu()
+    config.set_cpu_math_library_num_threads(threads)
+    if mkldnn:
+        config.enable_mkldnn()
+    else:
+        config.disable_mkldnn()
+    config.disable_glog_info()
+    try:
+        predictor = inference.create_predictor(config)
+    except Exception as e:  # noqa: BLE001 - reported
+        return None, f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}"
+
+    def run(f):
+        for name in predictor.get_input_names():
+            predictor.get_input_handle(name).copy_from_cpu(f[name])
+        predictor.run()
+        return [predictor.get_output_handle(n).copy_to_cpu()
+                for n in predictor.get_output_names()]
+    try:
+        run(feeds((64, 64)))
+    except Exception as e:  # noqa: BLE001 - reported
+        return None, f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}"
+    return run, None
+
+
+def compare(got: list[np.ndarray], want: list[np.ndarray]) -> dict:
+    """Detections [K, 6] (label, score, box) and their count: equal count and labels,
+    differences of scores and boxes."""
+    g, w = got[0], want[0]
+    out = {"count_ours": int(got[1].sum()), "count_paddle": int(want[1].sum()),
+           "rows": [int(g.shape[0]), int(w.shape[0])]}
+    if g.shape == w.shape:
+        out["labels_equal"] = bool(np.array_equal(g[:, 0], w[:, 0]))
+        out["max_score_diff"] = float(np.abs(g[:, 1] - w[:, 1]).max(initial=0))
+        out["max_box_diff"] = float(np.abs(g[:, 2:] - w[:, 2:]).max(initial=0))
+    out["equal"] = (out["count_ours"] == out["count_paddle"] and g.shape == w.shape
+                    and out["labels_equal"] and out["max_score_diff"] <= 1e-4
+                    and out["max_box_diff"] <= 1e-4)
+    return out
+
+
+def profile(path: str, f: dict, runs: int = 3) -> list[tuple[str, float]]:
+    """onnxruntime's profile: mean ms per run by op type, largest first."""
+    import onnxruntime as ort
+
+    import ort_roi
+
+    so = ort_roi.session_options()
+    so.enable_profiling = True
+    with tempfile.TemporaryDirectory() as d:
+        so.profile_file_prefix = os.path.join(d, "prof")
+        sess = ort.InferenceSession(path, so)
+        for _ in range(runs + 1):
+            sess.run(None, f)
+        events = json.load(open(sess.end_profiling()))
+    total: dict[str, float] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            op = e["args"].get("op_name", "?")
+            total[op] = total.get(op, 0.0) + e["dur"] / 1000.0
+    return sorted(((k, v / (runs + 1)) for k, v in total.items()), key=lambda kv: -kv[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--depth", type=int, default=50, choices=(18, 34, 50, 101))
+    ap.add_argument("--size", type=int, nargs=2, default=(480, 640), metavar=("H", "W"))
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--opset", type=int, default=17)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--out", help="directory for the saved program and the ONNX model")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+
+    import onnxruntime as ort
+
+    import ort_roi
+
+    out = args.out or tempfile.mkdtemp(prefix="paddledet_e2e_")
+    os.makedirs(out, exist_ok=True)
+    prefix = os.path.join(out, f"faster_rcnn_r{args.depth}_fpn")
+    t = time.perf_counter()
+    build(prefix, args.depth)
+    res: dict = {"model": f"Faster R-CNN R{args.depth}-FPN", "size": list(args.size),
+                 "build_s": round(time.perf_counter() - t, 1)}
+    path = prefix + ".onnx"
+    t = time.perf_counter()
+    model = ort_roi.paddle_export(prefix, path, args.opset)
+    res["export_s"] = round(time.perf_counter() - t, 1)
+    res["ort_roi_nodes"] = sorted({n.op_type for n in model.graph.node if n.domain == "ort_roi"})
+    so = ort_roi.session_options()
+    so.intra_op_num_threads = args.threads
+    sess = ort.InferenceSession(path, so)
+    f = feeds(tuple(args.size))
+    paddle_run, why = paddle_predictor(prefix, True, args.threads)
+    res["paddle_onednn"] = "on" if paddle_run else f"off (on fails: {why})"
+    if paddle_run is None:
+        paddle_run, why = paddle_predictor(prefix, False, args.threads)
+        if paddle_run is None:
+            raise SystemExit(f"Paddle Inference cannot run the model: {why}")
+    want = paddle_run(f)
+    got = sess.run(None, f)
+    res["detections"] = compare(got, want)
+    runners = {"ort": lambda: sess.run(None, f), "paddle": lambda: paddle_run(f)}
+    times: dict[str, list[float]] = {k: [] for k in runners}
+    rng = random.Random(0)
+    for _ in range(args.repeat):
+        order = list(runners)
+        rng.shuffle(order)
+        for k in order:
+            t = time.perf_counter()
+            runners[k]()
+            times[k].append(time.perf_counter() - t)
+    res["seconds"] = {k: round(statistics.median(v), 4) for k, v in times.items()}
+    res["paddle_over_ort"] = round(statistics.median(
+        p / o for p, o in zip(times["paddle"], times["ort"])), 3)
+    if args.profile:
+        res["ort_profile_ms"] = [(k, round(v, 2)) for k, v in profile(path, f)[:12]]
+    print(json.dumps(res, indent=1))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(res, fh, indent=1)
+    return 0 if res["detections"]["equal"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
