@@ -153,8 +153,8 @@ def generate_proposals(scores, bbox_deltas, im_shape, anchors, variances, *,
     rpn_rois_num [N] int32)."""
     T = scores.dtype.type
     N, A, H, W = scores.shape
-    sc = np.ascontiguousarray(scores.transpose(0, 2, 3, 1)).reshape(N, -1)
-    dl = np.ascontiguousarray(bbox_deltas.transpose(0, 2, 3, 1)).reshape(N, -1, 4)
+    sc = np.ascontiguousarray(scores.transpose(0, 2, 3, 1)).reshape(N, H * W * A)
+    dl = np.ascontiguousarray(bbox_deltas.transpose(0, 2, 3, 1)).reshape(N, H * W * A, 4)
     an = np.asarray(anchors).reshape(-1, 4)
     va = np.asarray(variances).reshape(-1, 4)
     rois, probs, nums = [], [], []
@@ -215,3 +215,10 @@ def distribute_fpn_proposals(fpn_rois, rois_num, *, min_level, max_level, refer_
             pos += 1
     rois = [np.array(p, T).reshape(-1, 4) for p in per_level]
     return rois, [np.array(c, np.int32) for c in counts], restore
+
+
+def distribute_fpn_proposals_outputs(fpn_rois, rois_num, **attrs) -> tuple:
+    """``distribute_fpn_proposals`` with the outputs of its nodes (DistributeFpnProposals_L{L}):
+    rois_0 .. rois_{L-1}, rois_num_0 .. rois_num_{L-1}, restore_index."""
+    rois, counts, restore = distribute_fpn_proposals(fpn_rois, rois_num, **attrs)
+    return tuple(rois) + tuple(counts) + (restore,)

@@ -408,7 +408,8 @@ def fpn_levels(rois: np.ndarray, min_level: int, max_level: int, refer_level: in
     T = rois.dtype.type
     x1, y1, x2, y2 = rois.T
     w, h = x2 - x1, y2 - y1
-    area = w * h if not pixel_offset else (w + T(1)) * (h + T(1))
+    with np.errstate(over="ignore"):  # a huge roi's area is inf, as in Paddle
+        area = w * h if not pixel_offset else (w + T(1)) * (h + T(1))
     area = np.where((x2 < x1) | (y2 < y1), T(0), area)
     q = np.sqrt(area) / T(refer_scale) + T(1e-6)
     if T is np.float32:

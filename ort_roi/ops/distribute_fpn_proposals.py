@@ -1,0 +1,146 @@
+"""DistributeFpnProposals_L{L}: Paddle's distribute_fpn_proposals, the FPN level assignment of
+PaddleDetection's RoI extractor, exact to Paddle's CPU kernel (ort-roi export-paddle writes it).
+One op per number of levels L = max_level - min_level + 1 (1 to MAX_LEVELS): the bridge
+declares no variable number of outputs."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..definitions.proposals import distribute_fpn_proposals_outputs as definition
+from ..errors import RoiOpError
+from ..kernels.checks import int_vector, quiet
+from ..kernels.dispatch import compute, host
+from ..spec import COUNTS_DOC, DOMAIN, MAX_LEVELS, TYPES, Attr, Dims, Input, NodeForm, Op, \
+    OpSpec, Output
+
+
+def _level_count(spec: OpSpec) -> int:
+    return (len(spec.outputs) - 1) // 2
+
+
+def _check_levels(op: str, L: int | None, min_level: int, max_level: int) -> int:
+    n = max_level - min_level + 1
+    if not 1 <= n <= MAX_LEVELS or (L is not None and n != L):
+        want = f"{L}" if L is not None else f"1 to {MAX_LEVELS}"
+        raise RoiOpError(op, "attribute 'max_level'",
+                         f"max_level - min_level + 1 must be {want} (the op's levels), got "
+                         f"{max_level} - {min_level} + 1 = {n}")
+    return n
+
+
+def level_shapes(spec: OpSpec, dims: Sequence[Dims], attrs: Mapping[str, Any],
+                 values: Mapping[int, np.ndarray]) -> list[list]:
+    """L x [R_l, 4], L x [N], [R, 1]; RoiOpError where known shapes or the levels contradict
+    the op."""
+    L = _level_count(spec)
+    if attrs.get("min_level") is not None and attrs.get("max_level") is not None:
+        _check_levels(spec.name, L, attrs["min_level"], attrs["max_level"])
+    rois, num = dims[0], dims[1]
+    if rois is not None and (len(rois) != 2 or (isinstance(rois[1], int) and rois[1] != 4)):
+        raise RoiOpError(spec.name, "input 'fpn_rois'",
+                         f"must have shape [R, 4], got {[d if d is not None else '?' for d in rois]}")
+    if num is not None and len(num) != 1:
+        raise RoiOpError(spec.name, "input 'rois_num'", f"must have rank 1 [N], got rank {len(num)}")
+    r = rois[0] if rois is not None else None
+    n = num[0] if num is not None else None
+    return [[None, 4]] * L + [[n]] * L + [[r, 1]]
+
+
+def _spec(L: int) -> OpSpec:
+    return OpSpec(
+        name=f"DistributeFpnProposals_L{L}",
+        source="Paddle distribute_fpn_proposals (paddle.vision.ops.distribute_fpn_proposals, "
+               "CPU kernel)",
+        doc=f"Each roi to level floor(log2(sqrt(area) / refer_scale + 1e-6) + refer_level) "
+            f"clamped to [min_level, max_level] ({L} levels; area (w + 1) * (h + 1) with "
+            "pixel_offset, else w * h; 0 for an inverted box; in the rois' float type, log2f as "
+            "the C library rounds it); per level its rois (image by image, in order) and their "
+            "count per image; restore_index[r] is roi r's row in the levels' concatenation.",
+        inputs=(Input("fpn_rois", "T", "[R, 4]", "rois [x1, y1, x2, y2], image by image"),
+                Input("rois_num", "I", "[N]", COUNTS_DOC)),
+        attrs=(Attr("min_level", int, None, doc="the finest level (rois_0)"),
+               Attr("max_level", int, None, doc=f"the coarsest level: min_level + {L - 1}"),
+               Attr("refer_level", int, 4, doc="the level of a roi of side refer_scale"),
+               Attr("refer_scale", int, 224, min=1, doc="the side of a roi of refer_level"),
+               Attr("pixel_offset", int, 0, choices=(0, 1),
+                    doc="1: areas count +1 pixel per side")),
+        outputs=tuple(Output(f"rois_{i}", f"[R_{i}, 4]", doc=f"the rois of level min_level + {i}")
+                      for i in range(L))
+        + tuple(Output(f"rois_num_{i}", "[N]", "int32", doc=f"rois of level min_level + {i} per image")
+                for i in range(L))
+        + (Output("restore_index", "[R, 1]", "int32",
+                  doc="each input roi's row in the levels' concatenation"),),
+        shapes=level_shapes,
+        boxes_input=0,
+        same_types=True,
+    )
+
+
+#: One spec per number of levels.
+SPECS = {L: _spec(L) for L in range(1, MAX_LEVELS + 1)}
+
+
+@quiet
+def distribute_fpn_proposals(fpn_rois: np.ndarray, rois_num: np.ndarray, *, min_level: int,
+                             max_level: int, refer_level: int = 4, refer_scale: int = 224,
+                             pixel_offset: int = 0) -> tuple:
+    """Paddle's distribute_fpn_proposals, bit for bit (its CPU kernel): DistributeFpnProposals
+    in docs/semantics.md. Computed on the host (CuPy input is copied).
+
+    Args:
+        fpn_rois: [R, 4] float32 or float64 rows [x1, y1, x2, y2], image by image (no NaN).
+        rois_num: [N] int32 or int64, the rois of each image (>= 0, sums to R).
+        min_level, max_level: the levels (max_level - min_level + 1 = L in 1 .. MAX_LEVELS).
+        refer_level, refer_scale: a roi of side refer_scale goes to refer_level (scale >= 1).
+        pixel_offset: 1: areas count +1 pixel per side (PaddleDetection passes 0).
+
+    Returns:
+        (rois_0 .. rois_{L-1} [R_l, 4] of fpn_rois' dtype, rois_num_0 .. rois_num_{L-1} [N]
+        int32, restore_index [R, 1] int32), a tuple of 2L + 1 arrays. Raises RoiOpError on bad
+        input.
+    """
+    L = _check_levels("DistributeFpnProposals", None, int(min_level), int(max_level))
+    spec = SPECS[L]
+    op = spec.name
+    a = spec.resolve(dict(min_level=min_level, max_level=max_level, refer_level=refer_level,
+                          refer_scale=refer_scale, pixel_offset=pixel_offset))
+    try:
+        rois = np.asarray(host(fpn_rois))
+    except Exception as e:  # noqa: BLE001 - any conversion failure is a bad input
+        raise RoiOpError(op, "input 'fpn_rois'", f"is not an array: {e}") from None
+    if rois.dtype not in TYPES["T"]:
+        raise RoiOpError(op, "input 'fpn_rois'", f"must be float32 or float64, got {rois.dtype}")
+    if rois.ndim != 2 or rois.shape[1] != 4:
+        raise RoiOpError(op, "input 'fpn_rois'", f"must have shape [R, 4], got {list(rois.shape)}")
+    nan = np.isnan(rois)
+    if nan.any():
+        r = int(np.argwhere(nan)[0][0])
+        raise RoiOpError(op, "input 'fpn_rois'", f"row {r} has a NaN coordinate: "
+                         f"{rois[r].tolist()}")
+    num = np.asarray(host(rois_num))
+    counts = int_vector(op, "rois_num", num, num.shape[0] if num.ndim == 1 else -1,
+                        "[N] (one count per image)")
+    values = counts.tolist()
+    if min(values, default=0) < 0:
+        i = next(i for i, v in enumerate(values) if v < 0)
+        raise RoiOpError(op, "input 'rois_num'", f"count {i} is negative: {values[i]}")
+    if sum(values) != rois.shape[0]:
+        raise RoiOpError(op, "input 'rois_num'",
+                         f"must sum to R = {rois.shape[0]} (the rows of fpn_rois), got {values}")
+    rois_l, counts_l, restore = compute(
+        "distribute_fpn_proposals", np.ascontiguousarray(rois), counts.astype(np.int64),
+        a["min_level"], a["max_level"], a["refer_level"], a["refer_scale"],
+        bool(a["pixel_offset"]))
+    return tuple(rois_l) + tuple(counts_l) + (restore,)
+
+
+ENTRY = Op(
+    specs=tuple(SPECS.values()), kernel=distribute_fpn_proposals, definition=definition,
+    steps=("distribute_fpn_proposals",),
+    forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi export-paddle (Paddle "
+                         "distribute_fpn_proposals)", "Paddle distribute_fpn_proposals")
+                for s in SPECS.values()),
+)

@@ -1,0 +1,378 @@
+"""GenerateProposals and DistributeFpnProposals_L{L}: Paddle's generate_proposals and
+distribute_fpn_proposals bit for bit. The readable definitions against Paddle (committed
+goldens from tools/make_proposal_goldens.py; live with the parity extra), the NumPy kernels
+against the definitions (random and tied scores, libstdc++'s orders, glibc's expf / log2f),
+the ops in real onnxruntime sessions, and the bad-input catalogue."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+
+import proposal_cases as P
+from ort_roi import RoiOpError
+from ort_roi.definitions import cxx
+from ort_roi.definitions import proposals as D
+from ort_roi.kernels.cpu import proposals as K
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "goldens", "proposals.npz")
+
+
+def _paddle():
+    try:
+        import paddle  # noqa: F401
+        return True
+    except Exception:  # noqa: BLE001 - not installed, or broken
+        return False
+
+
+needs_paddle = pytest.mark.skipif(not _paddle(), reason="needs paddle: pip install 'ort-roi[parity]'")
+
+
+def _registered() -> bool:
+    from ort_roi import ops
+    from ort_roi.kernels.dispatch import TABLE
+
+    names = {s.name for s in ops.all_specs()}
+    return ("GenerateProposals" in names and "DistributeFpnProposals_L4" in names
+            and "generate_proposals" in TABLE)
+
+
+needs_entry = pytest.mark.skipif(not _registered(), reason="GenerateProposals / "
+                                 "DistributeFpnProposals are not in ops.ENTRIES and the "
+                                 "dispatch table yet")
+
+
+def load_goldens() -> list[dict]:
+    with np.load(GOLDEN) as z:
+        names = sorted({k.rsplit(":", 1)[0] for k in z.files})
+        out = []
+        for n in names:
+            meta = json.loads(str(z[f"{n}:meta"]))
+            out.append(dict(name=n, op=meta["op"], attrs=meta["attrs"],
+                            inputs={k: z[f"{n}:{k}"] for k in meta["inputs"]},
+                            expected=[z[f"{n}:out{i}"] for i in range(meta["outputs"])]))
+        return out
+
+
+GOLDENS = load_goldens()
+
+
+def _definition(case):
+    x = list(case["inputs"].values())
+    if case["op"] == "GenerateProposals":
+        return list(D.generate_proposals(*x, **case["attrs"]))
+    return list(D.distribute_fpn_proposals_outputs(*x, **case["attrs"]))
+
+
+def _step(case):
+    """The NumPy compute step, as the op entry calls it."""
+    x = case["inputs"]
+    a = case["attrs"]
+    if case["op"] == "GenerateProposals":
+        return list(K.generate_proposals(
+            x["scores"], x["bbox_deltas"], x["im_shape"], x["anchors"].reshape(-1, 4),
+            x["variances"].reshape(-1, 4), a["pre_nms_top_n"], a["post_nms_top_n"],
+            float(np.float32(a["nms_thresh"])), float(np.float32(a["min_size"])),
+            float(np.float32(a["eta"])), bool(a["pixel_offset"])))
+    rois, counts, restore = K.distribute_fpn_proposals(
+        x["fpn_rois"], x["rois_num"].astype(np.int64), a["min_level"], a["max_level"],
+        a["refer_level"], a["refer_scale"], bool(a["pixel_offset"]))
+    return list(rois) + list(counts) + [restore]
+
+
+def _same(got, want, name=""):
+    assert len(got) == len(want), name
+    for i, (g, w) in enumerate(zip(got, want)):
+        g = np.asarray(g)
+        assert g.dtype == w.dtype and g.shape == w.shape, (name, i, g.dtype, w.dtype, g.shape,
+                                                           w.shape)
+        assert np.array_equal(np.ascontiguousarray(g).view(np.uint8),
+                              np.ascontiguousarray(w).view(np.uint8)), (name, i)
+
+
+# --- the definitions against Paddle ----------------------------------------------------------
+
+@pytest.mark.parametrize("case", GOLDENS, ids=[c["name"] for c in GOLDENS])
+def test_definition_equals_paddle_golden(case):
+    _same(_definition(case), case["expected"], case["name"])
+
+
+def test_goldens_cover_ties_empty_images_and_expf():
+    names = {c["name"] for c in GOLDENS}
+    assert {"generate_all_too_small", "generate_no_nms_ties", "generate_hard_expf",
+            "distribute_no_rois", "distribute_L6"} <= names
+    small = next(c for c in GOLDENS if c["name"] == "generate_all_too_small")
+    assert small["expected"][2].tolist() == [1, 1]  # Paddle's stand-in: one zero box
+    assert not small["expected"][0].any()
+    hard = next(c for c in GOLDENS if c["name"] == "generate_hard_expf")
+    assert hard["expected"][0].shape[0] >= 16  # arguments glibc's expf rounds its own way
+
+
+@pytest.mark.parity
+@needs_paddle
+@pytest.mark.parametrize("seed", [21, 22, 23])
+def test_definition_equals_paddle_live(seed):
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+    from make_proposal_goldens import paddle_outputs
+
+    rng = np.random.default_rng(seed)
+    cases = [P.generate(f"live_{seed}_{i}", N=int(rng.integers(1, 4)), A=int(rng.integers(1, 4)),
+                        H=int(rng.integers(3, 12)), W=int(rng.integers(3, 12)),
+                        ties=bool(i % 2), seed=seed * 10 + i,
+                        dtype=(np.float32, np.float64)[i % 3 == 2],
+                        pre_nms_top_n=int(rng.choice([0, 30, 100, 5000])),
+                        post_nms_top_n=int(rng.choice([0, 10, 60])),
+                        nms_thresh=float(rng.choice([0.0, 0.3, 0.7, 0.95])),
+                        eta=float(rng.choice([1.0, 0.8])), pixel_offset=i % 2,
+                        min_size=float(rng.choice([0.0, 4.0, 20.0])))
+             for i in range(6)]
+    cases += [P.distribute(f"live_d{seed}_{i}", rng.integers(0, 25, int(rng.integers(1, 4))),
+                           min_level=m, max_level=m + int(rng.integers(1, 5)),
+                           pixel_offset=i % 2, seed=seed * 10 + i,
+                           dtype=(np.float32, np.float64)[i % 2])
+              for i, m in enumerate((1, 2, 2, 3))]
+    for case in cases:
+        _same(_definition(case), paddle_outputs(case), case["name"])
+
+
+# --- the kernels against the definitions -----------------------------------------------------
+
+@pytest.mark.parametrize("case", GOLDENS, ids=[c["name"] for c in GOLDENS])
+def test_step_equals_golden(case):
+    _same(_step(case), case["expected"], case["name"])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_step_equals_definition_random(seed):
+    rng = np.random.default_rng(100 + seed)
+    for i in range(4):
+        case = P.generate(f"r{seed}_{i}", N=int(rng.integers(1, 4)), A=int(rng.integers(1, 5)),
+                          H=int(rng.integers(1, 14)), W=int(rng.integers(1, 14)),
+                          ties=bool(rng.integers(0, 2)), seed=1000 * seed + i,
+                          dtype=(np.float32, np.float64)[int(rng.integers(0, 2))],
+                          pre_nms_top_n=int(rng.choice([-1, 0, 7, 50, 200, 10000])),
+                          post_nms_top_n=int(rng.choice([-1, 0, 5, 40])),
+                          nms_thresh=float(rng.choice([-1.0, 0.0, 0.3, 0.5, 0.7, 1.0])),
+                          eta=float(rng.choice([1.0, 0.9, 0.5])),
+                          min_size=float(rng.choice([0.0, 1.0, 8.0])),
+                          pixel_offset=int(rng.integers(0, 2)))
+        case["attrs"] = {k: (float(np.float32(v)) if isinstance(v, float) else v)
+                         for k, v in case["attrs"].items()}
+        _same(_step(case), _definition(case), case["name"])
+
+
+@pytest.mark.parametrize("case", P.definition_only_cases(),
+                         ids=[c["name"] for c in P.definition_only_cases()])
+def test_step_equals_definition_where_paddle_refuses(case):
+    _same(_step(case), _definition(case), case["name"])
+
+
+def test_distribute_step_equals_definition_random():
+    rng = np.random.default_rng(7)
+    for t in range(60):
+        lo = int(rng.integers(-1, 4))
+        case = P.distribute(f"d{t}", rng.integers(0, 30, int(rng.integers(1, 4))),
+                            min_level=lo, max_level=lo + int(rng.integers(0, 6)),
+                            refer_level=int(rng.integers(2, 6)),
+                            refer_scale=int(rng.choice([1, 56, 224])),
+                            pixel_offset=t % 2, seed=t, dtype=(np.float32, np.float64)[t % 2])
+        _same(_step(case), _definition(case), case["name"])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_libstdcxx_orders_equal_the_literal_transcription(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(40):
+        M = int(rng.integers(1, 2500))
+        s = (np.round(rng.random(M) * rng.integers(1, 60)) / 7).astype(np.float32)
+        vals = s.tolist()
+        comp = lambda i, j: vals[i] > vals[j]  # noqa: E731
+        v = list(range(M))
+        cxx.std_sort(v, comp)
+        assert np.array_equal(K.order_sort(s), v)
+        nth = int(rng.integers(0, M + 1))
+        v = list(range(M))
+        cxx.std_nth_element(v, nth, comp)
+        assert np.array_equal(K.order_nth_element(s, nth), v)
+
+
+def test_libstdcxx_all_equal_and_sorted_inputs():
+    for s in (np.ones(1000, np.float32), np.arange(1000, dtype=np.float32),
+              np.arange(1000, dtype=np.float32)[::-1].copy()):
+        vals = s.tolist()
+        for nth in (0, 1, 500, 999):
+            v = list(range(s.size))
+            cxx.std_nth_element(v, nth, lambda i, j: vals[i] > vals[j])
+            assert np.array_equal(K.order_nth_element(s, nth), v)
+        v = list(range(s.size))
+        cxx.std_sort(v, lambda i, j: vals[i] > vals[j])
+        assert np.array_equal(K.order_sort(s), v)
+
+
+def test_expf_and_log2f_are_the_c_librarys():
+    x = np.concatenate([P.hard_exp_arguments(200),
+                        np.random.default_rng(0).uniform(-20, 4.2, 20000).astype(np.float32)])
+    want = np.array([cxx.c_expf(v) for v in x.tolist()], np.float32)
+    assert np.array_equal(K._exp(x), want)
+    q = np.random.default_rng(1).uniform(1e-6, 40, 20000).astype(np.float32)
+    q = np.concatenate([q, np.float32(2.0) ** np.arange(-8, 6, dtype=np.float32),
+                        np.nextafter(np.float32(2.0) ** np.arange(-8, 6, dtype=np.float32),
+                                     np.float32(0))])
+    for add in (np.float32(4), np.float32(2)):
+        want = np.floor(np.array([cxx.c_log2f(v) for v in q.tolist()], np.float32) + add)
+        assert np.array_equal(K._log2f(q, add), want)
+
+
+def test_nms_of_6000_boxes_is_vectorised():
+    """NMS over 6000 candidates (Paddle's default pre_nms_top_n) keeps the first 1000 quickly
+    and equals the literal loop."""
+    rng = np.random.default_rng(3)
+    xy = rng.uniform(0, 1000, (6000, 2)).astype(np.float32)
+    wh = rng.uniform(4, 200, (6000, 2)).astype(np.float32)
+    boxes = np.concatenate([xy, xy + wh], 1)
+    scores = rng.random(6000).astype(np.float32)
+    t = time.perf_counter()
+    kept = K.nms(boxes, scores, 0.7, 1.0, False, 1000)
+    took = time.perf_counter() - t
+    want = D.nms(np.float32, [list(b) for b in boxes], list(scores), np.float32(0.7), 1.0,
+                 False)[:1000]
+    assert np.array_equal(kept, want)
+    assert took < 2.0, took
+
+
+# --- the ops: entries, sessions, bad inputs ---------------------------------------------------
+
+@needs_entry
+@pytest.mark.parametrize("case", GOLDENS, ids=[c["name"] for c in GOLDENS])
+def test_op_equals_golden(case):
+    from ort_roi import ops
+
+    got = ops.kernel(("ort_roi", case["op"]))(*case["inputs"].values(), **case["attrs"])
+    _same(list(got), case["expected"], case["name"])
+
+
+@needs_entry
+@pytest.mark.parametrize("case", GOLDENS[::3], ids=[c["name"] for c in GOLDENS[::3]])
+def test_op_in_a_plain_onnxruntime_session_equals_paddle(case):
+    import onnxruntime as ort
+
+    import ort_roi
+    from ort_roi.graph.builders import single_op_model
+
+    x = list(case["inputs"].values())
+    m = single_op_model(case["op"], x[0].dtype, np.int32, **case["attrs"])
+    sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                providers=["CPUExecutionProvider"])
+    got = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], x)))
+    _same(got, case["expected"], case["name"])
+
+
+@needs_entry
+def test_distribute_node_with_levels_that_disagree_with_its_attributes():
+    from ort_roi import ops
+
+    spec = ops.spec("DistributeFpnProposals_L3")
+    with pytest.raises(RoiOpError, match="max_level - min_level \\+ 1 must be 3"):
+        spec.output_shapes([[5, 4], [1]], spec.resolve(dict(min_level=2, max_level=5)))
+
+
+def _gp_args():
+    c = P.generate("bad", N=2, A=2, H=4, W=5)
+    return list(c["inputs"].values())
+
+
+BAD_GENERATE = [
+    ("scores rank", lambda a: a.__setitem__(0, a[0][0]), "input 'scores'", "rank 4"),
+    ("scores int", lambda a: a.__setitem__(0, a[0].astype(np.int32)), "input 'scores'",
+     "float32 or float64"),
+    ("deltas shape", lambda a: a.__setitem__(1, a[1][:, :4]), "input 'bbox_deltas'",
+     "[N, 4A, H, W]"),
+    ("deltas dtype", lambda a: a.__setitem__(1, a[1].astype(np.float64)), "input 'bbox_deltas'",
+     "dtype of scores"),
+    ("im_shape shape", lambda a: a.__setitem__(2, a[2][:1]), "input 'im_shape'", "[N, 2]"),
+    ("im_shape negative", lambda a: a[2].__setitem__((1, 0), -5), "input 'im_shape'",
+     "negative size"),
+    ("im_shape inf", lambda a: a[2].__setitem__((0, 1), np.inf), "input 'im_shape'",
+     "not finite"),
+    ("anchors count", lambda a: a.__setitem__(3, a[3][:, :3]), "input 'anchors'",
+     "[H, W, A, 4]"),
+    ("anchors nan", lambda a: a[3].__setitem__((0, 0, 0, 0), np.nan), "input 'anchors'",
+     "not finite"),
+    ("variances shape", lambda a: a.__setitem__(4, a[4][..., :2]), "input 'variances'",
+     "anchors' shape"),
+    ("scores nan", lambda a: a[0].__setitem__((1, 0, 2, 2), np.nan), "input 'scores'",
+     "[1, 0, 2, 2] is NaN"),
+    ("deltas nan", lambda a: a[1].__setitem__((0, 3, 1, 1), np.nan), "input 'bbox_deltas'",
+     "is NaN"),
+]
+
+
+@needs_entry
+@pytest.mark.parametrize("name,change,where,what", BAD_GENERATE,
+                         ids=[b[0] for b in BAD_GENERATE])
+def test_generate_bad_inputs(name, change, where, what):
+    from ort_roi.ops import generate_proposals
+
+    a = _gp_args()
+    change(a)
+    with pytest.raises(RoiOpError) as e:
+        generate_proposals(*a)
+    assert e.value.op == "GenerateProposals" and e.value.name == where
+    assert what in str(e.value), str(e.value)
+
+
+@needs_entry
+@pytest.mark.parametrize("attrs,where", [(dict(pixel_offset=2), "attribute 'pixel_offset'"),
+                                         (dict(nms_thresh=float("nan")), "attribute 'nms_thresh'"),
+                                         (dict(pre_nms_top_n=1.5), "attribute 'pre_nms_top_n'")])
+def test_generate_bad_attributes(attrs, where):
+    from ort_roi.ops import generate_proposals
+
+    with pytest.raises(RoiOpError) as e:
+        generate_proposals(*_gp_args(), **attrs)
+    assert e.value.name == where
+
+
+@needs_entry
+def test_generate_huge_top_n_allocates_by_the_data():
+    from ort_roi.ops import generate_proposals
+
+    rois, probs, num = generate_proposals(*_gp_args(), pre_nms_top_n=(1 << 62),
+                                          post_nms_top_n=(1 << 62))
+    assert rois.shape[0] == num.sum() <= 2 * 4 * 5 * 2
+
+
+BAD_DISTRIBUTE = [
+    (dict(min_level=2, max_level=9), "attribute 'max_level'", "1 to 6"),
+    (dict(min_level=3, max_level=2), "attribute 'max_level'", "1 to 6"),
+    (dict(refer_scale=0), "attribute 'refer_scale'", ">= 1"),
+    (dict(fpn_rois=np.zeros((3, 5), np.float32)), "input 'fpn_rois'", "[R, 4]"),
+    (dict(fpn_rois=np.zeros((3, 4), np.int64)), "input 'fpn_rois'", "float32 or float64"),
+    (dict(fpn_rois=np.full((3, 4), np.nan, np.float32)), "input 'fpn_rois'", "NaN"),
+    (dict(rois_num=np.array([1, 1], np.int32)), "input 'rois_num'", "must sum to R = 3"),
+    (dict(rois_num=np.array([4, -1], np.int32)), "input 'rois_num'", "negative"),
+    (dict(rois_num=np.array([3.0], np.float32)), "input 'rois_num'", "int32 or int64"),
+    (dict(rois_num=np.array([[3]], np.int32)), "input 'rois_num'", "[N]"),
+]
+
+
+@needs_entry
+@pytest.mark.parametrize("change,where,what", BAD_DISTRIBUTE,
+                         ids=[f"{b[1]}-{b[2]}" for b in BAD_DISTRIBUTE])
+def test_distribute_bad_inputs(change, where, what):
+    from ort_roi.ops import distribute_fpn_proposals
+
+    kw = dict(fpn_rois=np.array([[0, 0, 10, 10], [0, 0, 100, 100], [5, 5, 900, 900]],
+                                np.float32), rois_num=np.array([2, 1], np.int32),
+              min_level=2, max_level=5)
+    kw.update(change)
+    with pytest.raises(RoiOpError) as e:
+        distribute_fpn_proposals(kw.pop("fpn_rois"), kw.pop("rois_num"), **kw)
+    assert e.value.name == where and what in str(e.value), str(e.value)

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Generate tests/goldens/proposals.npz from Paddle's generate_proposals and
+distribute_fpn_proposals (paddle.vision.ops, CPU).
+
+    python tools/make_proposal_goldens.py [--out tests/goldens]
+
+Needs paddle (pip install -e '.[parity]': paddlepaddle 3.3.1). Each case of
+tests/proposal_cases.py runs through Paddle's CPU kernels; the file holds, per case, its inputs
+("name:scores", ...), the op, attributes and Paddle's version (JSON, "name:meta") and Paddle's
+outputs in the order of the ort_roi node's outputs ("name:out0", "name:out1", ...), so
+tests/test_proposals.py checks ort_roi against Paddle without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+
+import proposal_cases  # noqa: E402
+
+
+def paddle_outputs(case: dict) -> list[np.ndarray]:
+    """Paddle's outputs for a case, in the order of the ort_roi node's outputs."""
+    import paddle
+
+    t = paddle.to_tensor
+    a = case["attrs"]
+    x = case["inputs"]
+    with paddle.base.dygraph.guard(paddle.CPUPlace()):
+        if case["op"] == "GenerateProposals":
+            out = paddle.vision.ops.generate_proposals(
+                t(x["scores"]), t(x["bbox_deltas"]), t(x["im_shape"]), t(x["anchors"]),
+                t(x["variances"]), pre_nms_top_n=a["pre_nms_top_n"],
+                post_nms_top_n=a["post_nms_top_n"], nms_thresh=a["nms_thresh"],
+                min_size=a["min_size"], eta=a["eta"], pixel_offset=bool(a["pixel_offset"]),
+                return_rois_num=True)
+            return [o.numpy() for o in out]
+        rois, restore, nums = paddle.vision.ops.distribute_fpn_proposals(
+            t(x["fpn_rois"]), a["min_level"], a["max_level"], a["refer_level"],
+            a["refer_scale"], pixel_offset=bool(a["pixel_offset"]), rois_num=t(x["rois_num"]))
+        return [r.numpy() for r in rois] + [n.numpy() for n in nums] + [restore.numpy()]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap.add_argument("--out", default=os.path.join(HERE, "..", "tests", "goldens"))
+    args = ap.parse_args()
+    import paddle
+
+    arrays = {}
+    cases = proposal_cases.cases()
+    for case in cases:
+        n = case["name"]
+        outs = paddle_outputs(case)
+        for k, v in case["inputs"].items():
+            arrays[f"{n}:{k}"] = v
+        for i, o in enumerate(outs):
+            arrays[f"{n}:out{i}"] = o
+        arrays[f"{n}:meta"] = np.array(json.dumps(dict(
+            op=case["op"], attrs=case["attrs"], inputs=list(case["inputs"]), outputs=len(outs),
+            paddle=paddle.__version__)))
+    path = os.path.join(args.out, "proposals.npz")
+    np.savez_compressed(path, **arrays)
+    print(f"{path}: {len(cases)} cases, {os.path.getsize(path)} bytes")
+
+
+if __name__ == "__main__":
+    main()
