@@ -227,7 +227,7 @@ def _join_cuts(graph: onnx.GraphProto, cuts: Sequence[dict], fetched: list[str],
         if cut["op"] == "generate_proposals":
             nodes.append(_generate_proposals(cut["attrs"], ins, outs, pre))
         elif cut["op"] == "distribute_fpn_proposals":
-            nodes.append(_distribute(cut["attrs"], ins, outs, pre))
+            nodes += _distribute(cut["attrs"], ins, outs, pre)
         else:
             nodes += _multiclass_nms3(cut["attrs"], ins, outs, cut["ranks"], pre)
         joined.update(n for o in outs for n in (o if isinstance(o, list) else [o]) if n)
@@ -252,9 +252,10 @@ def _generate_proposals(a: dict, ins: list, outs: list, pre: str) -> onnx.NodePr
         eta=float(a["eta"]), pixel_offset=int(a["pixel_offset"]))
 
 
-def _distribute(a: dict, ins: list, outs: list, pre: str) -> onnx.NodeProto:
-    """``ort_roi::DistributeFpnProposals_L{L}``: inputs fpn_rois, rois_num; outputs the L
-    levels' rois, their L counts [N] int32, restore_index [R, 1] int32."""
+def _distribute(a: dict, ins: list, outs: list, pre: str) -> list[onnx.NodeProto]:
+    """``ort_roi::DistributeFpnProposals_L{L}``: inputs fpn_rois, rois_num (int32: Paddle's
+    program may hold it as int64, a shape); outputs the L levels' rois, their L counts [N]
+    int32, restore_index [R, 1] int32."""
     L = int(a["max_level"]) - int(a["min_level"]) + 1
     if ins[1] is None:
         raise RoiOpError(_OP, "op 'distribute_fpn_proposals'", "has no rois_num input "
@@ -262,20 +263,25 @@ def _distribute(a: dict, ins: list, outs: list, pre: str) -> onnx.NodeProto:
     rois = outs[0] if outs[0] is not None else [None] * L
     nums = outs[1] if outs[1] is not None else [None] * L
     names = _names(list(rois) + list(nums) + [outs[2]], pre)
-    return helper.make_node(
-        f"DistributeFpnProposals_L{L}", ins[:2], names, name=pre, domain=DOMAIN,
-        min_level=int(a["min_level"]), max_level=int(a["max_level"]),
-        refer_level=int(a["refer_level"]), refer_scale=int(a["refer_scale"]),
-        pixel_offset=int(a["pixel_offset"]))
+    return [helper.make_node("Cast", [ins[1]], [pre + "/rois_num"], to=TensorProto.INT32),
+            helper.make_node(
+                f"DistributeFpnProposals_L{L}", [ins[0], pre + "/rois_num"], names, name=pre,
+                domain=DOMAIN, min_level=int(a["min_level"]), max_level=int(a["max_level"]),
+                refer_level=int(a["refer_level"]), refer_scale=int(a["refer_scale"]),
+                pixel_offset=int(a["pixel_offset"]))]
 
 
 def _multiclass_nms3(a: dict, ins: list, outs: list, ranks: list,
                      pre: str) -> list[onnx.NodeProto]:
     """Paddle's multiclass_nms3 on [M, C, 4] boxes and [M, C] scores of one image as standard
     nodes: ONNX NonMaxSuppression with each class a batch (its greedy pass, strict
-    thresholds and ties broken by index are Paddle's), the best keep_top_k of what it keeps,
-    in Paddle's order (label, then score). Outputs out [K, 6] (label, score, x1, y1, x2, y2),
-    index [K, 1] int32 (the box of each row), nms_rois_num [1] int32."""
+    thresholds, IoU arithmetic and ties broken by index are Paddle's), the best keep_top_k of
+    what it keeps (ties: the lower label, then box), in Paddle's order (label, then box
+    index). Outputs out [K, 6] (label, score, x1, y1, x2, y2), index [K, 1] int32
+    (box * C + label, Paddle's), nms_rois_num [1] int32. Differs from Paddle only where two
+    kept candidates of a class both have zero area (Paddle: IoU 0 / 0, suppressed; ONNX:
+    kept) and with no detection at all (Paddle [1, 1] of -1 when the index output is not
+    asked for)."""
     where = "op 'multiclass_nms3'"
     if ranks[0] != 3 or ranks[1] != 2:
         raise RoiOpError(_OP, where, f"boxes of rank {ranks[0]} and scores of rank {ranks[1]}:"
@@ -323,13 +329,22 @@ def _multiclass_nms3(a: dict, ins: list, outs: list, ranks: list,
         i64(p + "/col0", [0]), i64(p + "/col2", [2]),
         helper.make_node("Gather", [p + "/sel", p + "/col0"], [p + "/cls2"], axis=1),
         helper.make_node("Gather", [p + "/sel", p + "/col2"], [p + "/box2"], axis=1),
-        helper.make_node("Concat", [p + "/box2", p + "/cls2"], [p + "/bc"], axis=1),
+        helper.make_node("Concat", [p + "/box2", p + "/cls2"], [p + "/bc_nms"], axis=1),
+        # Paddle's order: by label, then by box (it sorts each label's kept boxes)
+        helper.make_node("Mul", [p + "/cls2", p + "/max_out"], [p + "/key_c"]),
+        helper.make_node("Add", [p + "/key_c", p + "/box2"], [p + "/key2"]),
+        i64(p + "/flat", [-1]),
+        helper.make_node("Reshape", [p + "/key2", p + "/flat"], [p + "/key"]),
+        helper.make_node("Shape", [p + "/key"], [p + "/K"]),
+        helper.make_node("TopK", [p + "/key", p + "/K"], [p + "/key_s", p + "/order"],
+                         largest=0, sorted=1),
+        helper.make_node("Gather", [p + "/bc_nms", p + "/order"], [p + "/bc"], axis=0),
         helper.make_node("GatherND", [scores, p + "/bc"], [p + "/sc_all"]),
         helper.make_node("GatherND", [boxes, p + "/bc"], [p + "/bx_all"]),
-        helper.make_node("Shape", [p + "/sc_all"], [p + "/K"]),
     ]
     keep = int(a["keep_top_k"])
-    if keep > -1:  # the best keep_top_k by score (ties: the earlier row), back in row order
+    if keep > -1:  # the best keep_top_k by score (ties: the earlier row, as Paddle's stable
+        # sort of (label, box) pairs), back in row order
         nodes += [
             i64(p + "/keep", [keep]),
             helper.make_node("Min", [p + "/K", p + "/keep"], [p + "/k"]),
@@ -352,7 +367,9 @@ def _multiclass_nms3(a: dict, ins: list, outs: list, ranks: list,
         helper.make_node("Cast", [p + "/cls_k"], [p + "/label"], to=TensorProto.FLOAT),
         helper.make_node("Unsqueeze", [p + "/sc_k", p + "/ax1"], [p + "/score"]),
         helper.make_node("Concat", [p + "/label", p + "/score", p + "/bx_k"], [o_out], axis=1),
-        helper.make_node("Cast", [p + "/box_k"], [o_index], to=TensorProto.INT32),
+        helper.make_node("Mul", [p + "/box_k", p + "/C"], [p + "/idx_c"]),  # box * C + label
+        helper.make_node("Add", [p + "/idx_c", p + "/cls_k"], [p + "/idx"]),
+        helper.make_node("Cast", [p + "/idx"], [o_index], to=TensorProto.INT32),
         helper.make_node("Shape", [o_out], [p + "/oshape"]),
         helper.make_node("Slice", [p + "/oshape", p + "/zero_i", p + "/ax1"], [p + "/n64"]),
         helper.make_node("Cast", [p + "/n64"], [o_num], to=TensorProto.INT32),
