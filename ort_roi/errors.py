@@ -18,7 +18,18 @@ class RoiOpError(ValueError):
         index 3, out of range [0, 2)
 
     ``op``, ``name`` (``"input 'boxes'"`` or ``"attribute 'pooled_h'"``), ``node`` and
-    ``tensor`` carry the parts for programs that need them; ``detail`` is the rest.
+    ``tensor`` carry the parts for programs that need them; ``detail`` is the rest. It is a
+    ``ValueError``, so code that catches those catches it too.
+
+    Args:
+        op: the op's name (``"RoIAlign"``), or ``"ort_roi"`` for the front door, a feed or a
+            model.
+        name: what is at fault, as the message names it: ``"input 'boxes'"``,
+            ``"attribute 'pooled_h'"``, ``"feed"``, ``"model"``, ...
+        message: what is wrong, with the offending value.
+        node: the graph node's name, or a tuple of names when several nodes fit what the op
+            was given; None outside a graph.
+        tensor: the graph's tensor that fed the input at fault, or None.
     """
 
     def __init__(self, op: str, name: str, message: str, *,
@@ -39,14 +50,24 @@ class RoiOpError(ValueError):
 
     @property
     def input(self) -> str | None:
-        """The spec's name of the input at fault (None for an attribute or the node)."""
+        """The spec's name of the input at fault (``"boxes"``), or None for an attribute, a
+        feed or the node."""
         m = _INPUT.match(self.name)
         return m.group(1) if m else None
 
     def at(self, node: str | tuple[str, ...],
            tensors: Mapping[str, str] | None = None) -> "RoiOpError":
-        """This error, placed: the node's name and, for an input, the graph's tensor that
-        fed it (``tensors``: spec input name -> graph tensor name)."""
+        """This error, placed in a graph: the node's name and, for an input, the tensor
+        that fed it.
+
+        Args:
+            node: the node's name, or a tuple of names when several nodes fit.
+            tensors: spec input name -> graph tensor name for the node's inputs, or None.
+
+        Returns:
+            A new RoiOpError with the same op, name and detail, naming ``node`` and (for an
+            input found in ``tensors``) its tensor; this one's tensor otherwise.
+        """
         tensor = (tensors or {}).get(self.input) if self.input else None
         return RoiOpError(self.op, self.name, self.detail, node=node,
                           tensor=tensor if tensor is not None else self.tensor)

@@ -45,6 +45,8 @@ def _empty(onnx_type: str, shape: list | None) -> np.ndarray:
 class Runner:
     """One ``ort_roi.InferenceSession`` and the checks that make a run a result or an error.
 
+    The base of ``BatchPredictor`` and ``HttpPredictor``; usable alone in a worker of one's own.
+
     Args:
         model: the ONNX model: a path, bytes or ``onnx.ModelProto`` (as the front door).
         intra_op_threads: onnxruntime's intra-op threads for this session. On a machine
@@ -78,7 +80,8 @@ class Runner:
                 carry none); a float value for an integer input is refused, not truncated.
 
         Returns:
-            Graph output name -> array.
+            Graph output name -> NumPy array, as the session returns it (of the output's
+            declared dtype, e.g. float32 [R, C, 7, 7] pooled features).
 
         Raises:
             RoiOpError: a missing or unreadable input, an input an op refuses (the op's

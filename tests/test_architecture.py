@@ -184,3 +184,81 @@ def test_no_module_outside_the_entries_switches_on_an_op():
     for m in readers:
         reached = {mod for mod, _ in _imports(m)}
         assert not {x for x in reached if x.startswith("ort_roi.ops.")}, m
+
+
+def _public_api() -> list:
+    """(name, object) of every public function and class: ``ort_roi.__all__``,
+    ``ort_roi.builders.__all__``, ``ort_roi.ops.__all__`` (registry and kernels) and the
+    classes of ``ort_roi.scale``; modules and constants are left out."""
+    import inspect
+
+    import ort_roi
+    from ort_roi import builders, ops, scale
+
+    found = [(f"{m.__name__}.{n}", getattr(m, n)) for m in (ort_roi, builders, ops)
+             for n in m.__all__]
+    found += [(f"ort_roi.scale.{n}", o) for n, o in vars(scale).items()
+              if inspect.isclass(o) and o.__module__ == scale.__name__ and not n.startswith("_")]
+    return [(n, o) for n, o in found if inspect.isclass(o) or inspect.isfunction(o)]
+
+
+def _doc_problems(name: str, f, skip_first: bool = False) -> list[str]:
+    """What the docstring of function ``f`` lacks: a summary, "Args:" when it takes arguments
+    (beyond ``self``), "Returns:" unless it returns None."""
+    import inspect
+
+    doc = inspect.getdoc(f) or ""
+    if not doc.strip():
+        return [f"{name}: no docstring"]
+    sig = inspect.signature(f)
+    params = list(sig.parameters.values())[1 if skip_first else 0:]
+    problems = []
+    if params and "Args:" not in doc:
+        problems.append(f"{name}: takes {', '.join(p.name for p in params)} but has no Args:")
+    if sig.return_annotation not in (None, "None") and "Returns:" not in doc:
+        problems.append(f"{name}: has no Returns:")
+    return problems
+
+
+def test_the_public_api_is_documented():
+    """Every public function and class documents itself in the Args/Returns style of
+    torchvision's ops: functions say their arguments (Args:) and what they return (Returns:),
+    classes their constructor's arguments, and their public methods likewise. The three
+    roi_aligns say in their first line which one they are: the kernel that computes
+    (ort_roi.ops), the ONNX node (ort_roi.builders), the readable definition."""
+    import inspect
+
+    from ort_roi import builders, ops
+    from ort_roi.definitions import align
+
+    api = _public_api()
+    assert len(api) >= 30, [n for n, _ in api]
+    problems = []
+    for name, obj in api:
+        if inspect.isfunction(obj):
+            problems += _doc_problems(name, obj)
+            continue
+        if not obj.__dict__.get("__doc__"):
+            problems.append(f"{name}: class without its own docstring")
+            continue
+        init = list(inspect.signature(obj).parameters)
+        if init and "Args:" not in obj.__doc__:
+            problems.append(f"{name}: its constructor takes {', '.join(init)}; no Args:")
+        for attr, member in vars(obj).items():
+            if attr.startswith("_") and attr != "__call__":
+                continue
+            if isinstance(member, property):
+                if not (member.__doc__ or "").strip():
+                    problems.append(f"{name}.{attr}: property without a docstring")
+            elif inspect.isfunction(member):
+                problems += _doc_problems(f"{name}.{attr}", member, skip_first=True)
+    assert not problems, "\n".join(problems)
+
+    def first(f) -> str:
+        return inspect.getdoc(f).splitlines()[0]
+
+    assert "kernel" in first(ops.roi_align), first(ops.roi_align)
+    assert "definition" in first(align.roi_align), first(align.roi_align)
+    for node in (builders.roi_align, builders.roi_pool, builders.roi_pooling,
+                 builders.psroi_pool, builders.make_node):
+        assert "node (ONNX NodeProto)" in first(node), first(node)

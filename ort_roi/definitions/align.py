@@ -52,8 +52,12 @@ def align_box(X: np.ndarray, box: np.ndarray, geometry: BoxGeometry, spatial_sca
 
 def roi_align(X, boxes, boxes_num, *, pooled_height=1, pooled_width=1, spatial_scale=1.0,
               sampling_ratio=-1, aligned=1):
-    """RoIAlign (Paddle roi_align; detectron2 / torchvision): the mean of each bin's bilinear
-    samples; aligned=1 shifts the scaled box by -0.5, aligned=0 keeps it at least 1 x 1."""
+    """RoIAlign's readable definition, a box at a time (the reference, not the kernel).
+
+    The kernel that computes it fast is ``ort_roi.ops.roi_align``; the ONNX node,
+    ``ort_roi.builders.roi_align``. RoIAlign (Paddle roi_align; detectron2 / torchvision):
+    the mean of each bin's bilinear samples; aligned=1 shifts the scaled box by -0.5,
+    aligned=0 keeps it at least 1 x 1."""
     out = np.zeros((boxes.shape[0], X.shape[1], pooled_height, pooled_width), X.dtype)
     g = roi_align_geometry(aligned)
     for r, b in enumerate(images_of(boxes_num)):
@@ -72,7 +76,9 @@ def _rows(X, rois, geometry, spatial_scale, ph, pw, sampling_ratio, reduce="mean
 
 def mmcv_roi_align(input, rois, *, output_height=1, output_width=1, spatial_scale=1.0,
                    sampling_ratio=0, mode="avg", aligned=1):
-    """MMCVRoiAlign over rows [batch, x1, y1, x2, y2]: "avg" is RoIAlign; "max" the largest
+    """MMCVRoiAlign's readable definition, a box at a time (the kernel: ops.mmcv_roi_align).
+
+    Over rows [batch, x1, y1, x2, y2]: "avg" is RoIAlign; "max" the largest
     sample w1*v1 + w2*v2 + w3*v3 + w4*v4 of each bin, from mmcv's initial -10000."""
     return _rows(input, rois, roi_align_geometry(aligned), spatial_scale, output_height,
                  output_width, sampling_ratio, "mean" if mode == "avg" else "max",
@@ -82,9 +88,11 @@ def mmcv_roi_align(input, rois, *, output_height=1, output_width=1, spatial_scal
 def onnx_roi_align(X, rois, batch_indices, *, coordinate_transformation_mode="half_pixel",
                    mode="avg", output_height=1, output_width=1, sampling_ratio=0,
                    spatial_scale=1.0):
-    """ONNX RoiAlign: half_pixel is RoIAlign aligned=1, output_half_pixel aligned=0;
-    sampling_ratio 0 adaptive; "max" the largest sample (mmcv's), "onnx_max" onnxruntime's
-    largest weighted corner."""
+    """ONNX RoiAlign's readable definition, a box at a time (the kernel: ops.onnx_roi_align).
+
+    half_pixel is RoIAlign aligned=1, output_half_pixel aligned=0; sampling_ratio 0
+    adaptive; "max" the largest sample (mmcv's), "onnx_max" onnxruntime's largest weighted
+    corner."""
     rows = np.concatenate([np.asarray(batch_indices, rois.dtype)[:, None], rois], 1)
     reduce = {"avg": "mean", "max": "max", "onnx_max": "onnx_max"}[mode]
     return _rows(X, rows, onnx_geometry(coordinate_transformation_mode), spatial_scale,
@@ -93,7 +101,9 @@ def onnx_roi_align(X, rois, batch_indices, *, coordinate_transformation_mode="ha
 
 def caffe2_roi_align(X, rois, *, order="NCHW", spatial_scale=1.0, pooled_h=1, pooled_w=1,
                      sampling_ratio=-1, aligned=0):
-    """Caffe2 RoIAlign (detectron2's export): RoIAlign over rows [batch, x1, y1, x2, y2], or
+    """Caffe2 RoIAlign's readable definition, a box at a time (kernel: ops.caffe2_roi_align).
+
+    Caffe2 RoIAlign (detectron2's export): RoIAlign over rows [batch, x1, y1, x2, y2], or
     [x1, y1, x2, y2] when X holds one image."""
     if rois.shape[1] == 4:
         rois = np.concatenate([np.zeros((rois.shape[0], 1), rois.dtype), rois], 1)

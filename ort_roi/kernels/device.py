@@ -26,7 +26,18 @@ _resolved: str | None = None
 
 
 def set_backend(name: str) -> str:
-    """Choose the backend of the registered ops; returns the one that will actually run."""
+    """Choose where the registered ops compute: NumPy on the CPU or CuPy on the GPU.
+
+    Args:
+        name: "numpy", "cupy" (falls back to NumPy with one warning when CuPy or a GPU is
+            missing) or "auto" (the GPU when there is one, silently).
+
+    Returns:
+        The backend that will actually run: "numpy" or "cupy".
+
+    Raises:
+        ValueError: ``name`` is not one of "numpy", "cupy", "auto".
+    """
     global _choice, _resolved
     if name not in CHOICES:
         raise ValueError(f"ort_roi backend must be one of {', '.join(CHOICES)}, got {name!r}")
@@ -36,7 +47,12 @@ def set_backend(name: str) -> str:
 
 
 def get_backend() -> str:
-    """The backend the ops use now: "numpy" or "cupy"."""
+    """The backend the registered ops compute on now (``set_backend`` or ``ORT_ROI_BACKEND``).
+
+    Returns:
+        "numpy" or "cupy" (the choice resolved: "auto" and an unavailable "cupy" give
+        "numpy" without a GPU).
+    """
     global _resolved
     with _lock:
         if _resolved is None:
@@ -45,7 +61,11 @@ def get_backend() -> str:
 
 
 def gpu_available() -> tuple[bool, str]:
-    """(True, "") when CuPy imports and sees a GPU, else (False, why)."""
+    """Whether the "cupy" backend can run here.
+
+    Returns:
+        (True, "") when CuPy imports and sees a GPU, else (False, why).
+    """
     try:
         import cupy
 
@@ -87,8 +107,8 @@ def call(kernel: Callable[..., Any], inputs: Sequence[np.ndarray], features: Seq
         **attrs: its attributes.
 
     Returns:
-        its outputs as NumPy arrays (with "numpy", arrays a later call may reuse: onnxruntime
-        copies them before the next call).
+        Its outputs as a tuple of NumPy arrays (with "numpy", arrays a later call may reuse:
+        onnxruntime copies them before the next call).
     """
     if get_backend() == "cupy":
         import cupy

@@ -48,33 +48,100 @@ _FORMS = {f.key: f for f in FORMS}
 
 
 def all_specs() -> tuple[OpSpec, ...]:
-    """The spec of every op (one per number of levels for the multi-level ones)."""
+    """The spec of every op, in ``ENTRIES`` order.
+
+    Returns:
+        Every ``OpSpec`` of every entry (the multi-level ops have one per number of levels),
+        registered node forms' and standard ones' alike.
+    """
     return tuple(s for e in ENTRIES for s in e.specs)
 
 
 def entry(spec: OpSpec | tuple[str, str]) -> Op:
-    """The entry of an op, by its spec or its spec's key (domain, name)."""
+    """The entry of an op: its specs, kernel, definition, compute steps and node forms.
+
+    Args:
+        spec: one of the op's specs, or a spec's key ``(domain, name)``.
+
+    Returns:
+        The op's ``Op`` entry (its module's ``ENTRY``).
+
+    Raises:
+        KeyError: no op has that spec.
+    """
     return _BY_SPEC[spec if isinstance(spec, tuple) else spec.key]
 
 
 def kernel(spec: OpSpec | tuple[str, str]) -> Callable[..., Any]:
-    """The kernel the nodes of ``spec`` run (inputs, attributes as keyword arguments)."""
+    """The kernel (the fast function that computes) the nodes of ``spec`` run.
+
+    Args:
+        spec: one of the op's specs, or a spec's key ``(domain, name)``.
+
+    Returns:
+        The op's public kernel (``ort_roi.ops.roi_align``, ...): called with the node's
+        inputs (NumPy arrays; a CuPy feature map computes on the GPU) and its attributes as
+        keyword arguments, it returns the output array(s).
+
+    Raises:
+        KeyError: no op has that spec.
+    """
     return entry(spec).kernel
 
 
 def define(spec: OpSpec | tuple[str, str], *inputs, **attrs):
-    """What ``spec``'s readable definition computes (attributes resolved by the spec)."""
+    """What the op's readable definition (``ort_roi.definitions``, a literal loop) computes.
+
+    Slow by design: the reference the kernels are held to, not a way to compute.
+
+    Args:
+        spec: one of the op's specs, or a spec's key ``(domain, name)``.
+        *inputs: the op's inputs as NumPy arrays, in the spec's order (e.g. RoIAlign's
+            X [N, C, H, W] float32 or float64, boxes [R, 4] of X's dtype, boxes_num [N]
+            int32 or int64).
+        **attrs: its attributes, by the spec's names; the spec resolves them (defaults
+            filled, values checked).
+
+    Returns:
+        The definition's output(s), NumPy arrays of the shapes and dtypes the spec's outputs
+        declare (e.g. RoIAlign's [R, C, pooled_height, pooled_width] of X's dtype).
+
+    Raises:
+        KeyError: no op has that spec.
+        RoiOpError: an unknown, missing required or out-of-range attribute.
+    """
     s = spec if isinstance(spec, OpSpec) else _SPECS[spec]
     return entry(s).definition(*inputs, **s.resolve(attrs))
 
 
 def form(domain: str, op_type: str) -> NodeForm | None:
-    """The form of a node (domain "ai.onnx" is the default domain), or None."""
+    """The node form of ``domain::op_type``: which spec computes it, and how.
+
+    Args:
+        domain: the node's domain (``""`` or ``"ai.onnx"``: the default domain;
+            ``"ort_roi"``, ``"mmcv"``, ...).
+        op_type: the node's op type (``"RoIAlign"``, ``"RoiAlign"``, ...).
+
+    Returns:
+        Its ``NodeForm`` (registered ones the bridge runs as they are, others that convert
+        and the front door rewrite), or None when ort_roi does not run such nodes.
+    """
     return _FORMS.get(("" if domain == "ai.onnx" else domain, op_type))
 
 
 def spec(name: str, domain: str = DOMAIN) -> OpSpec:
-    """The spec that computes node ``domain::name`` (a registered node form)."""
+    """The spec (inputs, attributes, outputs, docs) of the registered node form ``domain::name``.
+
+    Args:
+        name: the node's op type (``"RoIAlign"``, ``"MMCVRoiAlign"``, ...).
+        domain: the node's domain (default ``"ort_roi"``).
+
+    Returns:
+        The ``OpSpec`` that computes such nodes.
+
+    Raises:
+        KeyError: ``domain::name`` is not a registered node form.
+    """
     f = form(domain, name)
     if f is None or not f.registered:
         raise KeyError(f"no op {domain}::{name}")

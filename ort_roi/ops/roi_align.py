@@ -35,7 +35,10 @@ SPEC = OpSpec(
 def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
               pooled_height: int = 1, pooled_width: int = 1, spatial_scale: float = 1.0,
               sampling_ratio: int = -1, aligned: int = 1) -> np.ndarray:
-    """Average of bilinear samples over each bin of each box (Paddle's roi_align).
+    """The RoIAlign kernel, which computes: the mean of bilinear samples over each bin of each box.
+
+    Paddle's roi_align. The ONNX node is ``ort_roi.builders.roi_align``; the readable
+    definition it is held to, ``ort_roi.definitions.align.roi_align``.
 
     Box edges are scaled by ``spatial_scale`` and shifted by -0.5 when ``aligned``; without
     ``aligned`` boxes are at least 1x1. Each bin holds ``sampling_ratio`` x

@@ -45,13 +45,19 @@ REGISTERED = "ort_roi.registered"
 
 
 def session_options(so: ort.SessionOptions | None = None) -> ort.SessionOptions:
-    """Return ``so`` (or new SessionOptions) with every ort_roi op registered.
+    """onnxruntime SessionOptions with every ort_roi op registered (for plain sessions).
 
     A plain ``onnxruntime.InferenceSession(model, ort_roi.session_options())`` then runs
     graphs that use the ops. Bad input never aborts the process: the op logs the error on
     the ``ort_roi`` logger and returns a NaN-filled output. Registering again on the same
     SessionOptions does nothing (onnxruntime would refuse a second registration); nothing
     else of ``so`` is changed.
+
+    Args:
+        so: the SessionOptions to register the ops on, or None for new ones.
+
+    Returns:
+        ``so`` itself (or the new SessionOptions), the ops registered.
     """
     bridge.register()
     so = so if so is not None else ort.SessionOptions()
@@ -99,8 +105,12 @@ def prepare_model(model: onnx.ModelProto, tokens: bridge.FloatTokens | None = No
             name the node); None leaves the values as they are.
         roialign_max: how ONNX RoiAlign's mode "max" is computed (as ``ort_roi.convert``).
         fuse: fuse torchvision's MultiScaleRoIAlign stages.
+
     Returns:
-        What the rewrite did. Raises RoiOpError naming a node it cannot take.
+        What the rewrite did (``graph.rewrite.Rewrite``: the nodes moved, the notes).
+
+    Raises:
+        RoiOpError: naming a node it cannot take.
     """
     return rewrite(model, "ort_roi", float_token=tokens, roialign_max=roialign_max, fuse=fuse)
 
@@ -139,11 +149,12 @@ def _keep_sequential(sess: ort.InferenceSession, so: ort.SessionOptions) -> None
 
 
 class InferenceSession:
-    """An onnxruntime.InferenceSession with the ort_roi ops registered, that raises.
+    """The front door: an onnxruntime.InferenceSession with the ort_roi ops registered, that raises.
 
-    Accepts a path, bytes or ``onnx.ModelProto``. The graph is rewritten as ``ort_roi.convert``
-    does (``roialign_max`` and ``fuse`` as there; what is worth knowing is issued as a warning naming the
-    node), omitted optional attributes take their defaults, float attributes reach the
+    Accepts a path, bytes or ``onnx.ModelProto``. The graph is rewritten as
+    ``ort_roi.convert`` does (``roialign_max`` and ``fuse`` as there; what is worth knowing
+    is issued as a warning naming the node), omitted optional attributes take their
+    defaults, float attributes reach the
     kernels exactly, and a bad input raises :class:`ort_roi.RoiOpError` (a ValueError)
     naming op, node, input and tensor, from ``run`` instead of returning NaN, whatever other
     threads run meanwhile. ort_roi's ops are registered on ``sess_options`` (once, as
@@ -151,6 +162,22 @@ class InferenceSession:
     sequential executor whatever its ``execution_mode`` says (that is how a run's errors
     reach it, see the module doc). Everything else is delegated to the wrapped
     ``onnxruntime.InferenceSession``.
+
+    Args:
+        model: the ONNX model: a path, bytes or ``onnx.ModelProto`` (copied, not changed).
+        sess_options: onnxruntime SessionOptions, or None for new ones.
+        providers: onnxruntime's execution providers (default ``["CPUExecutionProvider"]``;
+            where the ort_roi ops compute is ``ort_roi.set_backend``'s choice).
+        roialign_max: how ONNX RoiAlign's mode "max" is computed, as ``ort_roi.convert``:
+            "sample" (the largest bilinear sample) or "onnx" (as onnxruntime).
+        fuse: fuse torchvision's exported MultiScaleRoIAlign stages and per-box Loops.
+        **kw: passed on to ``onnxruntime.InferenceSession``.
+
+    Raises:
+        RoiOpError: a model that cannot be read, a node the rewrite cannot take, or a graph
+            onnxruntime refuses (an input type an op has no kernel for is named).
+        OSError: a model file that is missing or unreadable.
+        TypeError: ``model`` is not a path, bytes or ``onnx.ModelProto``.
     """
 
     def __init__(self, model, sess_options: ort.SessionOptions | None = None,
@@ -190,8 +217,15 @@ class InferenceSession:
             output_names: the outputs to compute (None: all).
             input_feed: graph input name -> array.
             run_options: onnxruntime RunOptions, or None.
+
         Returns:
-            The outputs, as onnxruntime returns them.
+            The outputs, as onnxruntime returns them: a list of NumPy arrays in the order of
+            ``output_names`` (the graph's outputs for None), of their declared dtypes.
+
+        Raises:
+            RoiOpError: an ort_roi op rejected its input (naming op, node, input and
+                tensor), or onnxruntime refused the feed (naming the graph input, and the op
+                and input that read it).
         """
         with bridge.raising(self._sess, input_feed) as errors:
             try:
