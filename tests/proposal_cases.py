@@ -132,6 +132,9 @@ def distribute_cases() -> list[dict]:
         distribute("distribute_L4_one_roi", [1], seed=6),
         distribute("distribute_L4_empty_first_image", [0, 2], seed=16),
         distribute("distribute_no_rois", [0, 0], seed=13),
+        distribute("distribute_L2", [9, 4], min_level=3, max_level=4, seed=17),
+        distribute("distribute_L3", [11], min_level=2, max_level=4, pixel_offset=1, seed=18),
+        distribute("distribute_L5", [6, 6, 6], min_level=2, max_level=6, seed=19),
     ]
 
 

@@ -247,6 +247,30 @@ def test_nms_of_6000_boxes_is_vectorised():
     assert took < 2.0, took
 
 
+@pytest.mark.parametrize("thr", [0.05, 0.5, 0.7, 0.999, 1.0])
+@pytest.mark.parametrize("pixel_offset", [False, True])
+def test_nms_sparse_and_block_paths_equal_the_literal_loop(monkeypatch, thr, pixel_offset):
+    """Dense (all boxes overlapping) and sparse sets, equal and nested boxes, near-duplicates:
+    the pair search (its thr * side reach), the fixed point, and the block NMS it falls back to
+    (too many pairs, too long a chain) keep what Paddle's loop keeps."""
+    rng = np.random.default_rng(int(thr * 1000) + pixel_offset)
+    xy = np.concatenate([rng.uniform(0, 60, (300, 2)), rng.uniform(0, 2000, (300, 2))])
+    wh = np.concatenate([rng.uniform(100, 140, (300, 2)), rng.uniform(1, 50, (300, 2))])
+    boxes = np.concatenate([xy, xy + wh], 1).astype(np.float32)
+    boxes[10:20] = boxes[5]  # duplicates
+    boxes[20:30] = boxes[5] + np.float32(0.5)  # near-duplicates
+    boxes[30:40] = np.round(boxes[30:40])
+    scores = np.round(rng.random(600) * 50).astype(np.float32)  # ties
+    want = D.nms(np.float32, [list(b) for b in boxes], list(scores), np.float32(thr), 1.0,
+                 pixel_offset)
+    for limit in (len(boxes), 7):
+        assert np.array_equal(K.nms(boxes, scores, thr, 1.0, pixel_offset, limit), want[:limit])
+    monkeypatch.setattr(K, "NMS_ROUNDS", 1)
+    assert np.array_equal(K.nms(boxes, scores, thr, 1.0, pixel_offset, 600), want)
+    monkeypatch.setattr(K, "NMS_PAIRS", 0)
+    assert np.array_equal(K.nms(boxes, scores, thr, 1.0, pixel_offset, 600), want)
+
+
 # --- the ops: entries, sessions, bad inputs ---------------------------------------------------
 
 @needs_entry

@@ -78,7 +78,11 @@ def _array(op: str, name: str, a, dtype=None) -> np.ndarray:
 
 
 def _no_nan(op: str, name: str, a: np.ndarray, finite: bool = False) -> None:
+    if np.isfinite(np.sum(a, dtype=np.float64)):  # no NaN, no inf (one pass)
+        return
     bad = ~np.isfinite(a) if finite else np.isnan(a)
+    if not bad.any():
+        return
     if bad.any():
         i = tuple(int(k) for k in np.argwhere(bad)[0])
         what = "is not finite" if finite else "is NaN"

@@ -7,10 +7,13 @@ cut, which of them are taken) is the algorithm's. Without ties in the taken scor
 case) any descending order is exact; with ties the steps here replay libstdc++'s introselect /
 introsort with a vectorised partition (``order_nth_element``, ``order_sort``).
 
-NMS: a box is kept when its overlap with every kept box is <= the threshold; the boxes are
-visited in blocks: the kept boxes of a block are found from the block's own overlaps (a
-fixed point of the triangular keep rule, exact), then suppress every later box at once. With
-eta < 1 the threshold falls after each keep; then each kept box is one vectorised step.
+NMS: a box is kept when its overlap with every kept box is <= the threshold. The suppressing
+pairs are found among the boxes that overlap in x (a sort by x1, each box paired with those
+starting within it), and the keep rule (a box is kept when no kept box visited before it
+suppresses it: triangular) is iterated to its fixed point, which is exact. Where the pairs
+are too many or the chains too long, the boxes are visited in blocks (each block's keeps from
+its own overlaps, then suppressing every later box at once). With eta < 1 the threshold falls
+after each keep; then each kept box is one vectorised step.
 """
 
 from __future__ import annotations
@@ -33,14 +36,15 @@ INT_MIN = -(1 << 31)
 
 # --- libstdc++'s orders, vectorised ------------------------------------------------------------
 
-def _partition(v: np.ndarray, s: np.ndarray, first: int, last: int) -> int:
-    """std::__unguarded_partition_pivot on v[first:last] (indices into s, comp: s[i] > s[j]),
-    in place; returns the cut. The scans' stops are found at once: the left scan stops at
-    elements not before the pivot, the right one at elements the pivot is not before; the
-    i-th stops swap while they have not crossed."""
+def _partition(v: np.ndarray, sv: np.ndarray, first: int, last: int) -> int:
+    """std::__unguarded_partition_pivot on v[first:last] (indices; sv = their scores, kept
+    alongside; comp: a goes before b when its score is greater), in place; returns the cut.
+    The scans' stops are found at once: the left scan stops at elements not before the
+    pivot, the right one at elements the pivot is not before; the i-th stops swap while they
+    have not crossed."""
     mid = first + (last - first) // 2
     a, b, c = first + 1, mid, last - 1
-    sa, sb, sc = s[v[a]], s[v[b]], s[v[c]]
+    sa, sb, sc = sv[a], sv[b], sv[c]
     if sa > sb:
         m = b if sb > sc else (c if sa > sc else a)
     elif sa > sc:
@@ -50,26 +54,29 @@ def _partition(v: np.ndarray, s: np.ndarray, first: int, last: int) -> int:
     else:
         m = b
     v[first], v[m] = v[m], v[first]
-    pivot = s[v[first]]
-    seg = s[v[first + 1:last]]
-    ls = np.flatnonzero(~(seg > pivot)) + (first + 1)
-    rs = np.append(np.flatnonzero(~(pivot > seg))[::-1] + (first + 1), first)
+    sv[first], sv[m] = sv[m], sv[first]
+    pivot = sv[first]
+    seg = sv[first + 1:last]
+    ls = np.flatnonzero(seg <= pivot) + (first + 1)  # not (x > pivot): no NaN here
+    rs = np.append(np.flatnonzero(seg >= pivot)[::-1] + (first + 1), first)
     n = min(len(ls), len(rs))
     crossed = ls[:n] >= rs[:n]
     k = int(np.argmax(crossed)) if crossed.any() else n
     if k:
         left, right = ls[:k], rs[:k]
         v[left], v[right] = v[right], v[left].copy()
+        sv[left], sv[right] = sv[right], sv[left].copy()
         return int(min(ls[k], rs[k - 1])) if k < len(ls) else int(rs[k - 1])
     return int(ls[0])
 
 
-def _literal(v: np.ndarray, s: np.ndarray, first: int, last: int, fn) -> None:
-    """Run a literal libstdc++ helper ``fn(list, comp)`` on v[first:last]."""
-    vals = s.tolist()
+def _literal(v: np.ndarray, sv: np.ndarray, first: int, last: int, fn) -> None:
+    """Run a literal libstdc++ helper ``fn(list, comp)`` on v[first:last] (sv alongside)."""
     sub = v[first:last].tolist()
+    vals = dict(zip(sub, sv[first:last].tolist()))
     fn(sub, lambda i, j: vals[i] > vals[j])
     v[first:last] = sub
+    sv[first:last] = [vals[i] for i in sub]
 
 
 def order_nth_element(s: np.ndarray, nth: int) -> np.ndarray:
@@ -86,6 +93,7 @@ def order_nth_element(s: np.ndarray, nth: int) -> np.ndarray:
     v = np.arange(M)
     if M == 0 or nth == M:
         return v
+    sv = s.copy()
     first, last = 0, M
     depth = 2 * (M.bit_length() - 1)
     while last - first > 3:
@@ -93,15 +101,15 @@ def order_nth_element(s: np.ndarray, nth: int) -> np.ndarray:
             def select(sub, comp, k=nth - first):
                 heap_select(sub, 0, k + 1, len(sub), comp)
                 sub[0], sub[k] = sub[k], sub[0]
-            _literal(v, s, first, last, select)
+            _literal(v, sv, first, last, select)
             return v
         depth -= 1
-        cut = _partition(v, s, first, last)
+        cut = _partition(v, sv, first, last)
         if cut <= nth:
             first = cut
         else:
             last = cut
-    _literal(v, s, first, last, lambda sub, comp: insertion_sort(sub, 0, len(sub), comp))
+    _literal(v, sv, first, last, lambda sub, comp: insertion_sort(sub, 0, len(sub), comp))
     return v
 
 
@@ -118,6 +126,7 @@ def order_sort(s: np.ndarray) -> np.ndarray:
     v = np.arange(M)
     if M == 0:
         return v
+    sv = s.copy()
     stack = [(0, M, 2 * (M.bit_length() - 1))]
     while stack:
         first, last, depth = stack.pop()
@@ -126,13 +135,13 @@ def order_sort(s: np.ndarray) -> np.ndarray:
                 def heapsort(sub, comp):
                     heap_select(sub, 0, len(sub), len(sub), comp)
                     sort_heap(sub, 0, len(sub), comp)
-                _literal(v, s, first, last, heapsort)
+                _literal(v, sv, first, last, heapsort)
                 break
             depth -= 1
-            cut = _partition(v, s, first, last)
+            cut = _partition(v, sv, first, last)
             stack.append((cut, last, depth))
             last = cut
-    return v[np.argsort(-s[v], kind="stable")]
+    return v[np.argsort(-sv, kind="stable")]
 
 
 def candidates(s: np.ndarray, pre_nms_top_n: int, exact_order: bool) -> np.ndarray:
@@ -232,14 +241,18 @@ def _nms_blocks(x1, y1, x2, y2, area, thr, norm, limit: int) -> np.ndarray:
     m = x1.size
 
     def over(r: np.ndarray, c: np.ndarray) -> np.ndarray:
-        """[len(r), len(c)]: kept box r suppresses candidate c (JaccardOverlap(c, r) > thr)."""
-        X1, Y1, X2, Y2 = x1[r, None], y1[r, None], x2[r, None], y2[r, None]
-        cx1, cy1, cx2, cy2 = x1[c], y1[c], x2[c], y2[c]
-        disjoint = (X1 > cx2) | (X2 < cx1) | (Y1 > cy2) | (Y2 < cy1)
-        inter = ((np.minimum(cx2, X2) - np.maximum(cx1, X1) + norm)
-                 * (np.minimum(cy2, Y2) - np.maximum(cy1, Y1) + norm))
-        iou = inter / (area[c] + area[r, None] - inter)
-        return ~disjoint & ~(iou <= thr)
+        """[len(r), len(c)]: kept box r suppresses candidate c (JaccardOverlap(c, r) > thr).
+        For boxes with x1 <= x2, y1 <= y2 (as the filter leaves them) Paddle's disjointness
+        test is a negative intersection side; the IoU is computed for the others only."""
+        dx = np.minimum(x2[c], x2[r, None]) - np.maximum(x1[c], x1[r, None])
+        dy = np.minimum(y2[c], y2[r, None]) - np.maximum(y1[c], y1[r, None])
+        hit = (dx >= 0) & (dy >= 0)
+        i, j = np.nonzero(hit)
+        if i.size:
+            inter = (dx[i, j] + norm) * (dy[i, j] + norm)
+            iou = inter / (area[c[j]] + area[r[i]] - inter)
+            hit[i, j] = ~(iou <= thr)
+        return hit
 
     suppressed = np.zeros(m, bool)
     kept: list[np.ndarray] = []
@@ -268,6 +281,58 @@ def _nms_blocks(x1, y1, x2, y2, area, thr, norm, limit: int) -> np.ndarray:
             if rest.size:
                 suppressed[rest] = over(new_kept, rest).any(0)
     return np.concatenate(kept) if kept else np.zeros(0, np.int64)
+
+
+#: The most x-overlapping pairs the sparse NMS enumerates (else the block NMS runs)
+NMS_PAIRS = 1 << 22
+#: The most rounds the sparse NMS iterates its keep rule (else the block NMS runs)
+NMS_ROUNDS = 64
+
+
+def _nms_sparse(x1, y1, x2, y2, area, thr, norm, limit: int) -> np.ndarray | None:
+    """Greedy NMS at a fixed threshold, from the suppressing pairs only: boxes sorted by x1
+    (or y1, whichever pairs fewer), each pairs with the boxes starting early enough to overlap
+    it by more than thr of its side (every pair that can suppress, once), their IoU as
+    Paddle computes it; keep[j] = no kept box visited before j suppresses it, iterated to its
+    fixed point (exact: the rule is triangular). None when there are too many pairs or the
+    chain of suppressions is too long (the caller runs the block NMS)."""
+    m = x1.size
+    best = None
+    # IoU > thr needs an intersection side > thr * each box's side (inter <= side_x * h and
+    # union >= w * h): box b (starting after a) can only be suppressed by a, or suppress it,
+    # when it starts before x2_a + norm - thr * w_a; 1e-3 of margin covers the rounding
+    t = F64(thr) * (1 - 1e-3)
+    for lo, hi in ((x1, x2), (y1, y2)):  # pairs overlapping along the sparser axis
+        o = np.argsort(lo, kind="stable")
+        reach = hi[o] + F64(norm) - t * (hi[o].astype(F64) - lo[o] + F64(norm))
+        cnt = np.maximum(np.searchsorted(lo[o], reach, side="right") - np.arange(1, m + 1), 0)
+        P = int(cnt.sum())
+        if best is None or P < best[0]:
+            best = (P, o, cnt)
+    P, o, cnt = best
+    if P > NMS_PAIRS:
+        return None
+    starts = np.cumsum(cnt) - cnt
+    a = np.repeat(np.arange(m), cnt)
+    b = a + 1 + (np.arange(P) - np.repeat(starts, cnt))
+    u, v = o[a], o[b]
+    u, v = np.minimum(u, v), np.maximum(u, v)  # u visited first: the kept box, v the candidate
+    dx = np.minimum(x2[v], x2[u]) - np.maximum(x1[v], x1[u])
+    dy = np.minimum(y2[v], y2[u]) - np.maximum(y1[v], y1[u])
+    hit = (dx >= 0) & (dy >= 0)
+    u, v, dx, dy = u[hit], v[hit], dx[hit], dy[hit]
+    inter = (dx + norm) * (dy + norm)
+    iou = inter / (area[v] + area[u] - inter)
+    sup = ~(iou <= thr)
+    u, v = u[sup], v[sup]
+    keep = np.ones(m, bool)
+    for _ in range(NMS_ROUNDS):
+        suppressed = np.zeros(m, bool)
+        suppressed[v[keep[u]]] = True
+        if np.array_equal(~suppressed, keep):
+            return np.flatnonzero(keep)[:limit]
+        keep = ~suppressed
+    return None
 
 
 def _nms_adaptive(x1, y1, x2, y2, area, thr, eta, norm, limit: int) -> np.ndarray:
@@ -302,7 +367,8 @@ def nms(boxes: np.ndarray, scores: np.ndarray, nms_thresh: float, eta: float,
     """funcs::NMS of Paddle, the first ``limit`` kept.
 
     Args:
-        boxes: [K, 4] T boxes [x1, y1, x2, y2].
+        boxes: [K, 4] T boxes [x1, y1, x2, y2], finite, x1 <= x2 and y1 <= y2 (as Paddle's
+            size filter leaves them).
         scores: [K] T; visited by score, equal scores latest first.
         nms_thresh: > 0, the overlap threshold (taken in T).
         eta: the adaptive factor (< 1: the threshold falls after each keep while > 0.5).
@@ -322,7 +388,9 @@ def nms(boxes: np.ndarray, scores: np.ndarray, nms_thresh: float, eta: float,
     if eta < 1 and thr > 0.5:
         kept = _nms_adaptive(x1, y1, x2, y2, area, thr, np.float32(eta), norm, limit)
     else:
-        kept = _nms_blocks(x1, y1, x2, y2, area, thr, norm, limit)
+        kept = _nms_sparse(x1, y1, x2, y2, area, thr, norm, limit)
+        if kept is None:
+            kept = _nms_blocks(x1, y1, x2, y2, area, thr, norm, limit)
     return order[kept]
 
 
