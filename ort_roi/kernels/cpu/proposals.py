@@ -388,9 +388,18 @@ def nms(boxes: np.ndarray, scores: np.ndarray, nms_thresh: float, eta: float,
     if eta < 1 and thr > 0.5:
         kept = _nms_adaptive(x1, y1, x2, y2, area, thr, np.float32(eta), norm, limit)
     else:
-        kept = _nms_sparse(x1, y1, x2, y2, area, thr, norm, limit)
-        if kept is None:
-            kept = _nms_blocks(x1, y1, x2, y2, area, thr, norm, limit)
+        # whether a box is kept depends only on the boxes visited before it: a prefix of the
+        # visiting order holding ``limit`` keeps is enough
+        m = x1.size
+        n = min(m, max(2 * limit, 1024))
+        while True:
+            part = [a[:n] for a in (x1, y1, x2, y2, area)]
+            kept = _nms_sparse(*part, thr, norm, limit)
+            if kept is None:
+                kept = _nms_blocks(*part, thr, norm, limit)
+            if len(kept) >= limit or n == m:
+                break
+            n = min(m, 4 * n)
     return order[kept]
 
 
