@@ -140,7 +140,8 @@ def distribute_cases() -> list[dict]:
 
 def definition_only_cases() -> list[dict]:
     """Cases Paddle's Python API refuses (distribute_fpn_proposals asserts max_level >
-    min_level; its kernel and ort_roi's take one level) or answers with a scalar count (no image: ort_roi's rpn_rois_num is [0])."""
+    min_level; its kernel and ort_roi's take one level) or answers with a scalar count (no
+    image: ort_roi's rpn_rois_num is [0])."""
     return [distribute("distribute_L1", [12], min_level=3, max_level=3, seed=4),
             # Paddle's DenseTensor::Slice returns a one-row tensor whole, whatever the range:
             # its kernel gives both images the one roi (and writes past restore_index); ort_roi

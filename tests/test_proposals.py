@@ -30,7 +30,8 @@ def _paddle():
         return False
 
 
-needs_paddle = pytest.mark.skipif(not _paddle(), reason="needs paddle: pip install 'ort-roi[parity]'")
+needs_paddle = pytest.mark.skipif(not _paddle(),
+                                  reason="needs paddle: pip install 'ort-roi[parity]'")
 
 
 def _registered() -> bool:

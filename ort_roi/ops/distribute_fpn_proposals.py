@@ -41,9 +41,11 @@ def level_shapes(spec: OpSpec, dims: Sequence[Dims], attrs: Mapping[str, Any],
     rois, num = dims[0], dims[1]
     if rois is not None and (len(rois) != 2 or (isinstance(rois[1], int) and rois[1] != 4)):
         raise RoiOpError(spec.name, "input 'fpn_rois'",
-                         f"must have shape [R, 4], got {[d if d is not None else '?' for d in rois]}")
+                         f"must have shape [R, 4], got "
+                         f"{[d if d is not None else '?' for d in rois]}")
     if num is not None and len(num) != 1:
-        raise RoiOpError(spec.name, "input 'rois_num'", f"must have rank 1 [N], got rank {len(num)}")
+        raise RoiOpError(spec.name, "input 'rois_num'",
+                         f"must have rank 1 [N], got rank {len(num)}")
     r = rois[0] if rois is not None else None
     n = num[0] if num is not None else None
     return [[None, 4]] * L + [[n]] * L + [[r, 1]]
@@ -69,7 +71,8 @@ def _spec(L: int) -> OpSpec:
                     doc="1: areas count +1 pixel per side")),
         outputs=tuple(Output(f"rois_{i}", f"[R_{i}, 4]", doc=f"the rois of level min_level + {i}")
                       for i in range(L))
-        + tuple(Output(f"rois_num_{i}", "[N]", "int32", doc=f"rois of level min_level + {i} per image")
+        + tuple(Output(f"rois_num_{i}", "[N]", "int32",
+                       doc=f"rois of level min_level + {i} per image")
                 for i in range(L))
         + (Output("restore_index", "[R, 1]", "int32",
                   doc="each input roi's row in the levels' concatenation"),),
