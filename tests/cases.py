@@ -482,6 +482,10 @@ def form_cases() -> list[tuple[str, dict]]:
             cases = [c for c in multilevel_cases(33) if c["op"] == f.op_type][:2]
         elif f.op_type.startswith("PyramidRoIAlign_L"):
             cases = [c for c in pyramid_cases(36) if c["op"] == f.op_type][:2]
+        elif f.op_type == "GenerateProposals" or f.op_type.startswith("DistributeFpnProposals_L"):
+            import proposal_cases
+            cases = [c for c in proposal_cases.cases() + proposal_cases.definition_only_cases()
+                     if c["op"] == f.op_type][:3]
         else:
             cases = by_op[f.op_type]
         out += [(f.domain, dict(c, op=f.op_type)) for c in cases]

@@ -43,6 +43,8 @@ TABLE: dict[str, Step] = {
     # is the box's (upsampled roi maps, pasted images), no CUDA kernel
     "keypoints": Step(cpu.keypoints, None, ()),
     "paste_masks": Step(cpu.paste_masks, None, ()),
+    "generate_proposals": Step(cpu.generate_proposals, None, ()),
+    "distribute_fpn_proposals": Step(cpu.distribute_fpn_proposals, None, ()),
 }
 
 

@@ -251,6 +251,9 @@ def _run(k_id: int, feed, text: Mapping[str, str]):
     spec, dtype, kernel = _KERNELS[k_id]
     try:
         ys = device.call(kernel, feed, spec.features, **parse_attrs(spec, text))
+        if len(ys) != len(spec.outputs):
+            raise RoiOpError(spec.name, "attributes", f"give {len(ys)} outputs; the node "
+                             f"declares {len(spec.outputs)}")
         ys = tuple(np.ascontiguousarray(y, dtype=o.dtype(dtype))
                    for y, o in zip(ys, spec.outputs))
     except BaseException as e:  # noqa: BLE001 - nothing may leave a kernel (it aborts)
