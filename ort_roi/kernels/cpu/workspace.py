@@ -28,8 +28,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .parallel import for_ranges
 from ... import forksafe
+from .parallel import for_ranges
 
 _local = threading.local()
 _lock = forksafe.Lock()
