@@ -18,7 +18,7 @@ from onnx import helper
 from ..errors import RoiOpError, node_label
 from ..ops import FORMS, form
 from ..spec import DOMAIN, OPSET_VERSION, NodeForm, OpSpec
-from . import fusion, loops
+from . import fusion, loops, tensorflow
 from .nodes import given_attrs, iter_nodes, node_attrs, opset
 
 
@@ -71,6 +71,9 @@ def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
                         f"{DOMAIN}::PyramidRoIAlign") for name, n in fused]
         done.notes += notes
         fused, notes = loops.fuse_loops(model)  # and its per-box Loops, one node each
+        done.moved += fused
+        done.notes += notes
+        fused, notes = tensorflow.fuse_crop_and_resize(model)  # tf2onnx's crop_and_resize
         done.moved += fused
         done.notes += notes
     if to == "onnx":  # and back, as standard ONNX
