@@ -39,6 +39,7 @@ first difference.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import numpy as np
@@ -48,7 +49,7 @@ from onnx import helper, numpy_helper
 from ..errors import node_label
 from ..ops.crop_and_resize import SPEC
 from ..spec import DOMAIN
-from .loops import _value, body_lines
+from .loops import body_lines
 from .nodes import given_attrs, opset
 from .toolkit import GraphIndex, NoMatch, anything, check_attrs, splice
 
@@ -97,6 +98,15 @@ BODY_NCHW = (
 )
 #: Resize's mode -> CropAndResize's method (TensorFlow's names; com.microsoft's too).
 METHODS = {"linear": "bilinear", "nearest": "nearest"}
+
+
+def _value(a: np.ndarray) -> str:
+    """A constant as ``loops.body_lines`` names it (its private ``_value``, repeated here:
+    an integer scalar literally, anything else by a hash of its bytes)."""
+    a = np.ascontiguousarray(a)
+    if a.dtype.kind in "iu" and a.size == 1:
+        return f"c:{a.dtype}{list(a.shape)}={int(a.ravel()[0])}"
+    return f"c:{a.dtype}{list(a.shape)}:{hashlib.sha1(a.tobytes()).hexdigest()[:12]}"
 
 
 def _body(loop: onnx.NodeProto) -> onnx.GraphProto | None:
