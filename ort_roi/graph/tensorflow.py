@@ -261,6 +261,43 @@ def match_contrib(g: GraphIndex, node: onnx.NodeProto) -> tuple[list[str], dict,
                  extrapolation_value=float(ext)), post)
 
 
+def _restating_reshape(g: GraphIndex, loop: onnx.NodeProto, image: str, nchw: bool,
+                       attrs: dict) -> onnx.NodeProto | None:
+    """The Reshape tf2onnx writes after the Loop, when it is the only reader of the Loop's
+    output and restates its shape exactly: Reshape(out, Concat([-1], [crop_height,
+    crop_width], C)) with C the image's channels, Slice(Shape(image), [3], [4], [0]) (on an
+    NCHW map, as tf2onnx's optimiser writes it: Slice(Gather(Shape(map), [0, 2, 3, 1]), ...));
+    else None (the Reshape then stays: a copy of the crops)."""
+    readers = g.consumers.get(loop.output[0], [])
+    if loop.output[0] in g.outputs or len(readers) != 1:
+        return None
+    try:
+        reshape = readers[0]
+        if reshape.op_type != "Reshape" or reshape.input[0] != loop.output[0]:
+            return None
+        g.made_by(reshape.output[0], "Reshape")
+        concat = g.made_by(reshape.input[1], "Concat", axis=0)
+        if len(concat.input) != 3:
+            return None
+        g.const_is(concat, 0, np.array([-1], np.int64))
+        g.const_is(concat, 1, np.array([attrs["crop_height"], attrs["crop_width"]], np.int64))
+        sl = g.made_by(concat.input[2], "Slice")
+        for k, v in ((1, [3]), (2, [4]), (3, [0])):
+            g.const_is(sl, k, np.array(v, np.int64))
+        if len(sl.input) > 4 and sl.input[4]:
+            return None
+        shape = sl.input[0]
+        if nchw:
+            gather = g.made_by(shape, "Gather", axis=0)
+            g.const_is(gather, 1, np.array([0, 2, 3, 1], np.int64))
+            shape = gather.input[0]
+        if g.made_by(shape, "Shape").input[0] != image:
+            return None
+    except NoMatch:
+        return None
+    return reshape
+
+
 def _node(base: str, inputs: list[str], output: str, attrs: dict) -> tuple[str, onnx.NodeProto]:
     """(its name, the ort_roi::CropAndResize node) in the place of node ``base``."""
     name = f"{base}/{SPEC.name}"
@@ -309,10 +346,14 @@ def fuse_crop_and_resize(model: onnx.ModelProto) -> tuple[list[tuple[str, str, s
                          f"tf.image.crop_and_resize but does not match it exactly ({e}); left "
                          f"as it is")
             continue
-        new, keep = [], list(inputs)
+        new, keep, read = [], list(inputs), inputs[0]
         if nchw:
             inputs[0], new, keep[0] = _nhwc(g, base, inputs[0])
         last, out = node, node.output[0]
+        reshape = (_restating_reshape(g, node, read, nchw, attrs)
+                   if node.op_type == "Loop" else None)
+        if reshape is not None:  # (it would copy the crops)
+            last, out = reshape, reshape.output[0]
         if node.op_type != "Loop":
             last = post if post is not None else node
             out = post.output[0] if post is not None else f"{base}/crops"
