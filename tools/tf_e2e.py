@@ -143,18 +143,21 @@ def cli_convert(model, out_dir: str, name: str):
     return onnx.load(dst), (run.stdout + run.stderr).strip()
 
 
-def profile_summary(path: str, top: int = 8) -> str:
-    """onnxruntime's profile (JSON) summed per op type: 'op ms (share)', largest first."""
+def profile_summary(path: str, runs: int, top: int = 8) -> str:
+    """onnxruntime's profile (JSON) of ``runs`` runs summed per op type: 'op ms per run
+    (share of all nodes' time)', largest first. A Loop's time includes its body's nodes',
+    which are listed too (its share is not given)."""
     with open(path) as f:
         events = json.load(f)
     per: dict[str, float] = {}
     for e in events:
         if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
             op = e.get("args", {}).get("op_name", "?")
-            per[op] = per.get(op, 0.0) + e["dur"] / 1e3
-    total = sum(per.values()) or 1.0
+            per[op] = per.get(op, 0.0) + e["dur"] / 1e3 / runs
+    total = sum(v for k, v in per.items() if k != "Loop") or 1.0
     rows = sorted(per.items(), key=lambda kv: -kv[1])[:top]
-    return ", ".join(f"{op} {ms:.1f} ms ({ms / total:.0%})" for op, ms in rows)
+    return ", ".join(f"{op} {ms:.1f} " + ("(with its body's nodes)" if op == "Loop" else
+                                          f"({ms / total:.0%})") for op, ms in rows)
 
 
 def main() -> None:
@@ -232,7 +235,8 @@ def main() -> None:
         s = ort.InferenceSession(graphs[name].SerializeToString(), so, providers=cpu)
         for _ in range(5):
             s.run(None, feed)
-        print(f"profile {name} (5 runs): {profile_summary(s.end_profiling())}")
+        print(f"profile {name} (ms per run, share of the nodes' time): "
+              f"{profile_summary(s.end_profiling(), 5)}")
 
 
 if __name__ == "__main__":
