@@ -12,9 +12,10 @@ crop_and_resize with the case's attributes and image dtype, as a Loop ("name:loo
 extra_opset com.microsoft ("name:contrib"), serialized, at the opset "name:opset" (the cases
 take 11, 13, 15 (tf2onnx's default), 17 and 18 in turn). And a small two-stage model
 (tools/tf_e2e.py's, 64 x 64 images, 32 proposals per image (seed 7: one box's last column
-is off the map in TF's arithmetic), 14 x 14 crops; bilinear and nearest), exported in both forms at tf2onnx's default opset: "model_<method>:loop",
-"model_<method>:contrib", its input "model_<method>:image" and TensorFlow's outputs
-"model_<method>:expected<k>". "meta" holds the versions (JSON).
+is off the map in TF's arithmetic), 14 x 14 crops; bilinear and nearest), exported in both
+forms at tf2onnx's default opset: "model_<method>:loop", "model_<method>:contrib", its
+input "model_<method>:image" and TensorFlow's outputs "model_<method>:expected<k>". "meta"
+holds the versions (JSON).
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ its outputs against TensorFlow's, and timed.
 The model (Keras, random weights from a seed, no training): a conv backbone (stride 8, 64
 channels), an RPN head (objectness and box deltas for 9 fixed anchors per cell), proposals:
 the anchors clipped to [0, 1] (so many end at 1.0, as a detector's do; ``--decode`` moves
-them by the deltas first), the top 300 per image by objectness, ``tf.image.crop_and_resize`` to 14 x 14, a 2 x 2 max pool
-and a box head (class scores, per-class box deltas): what TF Object Detection API's Faster
-R-CNN does around its crop_and_resize, small.
+them by the deltas first), the top 300 per image by objectness,
+``tf.image.crop_and_resize`` to 14 x 14, a 2 x 2 max pool and a box head (class scores,
+per-class box deltas): what TF Object Detection API's Faster R-CNN does around its
+crop_and_resize, small.
 
 It is exported by tf2onnx (opset 15, its default, and ``--opset``) as a Loop over boxes and
 with ``extra_opset com.microsoft`` (Transpose, com.microsoft::CropAndResize, Transpose), each
