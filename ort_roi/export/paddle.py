@@ -278,10 +278,20 @@ def _multiclass_nms3(a: dict, ins: list, outs: list, ranks: list,
     thresholds, IoU arithmetic and ties broken by index are Paddle's), the best keep_top_k of
     what it keeps (ties: the lower label, then box), in Paddle's order (label, then box
     index). Outputs out [K, 6] (label, score, x1, y1, x2, y2), index [K, 1] int32
-    (box * C + label, Paddle's), nms_rois_num [1] int32. Differs from Paddle only where two
-    kept candidates of a class both have zero area (Paddle: IoU 0 / 0, suppressed; ONNX:
-    kept) and with no detection at all (Paddle [1, 1] of -1 when the index output is not
-    asked for)."""
+    (box * C + label, Paddle's), nms_rois_num [1] int32.
+
+    Boxes of zero area are Paddle's too: its IoU of two such boxes that touch (closed
+    intervals) is 0 / 0, NaN, and ``NaN <= threshold`` is false, so the later one is
+    suppressed; ONNX's IoU of a zero-area box is 0 (kept). A zero-area box never suppresses
+    nor is suppressed by one of positive area in either (their IoU is 0), so they run as a
+    second NonMaxSuppression, on the zero-area candidates only, with IoU threshold 0 and
+    each coordinate replaced by its dense rank among the boxes' coordinates on its axis
+    (Unique: order and equality kept; exact in float32 below 2**22 distinct values) widened
+    by 1/4: two boxes then overlap (IoU > 0) exactly where the originals touch. (Large box
+    deltas make many such boxes: a random-weight R50-FPN had 294 zero-area candidates; the
+    single pass kept 42 of them where Paddle keeps 6.) Exact for boxes with x1 <= x2 and
+    y1 <= y2 (decoded boxes are); differs from Paddle with no detection at all (Paddle
+    [1, 1] of -1 when the index output is not asked for)."""
     where = "op 'multiclass_nms3'"
     if ranks[0] != 3 or ranks[1] != 2:
         raise RoiOpError(_OP, where, f"boxes of rank {ranks[0]} and scores of rank {ranks[1]}:"
@@ -319,13 +329,56 @@ def _multiclass_nms3(a: dict, ins: list, outs: list, ranks: list,
             helper.make_node("Where", [p + "/isbg3", p + "/ninf", s_in], [p + "/scores_nobg"]),
         ]
         s_in = p + "/scores_nobg"
+    # zero-area boxes apart (Paddle: two that touch have IoU NaN, the later suppressed)
+    b = p + "/boxes_cm"
+    nodes += [
+        i64(p + "/cx", [0, 2]), i64(p + "/cy", [1, 3]),
+        helper.make_node("Gather", [b, p + "/cx"], [p + "/xs"], axis=2),  # [C, M, 2]
+        helper.make_node("Gather", [b, p + "/cy"], [p + "/ys"], axis=2),
+        i64(p + "/c0", [0]), i64(p + "/c2", [2]), i64(p + "/ax2", [2]),
+        helper.make_node("Slice", [p + "/xs", p + "/ax1", p + "/c2", p + "/ax2"], [p + "/x2"]),
+        helper.make_node("Slice", [p + "/xs", p + "/c0", p + "/ax1", p + "/ax2"], [p + "/x1"]),
+        helper.make_node("Slice", [p + "/ys", p + "/ax1", p + "/c2", p + "/ax2"], [p + "/y2"]),
+        helper.make_node("Slice", [p + "/ys", p + "/c0", p + "/ax1", p + "/ax2"], [p + "/y1"]),
+        helper.make_node("Sub", [p + "/x2", p + "/x1"], [p + "/w"]),
+        helper.make_node("Sub", [p + "/y2", p + "/y1"], [p + "/h"]),
+        helper.make_node("Mul", [p + "/w", p + "/h"], [p + "/area"]),  # [C, M, 1]
+        f32(p + "/fzero", 0.0),
+        helper.make_node("Greater", [p + "/area", p + "/fzero"], [p + "/pos"]),
+        helper.make_node("Transpose", [p + "/pos"], [p + "/pos_c1m"], perm=[0, 2, 1]),
+        f32(p + "/ninf_z", -np.inf),
+        helper.make_node("Where", [p + "/pos_c1m", s_in, p + "/ninf_z"], [p + "/s_pos"]),
+        helper.make_node("Where", [p + "/pos_c1m", p + "/ninf_z", s_in], [p + "/s_zero"]),
+        # each coordinate as its dense rank on its axis, widened by 1/4
+        i64(p + "/flat1", [-1]),
+        helper.make_node("Reshape", [p + "/xs", p + "/flat1"], [p + "/xs_f"]),
+        helper.make_node("Reshape", [p + "/ys", p + "/flat1"], [p + "/ys_f"]),
+        helper.make_node("Unique", [p + "/xs_f"], [p + "/ux", "", p + "/rx", ""], sorted=1),
+        helper.make_node("Unique", [p + "/ys_f"], [p + "/uy", "", p + "/ry", ""], sorted=1),
+        helper.make_node("Shape", [p + "/xs"], [p + "/xs_shape"]),
+        helper.make_node("Reshape", [p + "/rx", p + "/xs_shape"], [p + "/rx3"]),
+        helper.make_node("Reshape", [p + "/ry", p + "/xs_shape"], [p + "/ry3"]),
+        helper.make_node("Cast", [p + "/rx3"], [p + "/rxf"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", [p + "/ry3"], [p + "/ryf"], to=TensorProto.FLOAT),
+        f32(p + "/widen", [-0.25, 0.25]),
+        helper.make_node("Add", [p + "/rxf", p + "/widen"], [p + "/rxw"]),
+        helper.make_node("Add", [p + "/ryf", p + "/widen"], [p + "/ryw"]),
+        helper.make_node("Concat", [p + "/rxw", p + "/ryw"], [p + "/rxy"], axis=2),
+        i64(p + "/xyxy", [0, 2, 1, 3]),  # [x1, x2, y1, y2] -> [x1, y1, x2, y2]
+        helper.make_node("Gather", [p + "/rxy", p + "/xyxy"], [p + "/boxes_rank"], axis=2),
+    ]
     nodes += [
         helper.make_node("Reshape", [p + "/M", p + "/ax1"], [p + "/max_out"]),  # all of them
         f32(p + "/iou", [float(a["nms_threshold"])]),
         f32(p + "/sthr", [float(a["score_threshold"])]),
-        helper.make_node("NonMaxSuppression", [p + "/boxes_cm", s_in, p + "/max_out",
-                                               p + "/iou", p + "/sthr"], [p + "/sel"],
+        f32(p + "/iou0", [0.0]),
+        helper.make_node("NonMaxSuppression", [b, p + "/s_pos", p + "/max_out",
+                                               p + "/iou", p + "/sthr"], [p + "/sel_pos"],
                          name=pre, center_point_box=0),
+        helper.make_node("NonMaxSuppression", [p + "/boxes_rank", p + "/s_zero",
+                                               p + "/max_out", p + "/iou0", p + "/sthr"],
+                         [p + "/sel_zero"], name=pre + "/zero_area", center_point_box=0),
+        helper.make_node("Concat", [p + "/sel_pos", p + "/sel_zero"], [p + "/sel"], axis=0),
         i64(p + "/col0", [0]), i64(p + "/col2", [2]),
         helper.make_node("Gather", [p + "/sel", p + "/col0"], [p + "/cls2"], axis=1),
         helper.make_node("Gather", [p + "/sel", p + "/col2"], [p + "/box2"], axis=1),
