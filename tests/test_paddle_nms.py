@@ -48,7 +48,7 @@ def _paddle_nms(a: dict, boxes: np.ndarray, scores: np.ndarray) -> list[np.ndarr
 def _case(seed: int, m: int, c: int, zero_frac: float) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     xy = rng.integers(0, 12, (m, c, 2)).astype(np.float32)
-    wh = rng.integers(0, 5, (m, c, 2)).astype(np.float32)
+    wh = rng.integers(0 if zero_frac else 1, 5, (m, c, 2)).astype(np.float32)  # 0: none
     zero = rng.random((m, c)) < zero_frac  # a zero width, height or both
     which = rng.integers(0, 3, (m, c))
     wh[..., 0] = np.where(zero & (which != 1), 0, wh[..., 0])
@@ -60,7 +60,7 @@ def _case(seed: int, m: int, c: int, zero_frac: float) -> tuple[np.ndarray, np.n
 
 @pytest.mark.parametrize("seed,m,c,zero_frac,keep,bg", [
     (0, 60, 3, 0.5, 40, -1), (1, 200, 5, 0.3, 100, 0), (2, 120, 4, 0.9, -1, -1),
-    (3, 300, 2, 0.0, 50, -1), (4, 80, 6, 1.0, 30, 2)])
+    (3, 300, 2, 0.0, 50, -1), (5, 40, 3, 0.0, -1, -1), (4, 80, 6, 1.0, 30, 2)])
 def test_multiclass_nms3_form_equals_paddle(seed, m, c, zero_frac, keep, bg):
     boxes, scores = _case(seed, m, c, zero_frac)
     a = _attrs(keep, bg)
