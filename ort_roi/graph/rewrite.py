@@ -18,7 +18,7 @@ from onnx import helper
 from ..errors import RoiOpError, node_label
 from ..ops import FORMS, form
 from ..spec import DOMAIN, OPSET_VERSION, NodeForm, OpSpec
-from . import fusion, loops, tensorflow
+from . import fusion, loops, mxnet, tensorflow
 from .nodes import given_attrs, iter_nodes, node_attrs, opset
 
 
@@ -65,6 +65,9 @@ def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
                          "a file of another kind)")
     onnx_opset = opset(model) or 1
     done = Rewrite()
+    moved, notes = mxnet.rewrite_mxnet(model, to, fuse)  # mx.onnx.export_model's forms
+    done.moved += moved
+    done.notes += notes
     if to == "ort_roi" and fuse:  # torchvision's MultiScaleRoIAlign stages, each one node
         fused, notes = fusion.fuse(model)
         done.moved += [(name, f"torchvision MultiScaleRoIAlign stage ({n} nodes)",

@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""MXNet's exported RoI graphs and MXNet's own outputs: the goldens of tests/test_mxnet.py, and
+GluonCV's Faster R-CNN (and FPN) for the end-to-end numbers.
+
+    /tmp/mxvenv/bin/python tools/mxnet_graphs.py ops [--out tests/goldens/mxnet]
+    /tmp/mxvenv/bin/python tools/mxnet_graphs.py gluoncv [--out /tmp/mxnet_e2e]
+
+Runs in an MXNet venv (MXNet needs NumPy < 1.24; ort_roi is not imported here):
+
+    python3 -m venv /tmp/mxvenv
+    /tmp/mxvenv/bin/pip install mxnet==1.9.1 numpy==1.23.5 onnx==1.14.1
+    /tmp/mxvenv/bin/pip install gluoncv==0.10.5.post0 -c <(echo numpy==1.23.5)   # gluoncv part
+
+``mx.onnx.export_model`` (MXNet 1.9.1) has no opset argument: it translates with its opset-12
+table below opset 13 and its opset-13 table from 13 on, and stamps the model with
+``onnx.defs.onnx_opset_version()`` of the installed onnx (onnx 1.10.2 -> 15, 1.11 -> 16, 1.14
+-> 19). ``ops`` exports each graph once per stamp 12 .. 19 by answering that call with the
+stamp (what an older onnx answers), so the graph is the one MXNet writes with that onnx.
+
+``ops`` writes ``mx2onnx.npz``: per case (``CASES``: contrib.ROIAlign with pooled sizes 7x7,
+14x14 and 2x3, sample_ratio 2, -1 and 0, rows whose batch index is -1, boxes off the map, tiny
+and inverted; ROIPooling; GluonCV's FPN RoI stage, ``FasterRCNN._pyramid_roi_feats`` itself,
+over 4 levels: 256 x 256 images), its inputs "<case>:<input>", MXNet's output "<case>:expected" and the graph at
+each stamp "<case>:opset<k>" (serialized ModelProto). MXNet's CPU ROIAlign writes only the
+first element of a row whose batch index is negative (the rest is left as the output memory
+held) and zeroes element n of the whole output instead (``top_data[n] = 0``: in row 0); the
+exporter zeroes such rows (Less / Where), as MXNet's GPU kernel does: the expected output is
+MXNet's run with those indices set to 0, then those rows zero ("<case>:stale" counts the
+values MXNet's CPU run of the rois as they are has otherwise). For the FPN stage the expected output is MXNet's ROIAlign of each box at its level
+(``roi_level`` as MXNet computes it), zero where the batch index is negative.
+
+``gluoncv`` exports faster_rcnn_resnet50_v1b_voc and faster_rcnn_fpn_resnet50_v1b_coco
+(pretrained=False, pretrained_base=False, seeded initialisation) with the installed onnx's
+stamp to ``<out>/<model>.onnx`` and writes ``<out>/<model>.npz``: the image, MXNet's RoI
+features (the ROIAlign's, or the FPN sum's, output: "roi"; its ONNX tensor name "roi_name")
+and the final detections ("ids", "scores", "bboxes").
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+
+import numpy as np
+
+#: The stamps ``ops`` exports each graph at.
+STAMPS = tuple(range(12, 20))
+#: The IR version of the onnx release whose newest opset is the key (1.7 .. 1.14).
+IR_VERSIONS = {12: 7, 13: 7, 14: 7, 15: 8, 16: 8, 17: 8, 18: 8, 19: 9}
+
+
+@contextlib.contextmanager
+def stamped(opset: int | None):
+    """mx.onnx.export_model as an onnx whose newest opset is ``opset`` runs it."""
+    import onnx.checker
+    import onnx.defs
+
+    real, checks = onnx.defs.onnx_opset_version, onnx.checker.DEFAULT_CONTEXT.opset_imports
+    if opset is not None:  # (the checker's default context is made at import)
+        onnx.defs.onnx_opset_version = lambda: opset
+        onnx.checker.DEFAULT_CONTEXT.opset_imports = {"": opset}
+    try:
+        yield
+    finally:
+        onnx.defs.onnx_opset_version = real
+        onnx.checker.DEFAULT_CONTEXT.opset_imports = checks
+
+
+def export(sym, shapes: dict, path: str, opset: int | None = None, params=None) -> bytes:
+    """mx.onnx.export_model of ``sym`` (inputs in ``shapes``) at stamp ``opset``."""
+    import mxnet as mx
+
+    args = sym.list_arguments()
+    import onnx
+
+    with stamped(opset):
+        mx.onnx.export_model(sym, params or {}, [shapes[a] for a in args], np.float32, path)
+    model = onnx.load(path)
+    if opset is not None:  # the IR version the onnx release of that opset writes
+        model.ir_version = IR_VERSIONS[opset]
+    return model.SerializeToString()
+
+
+def _boxes(rng, n: int, size: float) -> np.ndarray:
+    """n boxes [x1, y1, x2, y2] in an image of side ``size``, sizes from tiny to the image."""
+    c = rng.uniform(-0.1 * size, 1.1 * size, (n, 2))
+    wh = np.exp(rng.uniform(np.log(0.2), np.log(size), (n, 2)))
+    return np.concatenate([c - wh / 2, c + wh / 2], 1)
+
+
+def _rois(rng, n: int, size: float, images: int, specials: bool = True) -> np.ndarray:
+    b = _boxes(rng, n, size)
+    batch = rng.integers(0, images, (n, 1)).astype(np.float64)
+    if specials:
+        batch[1] = -1  # masked: the exporter's zero row
+        b[2] = [3.0, 4.0, 3.2, 4.1]  # smaller than a pixel at any scale
+        b[3] = [0.8 * size, 0.7 * size, 0.2 * size, 0.1 * size]  # inverted
+        b[4] = [-3.0 * size, -2.0 * size, -1.5 * size, -1.2 * size]  # off the map
+        b[5] = [0.0, 0.0, size, size]  # the whole image
+    return np.concatenate([batch, b], 1).astype(np.float32)
+
+
+#: contrib.ROIAlign cases: (name, N, C, H, W, image side, spatial_scale, pooled, sample_ratio).
+ALIGN = (("align7", 2, 3, 10, 12, 24.0, 0.5, (7, 7), 2),
+         ("align14", 1, 4, 8, 10, 160.0, 1 / 16, (14, 14), -1),
+         ("align23", 2, 2, 9, 7, 9.0, 1.0, (2, 3), 0))
+
+
+def _mx_roi_align(x, rois, pooled, scale, sample_ratio):
+    """MXNet's ROIAlign with rows whose batch index is negative zero, as the exporter's graph
+    and MXNet's GPU kernel make them; and how many values MXNet's CPU run of the same rois
+    has otherwise. (Its CPU kernel writes ``top_data[n] = 0`` for such a row n: element n of
+    the whole output, in row 0, racing with row 0's own write; the row itself is left as the
+    memory was.) The other rows are MXNet's, computed with the negative indices set to 0."""
+    import mxnet as mx
+
+    neg = rois[:, 0] < 0
+    safe = rois.copy()
+    safe[neg, 0] = 0
+    out = mx.nd.contrib.ROIAlign(mx.nd.array(x), mx.nd.array(safe), pooled, scale,
+                                 sample_ratio=sample_ratio).asnumpy()
+    out[neg] = 0
+    raw = mx.nd.contrib.ROIAlign(mx.nd.array(x), mx.nd.array(rois), pooled, scale,
+                                 sample_ratio=sample_ratio).asnumpy()
+    return out, int(np.count_nonzero(raw != out))
+
+
+def ops(out_dir: str) -> None:
+    """The ``ops`` part (see the module)."""
+    import mxnet as mx
+    import onnx
+
+    rng = np.random.default_rng(20261125)
+    data: dict[str, np.ndarray] = {}
+    tmp = os.path.join(out_dir, "_tmp.onnx")
+
+    def graphs(case: str, sym, shapes: dict) -> None:
+        for k in STAMPS:
+            data[f"{case}:opset{k}"] = np.frombuffer(export(sym, shapes, tmp, k), np.uint8)
+
+    for name, n, c, h, w, size, scale, pooled, sr in ALIGN:
+        x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+        rois = _rois(rng, 12, size, n)
+        sym = mx.sym.contrib.ROIAlign(mx.sym.var("x"), mx.sym.var("rois"), pooled, scale,
+                                      sample_ratio=sr, name="roialign0")
+        data[f"{name}:x"], data[f"{name}:rois"] = x, rois
+        data[f"{name}:expected"], stale = _mx_roi_align(x, rois, pooled, scale, sr)
+        data[f"{name}:stale"] = np.array(stale)
+        graphs(name, sym, {"x": x.shape, "rois": rois.shape})
+    # ROIPooling -> MaxRoiPool
+    x = rng.standard_normal((2, 3, 10, 12)).astype(np.float32)
+    rois = _rois(rng, 10, 24.0, 2, specials=False)
+    sym = mx.sym.ROIPooling(mx.sym.var("x"), mx.sym.var("rois"), (3, 3), 0.5, name="roipool0")
+    data["pool:x"], data["pool:rois"] = x, rois
+    data["pool:expected"] = mx.nd.ROIPooling(mx.nd.array(x), mx.nd.array(rois), (3, 3),
+                                             0.5).asnumpy()
+    graphs("pool", sym, {"x": x.shape, "rois": rois.shape})
+    # GluonCV's FPN RoI stage, 4 levels (strides 4 .. 32 over a 256 x 256 image)
+    fpn_sym, fpn_data = _fpn(rng)
+    data.update(fpn_data)
+    graphs("fpn", fpn_sym, {k[4:]: v.shape for k, v in fpn_data.items()
+                            if k.count(":") == 1 and k[4:] in fpn_sym.list_arguments()})
+    os.remove(tmp)
+    data["meta"] = np.array(json.dumps(dict(mxnet=mx.__version__, onnx=onnx.__version__,
+                                            stamps=list(STAMPS))))
+    path = os.path.join(out_dir, "mx2onnx.npz")
+    np.savez_compressed(path, **data)
+    print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+
+
+def _fpn(rng):
+    """GluonCV's ``_pyramid_roi_feats`` as a symbol over 4 levels, its inputs and the
+    expected output (see the module)."""
+    import mxnet as mx
+    from gluoncv.model_zoo.rcnn.faster_rcnn.faster_rcnn import FasterRCNN
+
+    class Stage:  # what _pyramid_roi_feats reads of the network
+        _min_stage, _max_stage = 2, 5
+
+    strides = (4, 8, 16, 32)
+    feats = [mx.sym.var(f"feat{i}") for i in range(4)]
+    rois_var = mx.sym.var("rois")
+    sym = FasterRCNN._pyramid_roi_feats(Stage(), mx.sym, feats, rois_var, (7, 7), strides)
+    side = 256.0
+    rois = _rois(rng, 24, side, 2)
+    rois[6:, 3:] = np.maximum(rois[6:, 3:], rois[6:, 1:3] + 1)  # most upright
+    rois[10:18, 1:] = [[0, 0, 40, 40], [0, 0, 130, 110], [10, 20, 250, 230], [0, 0, 255, 255],
+                       [-100, -80, 400, 380], [30, -50, 600, 500], [5, 5, 117, 117],
+                       [5, 5, 116.5, 116.5]]  # levels 2 .. 5, the last two about a boundary
+    x = [rng.standard_normal((2, 2, int(side) // s, int(side) // s)).astype(np.float32)
+         for s in strides]
+    data = {"fpn:rois": rois, **{f"fpn:feat{i}": v for i, v in enumerate(x)}}
+    # MXNet's roi_level (the internal squeeze) and each box at its level
+    level_sym = sym.get_internals()["squeeze0_output"]
+    args = {"rois": mx.nd.array(rois), **{f"feat{i}": mx.nd.array(v) for i, v in enumerate(x)}}
+    level = level_sym.eval(ctx=mx.cpu(), **{k: v for k, v in args.items()
+                                            if k in level_sym.list_arguments()})[0].asnumpy()
+    expected = np.zeros((len(rois), 2, 7, 7), np.float32)
+    for i, s in enumerate(strides):
+        pooled, _ = _mx_roi_align(x[i], rois, (7, 7), 1.0 / s, 2)
+        expected[level == i + 2] = pooled[level == i + 2]
+    whole = sym.eval(ctx=mx.cpu(), **args)[0].asnumpy()
+    data["fpn:expected"] = expected
+    data["fpn:levels"] = level
+    data["fpn:stale"] = np.array(int(np.count_nonzero(whole != expected)))
+    print("fpn levels:", np.unique(level, return_counts=True),
+          "MXNet's whole-stage run differs in", int(data["fpn:stale"]), "values")
+    return sym, data
+
+
+#: The GluonCV models of the end-to-end check, with the image they are run on (H, W).
+MODELS = (("faster_rcnn_resnet50_v1b_voc", (384, 512)),
+          ("faster_rcnn_fpn_resnet50_v1b_coco", (384, 512)))
+
+
+def gluoncv(out_dir: str, models=MODELS) -> None:
+    """The ``gluoncv`` part (see the module)."""
+    import mxnet as mx
+    import onnx
+    from gluoncv import model_zoo
+
+    os.makedirs(out_dir, exist_ok=True)
+    for name, (h, w) in models:
+        mx.random.seed(7)
+        np.random.seed(7)
+        net = model_zoo.get_model(name, pretrained=False, pretrained_base=False)
+        net.initialize()
+        net.hybridize()
+        image = np.random.default_rng(7).uniform(-2, 2, (1, 3, h, w)).astype(np.float32)
+        ids, scores, bboxes = net(mx.nd.array(image))
+        prefix = os.path.join(out_dir, name)
+        net.export(prefix)
+        sym_file, params_file = prefix + "-symbol.json", prefix + "-0000.params"
+        onnx_path = prefix + ".onnx"
+        mx.onnx.export_model(sym_file, params_file, [(1, 3, h, w)], np.float32, onnx_path)
+        # the RoI features as MXNet computes them (the internal node's output)
+        sym = mx.sym.load(sym_file)
+        internals = sym.get_internals()
+        outs = internals.list_outputs()
+        roi = next((o for o in outs if o.startswith("elementwisesum")), None) or next(
+            o for o in outs if "roialign" in o and o.endswith("_output"))
+        loaded = mx.nd.load(params_file)
+        params = {k.split(":", 1)[1]: v for k, v in loaded.items()}
+        args = {k: v for k, v in params.items() if k in internals[roi].list_arguments()}
+        args["data"] = mx.nd.array(image)
+        aux = {k: v for k, v in params.items()
+               if k in internals[roi].list_auxiliary_states()}
+        ex = internals[roi].bind(mx.cpu(), args, aux_states=aux)
+        pooled = ex.forward()[0].asnumpy()
+        np.savez_compressed(prefix + ".npz", image=image, roi=pooled,
+                            roi_name=np.array(roi[:-len("_output")]), ids=ids.asnumpy(),
+                            scores=scores.asnumpy(), bboxes=bboxes.asnumpy(),
+                            meta=np.array(json.dumps(dict(
+                                mxnet=mx.__version__, onnx=onnx.__version__,
+                                stamp=onnx.defs.onnx_opset_version()))))
+        print(f"{name}: {onnx_path}, RoI features {roi} {pooled.shape}, "
+              f"|roi| max {np.abs(pooled).max():.3g}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("part", choices=("ops", "gluoncv"))
+    p.add_argument("--out", default=None)
+    a = p.parse_args()
+    if a.part == "ops":
+        out = a.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                    "goldens", "mxnet")
+        os.makedirs(out, exist_ok=True)
+        ops(out)
+    else:
+        gluoncv(a.out or "/tmp/mxnet_e2e")
+
+
+if __name__ == "__main__":
+    main()
