@@ -195,7 +195,8 @@ def host_cupy(tmp_path_factory):
                     os.path.join(HERE, "cuda_host_crop.cpp")], check=True, capture_output=True)
     fake = fake_cupy.module(lib)
     cuda_steps._module.cache_clear()
-    with mock.patch.dict(sys.modules, {"cupy": fake}):
+    with pytest.MonkeyPatch.context() as mp:  # restores "cupy" only, not modules imported since
+        mp.setitem(sys.modules, "cupy", fake)
         yield fake
     cuda_steps._module.cache_clear()
 

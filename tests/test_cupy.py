@@ -69,11 +69,15 @@ def host_lib(tmp_path_factory):
 
 
 @pytest.fixture
-def host_cupy(host_lib):
+def host_cupy(host_lib, monkeypatch):
+    """The host build as the module "cupy". Only that entry of sys.modules is replaced and
+    restored: mock.patch.dict(sys.modules) restored the whole dict, dropping every module
+    first imported during the test (onnxruntime-extensions, torch, ...), and the next
+    import of torch, a second one in the process, crashed it."""
     fake = fake_cupy.module(host_lib)
     _cupy._module.cache_clear()
-    with mock.patch.dict(sys.modules, {"cupy": fake}):
-        yield fake
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    yield fake
     _cupy._module.cache_clear()
 
 
@@ -304,6 +308,53 @@ def test_cuda_source_on_host_in_onnxruntime(host_cupy):
         got, want = _roi_align_in_session_on_cupy_backend()
     assert calls == ["roi_align"]
     _check("align", got, want)
+
+
+_AFTER_HOST_CUPY = r'''
+import sys
+import numpy as np, onnxruntime as ort
+import cases as C
+import ort_roi
+from ort_roi import builders, ops
+import test_cupy
+from test_cupy import host_lib, host_cupy  # noqa: F401 - the fixtures
+
+
+def test_1_session_on_host_cupy(host_cupy):
+    test_cupy.test_cuda_source_on_host_in_onnxruntime(host_cupy)
+    import host_cupy_probe  # noqa: F401 - first imported while "cupy" is the host build
+
+
+def test_2_after():
+    case = C.roi_align_cases(16)[0]
+    args = list(case["inputs"].values())
+    m = builders.single_op_model("RoIAlign", args[0].dtype, args[2].dtype, **case["attrs"])
+    sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                providers=["CPUExecutionProvider"])
+    got = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], args)))[0]
+    np.testing.assert_array_equal(got, ops.roi_align(*args, **case["attrs"]))
+    assert "host_cupy_probe" in sys.modules  # the fixture restored "cupy" only
+    assert "cupy" not in sys.modules
+'''
+
+
+def test_host_cupy_fixture_keeps_modules_imported_meanwhile(tmp_path):
+    """The host_cupy fixture restores sys.modules["cupy"] only. It used to restore the whole
+    dict (mock.patch.dict), dropping the modules the session test imported first
+    (onnxruntime-extensions, torch, ...): the next session imported torch a second time and
+    the process died ("bad call flags", then a segfault in the garbage collector). Run in a
+    fresh process, where those modules are first imported under the fixture."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not found: cannot build the CUDA source for the host")
+    (tmp_path / "test_after_host_cupy.py").write_text(_AFTER_HOST_CUPY)
+    (tmp_path / "host_cupy_probe.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "--rootdir", str(tmp_path), str(tmp_path / "test_after_host_cupy.py")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "2 passed" in r.stdout, r.stdout[-3000:]
 
 
 GOLDEN_SUITES = ["roi_pooling_max", "roi_pooling_bilinear", "roi_pool", "psroi_pool", "roi_align"]
