@@ -4,6 +4,7 @@ GluonCV's Faster R-CNN (and FPN) for the end-to-end numbers.
 
     /tmp/mxvenv/bin/python tools/mxnet_graphs.py ops [--out tests/goldens/mxnet]
     /tmp/mxvenv/bin/python tools/mxnet_graphs.py gluoncv [--out /tmp/mxnet_e2e]
+    python tools/mxnet_graphs.py compare [--out /tmp/mxnet_e2e]     # the dev venv (ort_roi)
 
 Runs in an MXNet venv (MXNet needs NumPy < 1.24; ort_roi is not imported here):
 
@@ -17,23 +18,31 @@ table below opset 13 and its opset-13 table from 13 on, and stamps the model wit
 -> 19). ``ops`` exports each graph once per stamp 12 .. 19 by answering that call with the
 stamp (what an older onnx answers), so the graph is the one MXNet writes with that onnx.
 
-``ops`` writes ``mx2onnx.npz``: per case (``CASES``: contrib.ROIAlign with pooled sizes 7x7,
-14x14 and 2x3, sample_ratio 2, -1 and 0, rows whose batch index is -1, boxes off the map, tiny
-and inverted; ROIPooling; GluonCV's FPN RoI stage, ``FasterRCNN._pyramid_roi_feats`` itself,
-over 4 levels: 256 x 256 images), its inputs "<case>:<input>", MXNet's output "<case>:expected" and the graph at
-each stamp "<case>:opset<k>" (serialized ModelProto). MXNet's CPU ROIAlign writes only the
-first element of a row whose batch index is negative (the rest is left as the output memory
-held) and zeroes element n of the whole output instead (``top_data[n] = 0``: in row 0); the
-exporter zeroes such rows (Less / Where), as MXNet's GPU kernel does: the expected output is
-MXNet's run with those indices set to 0, then those rows zero ("<case>:stale" counts the
-values MXNet's CPU run of the rois as they are has otherwise). For the FPN stage the expected output is MXNet's ROIAlign of each box at its level
-(``roi_level`` as MXNet computes it), zero where the batch index is negative.
+``ops`` writes ``mx2onnx.npz``: per case (contrib.ROIAlign with pooled sizes 7x7, 14x14
+and 2x3, sample_ratio 2, -1 and 0, rows whose batch index is -1, boxes off the map, tiny and
+inverted; ROIPooling; GluonCV's FPN RoI stage, ``FasterRCNN._pyramid_roi_feats`` itself, over
+4 levels of a 256 x 256 image), its inputs "<case>:<input>", MXNet's output "<case>:expected"
+and the graph at each stamp "<case>:opset<k>" (a serialized ModelProto). MXNet's CPU ROIAlign
+does not write a row whose batch index is negative (it keeps what the output memory held) and
+zeroes element n of the whole output instead (``top_data[n] = 0``: in row 0, racing with row
+0's own write); the exporter's graph zeroes such rows (Less / Where), as MXNet's GPU kernel
+does. So the expected output is MXNet's run with those indices set to 0, then those rows zero
+("<case>:stale" counts the values where MXNet's CPU run of the rois as they are differs). For
+the FPN stage the expected output is MXNet's ROIAlign of each box at its level (``roi_level``
+as MXNet computes it), zero where the batch index is negative.
 
 ``gluoncv`` exports faster_rcnn_resnet50_v1b_voc and faster_rcnn_fpn_resnet50_v1b_coco
-(pretrained=False, pretrained_base=False, seeded initialisation) with the installed onnx's
-stamp to ``<out>/<model>.onnx`` and writes ``<out>/<model>.npz``: the image, MXNet's RoI
-features (the ROIAlign's, or the FPN sum's, output: "roi"; its ONNX tensor name "roi_name")
-and the final detections ("ids", "scores", "bboxes").
+(pretrained=False, pretrained_base=False, seeded initialisation, a 384 x 512 image) with the
+installed onnx's stamp to ``<out>/<model>.onnx`` and writes ``<out>/<model>.npz``: the image,
+MXNet's RoI features ("roi": each ROIAlign as above, summed where GluonCV's FPN sums them;
+"roi_name" its ONNX tensor; "mxnet_cpu_roi" MXNet's CPU run of that node, stale rows and
+all), the RoI stage's inputs as MXNet computes them ("stage:<ONNX name>": the rois and the
+feature maps) and MXNet's detections ("ids", "scores", "bboxes").
+
+``compare`` (the dev venv) runs each exported model and its RoI stage alone (fed MXNet's rois
+and maps) in onnxruntime: natively restamped 15 (what onnx 1.10.2 gives) and 16, natively at
+its own stamp, and converted by ort_roi; it prints the RoI features' and detections'
+differences from MXNet's and the median time of 5 runs.
 """
 
 from __future__ import annotations
@@ -235,33 +244,213 @@ def gluoncv(out_dir: str, models=MODELS) -> None:
         sym_file, params_file = prefix + "-symbol.json", prefix + "-0000.params"
         onnx_path = prefix + ".onnx"
         mx.onnx.export_model(sym_file, params_file, [(1, 3, h, w)], np.float32, onnx_path)
-        # the RoI features as MXNet computes them (the internal node's output)
-        sym = mx.sym.load(sym_file)
-        internals = sym.get_internals()
-        outs = internals.list_outputs()
-        roi = next((o for o in outs if o.startswith("elementwisesum")), None) or next(
-            o for o in outs if "roialign" in o and o.endswith("_output"))
-        loaded = mx.nd.load(params_file)
-        params = {k.split(":", 1)[1]: v for k, v in loaded.items()}
-        args = {k: v for k, v in params.items() if k in internals[roi].list_arguments()}
-        args["data"] = mx.nd.array(image)
-        aux = {k: v for k, v in params.items()
-               if k in internals[roi].list_auxiliary_states()}
-        ex = internals[roi].bind(mx.cpu(), args, aux_states=aux)
-        pooled = ex.forward()[0].asnumpy()
-        np.savez_compressed(prefix + ".npz", image=image, roi=pooled,
+        roi, pooled, raw, stage = _roi_features(sym_file, params_file, image)
+        np.savez_compressed(prefix + ".npz", image=image, roi=pooled, mxnet_cpu_roi=raw,
+                            stage_inputs=np.array(list(stage)),
+                            **{f"stage:{k}": v for k, v in stage.items()},
                             roi_name=np.array(roi[:-len("_output")]), ids=ids.asnumpy(),
                             scores=scores.asnumpy(), bboxes=bboxes.asnumpy(),
                             meta=np.array(json.dumps(dict(
                                 mxnet=mx.__version__, onnx=onnx.__version__,
                                 stamp=onnx.defs.onnx_opset_version()))))
-        print(f"{name}: {onnx_path}, RoI features {roi} {pooled.shape}, "
-              f"|roi| max {np.abs(pooled).max():.3g}")
+        print(f"{name}: {onnx_path}, RoI features {roi} {pooled.shape}, |roi| max "
+              f"{np.abs(pooled).max():.3g}; MXNet's CPU run of the graph differs from them in "
+              f"{np.count_nonzero(raw != pooled)} values (max {np.abs(raw - pooled).max():.3g})")
+
+
+def _roi_features(sym_file: str, params_file: str, image: np.ndarray):
+    """(the RoI features' node output name, MXNet's RoI features, MXNet's CPU run of that
+    node as it is, the RoI stage's inputs by their ONNX names: the rois and the feature
+    maps, as MXNet computes them). The features: each ROIAlign of the model run by MXNet on
+    its own inputs as the graph computes them (``_mx_roi_align``: rows with a negative batch
+    index zero, as the exporter's graph makes them; MXNet's CPU kernel leaves them stale,
+    which GluonCV's FPN stage then sums), summed where the model sums them (its FPN stage)."""
+    import re
+
+    import mxnet as mx
+
+    internals = mx.sym.load(sym_file).get_internals()
+    names = internals.list_outputs()
+    aligns = [o for o in names if re.search(r"roialign\d+_output$", o)]
+    summed = [o for o in names if re.search(r"elementwisesum\d+_output$", o)]
+    target = summed[0] if summed else aligns[0]
+    kids = [internals[a].get_children() for a in aligns]
+    rois = kids[0][1]  # the rois, or GluonCV's FPN masking where(level == l, rois, -1)
+    if summed:
+        rois = rois.get_children()[1]
+    stage = [rois] + [k[0] for k in kids]
+    group = mx.sym.Group([k[i] for k in kids for i in (0, 1)] + [internals[target]] + stage)
+    params = {k.split(":", 1)[1]: v for k, v in mx.nd.load(params_file).items()}
+    args = {k: params[k] for k in group.list_arguments() if k in params}
+    args["data"] = mx.nd.array(image)
+    aux = {k: params[k] for k in group.list_auxiliary_states()}
+    outs = [o.asnumpy() for o in group.bind(mx.cpu(), args, aux_states=aux).forward()]
+    names = [sym.list_outputs()[0][:-len("_output")] for sym in stage]
+    inputs = dict(zip(names, outs[-len(stage):]))
+    outs = outs[:-len(stage)]
+    total = None
+    for k, a in enumerate(aligns):
+        at = internals[a].list_attr()
+        pooled = tuple(int(v) for v in re.findall(r"\d+", at["pooled_size"]))
+        out, _ = _mx_roi_align(outs[2 * k], outs[2 * k + 1], pooled, float(at["spatial_scale"]),
+                               int(at.get("sample_ratio", -1)))
+        total = out if total is None else total + out
+    return target, total, outs[-1], inputs
+
+
+def _restamped(model, opset: int):
+    """The model as mx2onnx writes it with an onnx whose newest opset is ``opset`` (>= 13: the
+    same opset-13 table's nodes, another stamp)."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for o in m.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            o.version = opset
+    return m
+
+
+def _with_output(model, name: str):
+    """The model with tensor ``name`` as an extra graph output (the RoI features)."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.graph.output.append(onnx.ValueInfoProto(name=name))
+    return m
+
+
+def _stage(model, inputs: list, output: str):
+    """The subgraph of ``model`` computing ``output`` from the tensors ``inputs`` (float32
+    graph inputs) and initializers: the RoI stage on its own."""
+    import onnx
+    from onnx import helper
+
+    producer = {o: n for n in model.graph.node for o in n.output}
+    inits = {t.name: t for t in model.graph.initializer}
+    keep, seen, todo = set(), set(inputs), [output]
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        n = producer.get(t)
+        if n is None:
+            assert t in inits, f"the stage reads {t!r}, neither an input nor a constant"
+            continue
+        keep.add(id(n))
+        todo.extend(i for i in n.input if i)
+    g = helper.make_graph(
+        [n for n in model.graph.node if id(n) in keep], "stage",
+        [helper.make_tensor_value_info(i, onnx.TensorProto.FLOAT, None) for i in inputs],
+        [onnx.ValueInfoProto(name=output)],
+        [t for name, t in inits.items() if name in seen])
+    m = helper.make_model(g, opset_imports=list(model.opset_import))
+    m.ir_version = model.ir_version
+    return m
+
+
+def compare(out_dir: str, models=MODELS, runs: int = 5) -> None:
+    """The ``compare`` part (the dev venv: ort_roi and onnxruntime, no MXNet): each exported
+    model run by onnxruntime natively (restamped 15: exact; 16: loads; its own stamp) and
+    converted by ort_roi (its own stamp), against MXNet's RoI features and detections."""
+    import time
+    import warnings
+
+    import onnx
+    import onnxruntime as ort
+
+    import ort_roi
+
+    def session(model, ours: bool):
+        so = ort_roi.session_options() if ours else ort.SessionOptions()
+        so.log_severity_level = 3
+        return ort.InferenceSession(model.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+
+    for name, _ in models:
+        prefix = os.path.join(out_dir, name)
+        d = np.load(prefix + ".npz")
+        roi_name = str(d["roi_name"])
+        names = [str(v) for v in d["stage_inputs"]]
+        model = onnx.load(prefix + ".onnx")
+        for extra in [*names, roi_name]:  # the RoI stage's inputs and output: outputs too
+            model = _with_output(model, extra)
+        stamp = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+        mx_dets = [d["ids"], d["scores"], d["bboxes"]]
+        print(f"{name} (stamped {stamp}; RoI features {roi_name} {d['roi'].shape}; MXNet's "
+              f"CPU run of them off by {np.abs(d['mxnet_cpu_roi'] - d['roi']).max():.3g})")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            conv, done = ort_roi.convert(model, report=True)
+        print("  convert:", done.summary())
+        for note in done.notes:
+            print("   note:", note[:160] + ("..." if len(note) > 160 else ""))
+        variants = [(f"native, restamped {k}", _restamped(model, k), False) for k in (15, 16)]
+        variants += [(f"native, stamped {stamp}", model, False),
+                     (f"converted, stamped {stamp}", conv, True)]
+        stage = _stage(model, names, roi_name)
+        feed = {k: d[f"stage:{k}"] for k in names}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            conv_stage = ort_roi.convert(stage)
+        print(f"  the RoI stage alone ({len(stage.graph.node)} nodes; MXNet's rois and feature "
+              f"maps {', '.join(f'{k} {list(v.shape)}' for k, v in feed.items())}):")
+        for label, m, ours in [(f"native, restamped {k}", _restamped(stage, k), False)
+                               for k in (15, 16)] + [
+                (f"native, stamped {stamp}", stage, False),
+                (f"converted, stamped {stamp} ({len(conv_stage.graph.node)} nodes)", conv_stage,
+                 True)]:
+            try:
+                sess = session(m, ours)
+            except Exception as e:  # noqa: BLE001 - the model does not load: say so
+                print(f"    {label}: does not load: {str(e).splitlines()[0][:150]}")
+                continue
+            got = sess.run(None, feed)[0]
+            times = []
+            for _ in range(runs):
+                t = time.perf_counter()
+                sess.run(None, feed)
+                times.append(time.perf_counter() - t)
+            print(f"    {label}: max |diff| from MXNet {np.abs(got - d['roi']).max():.3g}; "
+                  f"median {np.median(times) * 1e3:.0f} ms ({runs} runs)")
+        print("  the whole model:")
+        first = None
+        for label, m, ours in variants:
+            try:
+                sess = session(m, ours)
+            except Exception as e:  # noqa: BLE001 - the model does not load: say so
+                print(f"    {label}: does not load: {str(e).splitlines()[0][:150]}")
+                continue
+            outs = sess.run(None, {"data": d["image"]})
+            times = []
+            for _ in range(runs):
+                t = time.perf_counter()
+                sess.run(None, {"data": d["image"]})
+                times.append(time.perf_counter() - t)
+            roi, dets = outs[-1], outs[:3]
+            ins = dict(zip(names, outs[3:-1]))
+            print(f"    {label}: the RoI stage's inputs vs MXNet's: " + ", ".join(
+                f"{k} {np.abs(v - d[f'stage:{k}']).max():.3g}" for k, v in ins.items()))
+            if first is None:
+                first = (label, dets)
+            else:
+                print(f"    {label}: detections vs {first[0]}'s: " + ", ".join(
+                    f"{k} max |diff| {np.abs(a - b).max():.3g}"
+                    for k, a, b in zip(("ids", "scores", "boxes"), dets, first[1])))
+            same_ids = np.mean(dets[0] == mx_dets[0])
+            valid = (mx_dets[0] >= 0) & (dets[0] >= 0)
+            print(f"    {label}: RoI features max |diff| {np.abs(roi - d['roi']).max():.3g}; "
+                  f"detections vs MXNet: ids equal {same_ids:.1%}, scores max |diff| "
+                  f"{np.abs(dets[1] - mx_dets[1]).max():.3g}, boxes max |diff| "
+                  f"{np.abs(np.where(valid, dets[2] - mx_dets[2], 0)).max():.3g}; "
+                  f"median {np.median(times) * 1e3:.0f} ms ({runs} runs)")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("part", choices=("ops", "gluoncv"))
+    p.add_argument("part", choices=("ops", "gluoncv", "compare"))
     p.add_argument("--out", default=None)
     a = p.parse_args()
     if a.part == "ops":
@@ -269,8 +458,10 @@ def main() -> None:
                                     "goldens", "mxnet")
         os.makedirs(out, exist_ok=True)
         ops(out)
-    else:
+    elif a.part == "gluoncv":
         gluoncv(a.out or "/tmp/mxnet_e2e")
+    else:
+        compare(a.out or "/tmp/mxnet_e2e")
 
 
 if __name__ == "__main__":

@@ -49,6 +49,11 @@ from .toolkit import GraphIndex, NoMatch, anything, check_attrs, declared_attrs,
 EXPORTER = "mx2onnx"
 
 
+def _label(node: onnx.NodeProto) -> str:
+    """A node as notes name it: its name, else its output's (mx2onnx names no node)."""
+    return node.name or (node.output[0] if node.output else node_label(node))
+
+
 def _default(node: onnx.NodeProto) -> bool:
     return node.domain in ("", "ai.onnx")
 
@@ -154,19 +159,19 @@ def fix_roi_aligns(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], 
         users = g.consumers.get(node.output[0], []) if node.output else []
         try:
             if len(users) != 1 or users[0].op_type != "Where" or not _default(users[0]):
-                raise NoMatch(f"its result is not read by one Where (the exporter's masking "
-                              f"of negative batch indices)")
+                raise NoMatch("its result is not read by one Where (the exporter's masking "
+                              "of negative batch indices)")
             m = match_roi_align(g, users[0])
         except NoMatch as e:
             if _looks_like(g, node):
-                notes.append(f"node {node_label(node)!r} (RoiAlign) starts like MXNet's "
+                notes.append(f"node {_label(node)!r} (RoiAlign) starts like MXNet's "
                              f"contrib.ROIAlign as {EXPORTER} writes it but does not match it "
                              f"exactly ({e}); left to the ONNX RoiAlign rule")
             continue
         model.graph.node[i].CopyFrom(_roi_align_node(node, m["attrs"]))
-        moved.append((node_label(node), "onnx::RoiAlign (MXNet contrib.ROIAlign)",
+        moved.append((_label(node), "onnx::RoiAlign (MXNet contrib.ROIAlign)",
                       f"{DOMAIN}::RoiAlign"))
-        notes.append(f"node {node_label(node)!r}: MXNet's contrib.ROIAlign as {EXPORTER} "
+        notes.append(f"node {_label(node)!r}: MXNet's contrib.ROIAlign as {EXPORTER} "
                      f"writes it: {_what_changed(onnx_opset, m['attrs']['sampling_ratio'])}; "
                      f"rows whose batch index is negative stay zero (the exporter's Where)")
     return moved, notes
@@ -276,6 +281,8 @@ def _fpn_nodes(m: dict, total: onnx.NodeProto, name: str,
     level = const(-1, np.int64)
     for k in reversed(range(L)):
         level = op("Where", [m["eqs"][k].output[0], const(k, np.int64), level])
+    # one level per box: the exporter reshapes the condition to [R, 1] (or [1, 1]: all boxes)
+    level = op("Reshape", [level, const([-1], np.int64)])
     level = op("Where", [op("Less", [batch, const(0, np.float32)]), const(-1, np.int64), level])
     rois = op("Concat", [op("Floor", [op("Relu", [col])]), boxes], axis=1)
     spec = PYRAMID_SPECS[L]
@@ -309,7 +316,7 @@ def fuse_fpn(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], list[s
                 todo = (node, match_fpn(g, node))
                 break
             except NoMatch as e:
-                notes.append(f"node {node_label(node)!r} (Sum) starts like GluonCV's FPN RoI "
+                notes.append(f"node {_label(node)!r} (Sum) starts like GluonCV's FPN RoI "
                              f"stage as {EXPORTER} writes it but does not match it exactly "
                              f"({e}); left level by level")
         if todo is None:
@@ -350,7 +357,7 @@ def repair_splits(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], l
         if (node.op_type == "Split" and _default(node) and "num_outputs" not in given_attrs(node)
                 and (len(node.input) < 2 or not node.input[1])):
             node.attribute.append(helper.make_attribute("num_outputs", len(node.output)))
-            fixed.append(node_label(node))
+            fixed.append(_label(node))
     if not fixed:
         return [], []
     shown = ", ".join(repr(f) for f in fixed[:5]) + (", ..." if len(fixed) > 5 else "")
