@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from ort_roi.export.paddle import _multiclass_nms3
 
-paddle = pytest.importorskip("paddle", reason="needs paddle: pip install 'ort-roi[paddle]'")
+paddle = pytest.importorskip("paddle", reason="needs paddle: pip install 'ort-roi[parity]'")
 
 
 def _attrs(keep_top_k: int, background_label: int, nms_threshold: float = 0.5) -> dict:
