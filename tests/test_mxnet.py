@@ -165,6 +165,7 @@ def test_split_repair_is_the_equal_split(stamp):
     node = helper.make_node("Split", ["x"], [o.name for o in outs], axis=1, name="split0")
     m = helper.make_model(helper.make_graph([node], "g", [x], outs),
                           opset_imports=[helper.make_opsetid("", stamp)])
+    m.ir_version = 8  # (onnxruntime 1.17, the floor, reads IR <= 9)
     notes = repair_splits(m)[1]
     given = {a.name: helper.get_attribute_value(a) for a in m.graph.node[0].attribute}
     assert ("num_outputs" in given) == (stamp >= 18) and bool(notes) == (stamp >= 18)
@@ -258,3 +259,32 @@ def test_live_mxnet(tmp_path):
             got = ours(convert(m)[0], feed(fresh, case, m))
             np.testing.assert_allclose(got, fresh[f"{case}:expected"], rtol=0, atol=TOL,
                                        err_msg=f"{case} stamped {stamp}")
+
+
+@pytest.mark.parametrize("case", ("align7", "fpn"))
+def test_batch_index_as_the_exporter_reads_it(golden, case):
+    """Fractional batch indices (the exporter's Cast truncates 0.5 and 1.9; -0.5 and -3 are
+    negative: zero rows): converted equals the exporter's own graph run natively at stamp 15
+    (where onnxruntime computes it as MXNet does)."""
+    m = graph(golden, case, 15)
+    inputs = feed(golden, case, m)
+    rois = inputs["rois"].copy()
+    rows = np.flatnonzero(golden[f"{case}:expected"].reshape(len(rois), -1).any(1))[:6]
+    rois[rows, 0] = [0.5, 1.9, -0.5, -3.0, 0.0, 1.0]
+    inputs["rois"] = rois
+    got = ours(convert(m)[0], inputs)
+    np.testing.assert_allclose(got, native(m, inputs), rtol=0, atol=TOL)
+    assert not got[rows[2:4]].any() and got[rows[:2]].all(axis=(1, 2, 3)).all()
+
+
+@pytest.mark.parametrize("case", ("align7", "fpn"))
+def test_batch_index_off_the_images_is_an_error(golden, case):
+    m = graph(golden, case, 19)
+    inputs = feed(golden, case, m)
+    inputs["rois"] = inputs["rois"].copy()
+    inputs["rois"][0, 0] = 2.0  # N = 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sess = ort_roi.InferenceSession(m, quiet(), providers=CPU)  # the front door raises
+    with pytest.raises(ort_roi.RoiOpError, match="batch index 2"):
+        sess.run(None, inputs)
