@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
 
 import crop_cases  # noqa: E402
 import fake_cupy  # noqa: E402
+from versions import needs_shape_inference
 import ort_roi  # noqa: E402
 from ort_roi.definitions.crop_and_resize import crop_and_resize as definition  # noqa: E402
 from ort_roi.kernels.cpu import crop_and_resize as cpu_steps  # noqa: E402
@@ -280,6 +281,7 @@ def test_op_in_onnxruntime_session_float64_image_gives_float32():
     _exact(sess.run(None, feed)[0], case["expected"])
 
 
+@needs_shape_inference
 def test_onnx_shape_inference_gives_float32_nhwc():
     """The registered schema: [R, crop_height, crop_width, C] float32, for a float64 image too."""
     from onnx import shape_inference

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import proposal_cases as P
+from versions import needs_numpy_2
 from ort_roi import RoiOpError
 from ort_roi.definitions import cxx
 from ort_roi.definitions import proposals as D
@@ -98,6 +99,7 @@ def _same(got, want, name=""):
 
 # --- the definitions against Paddle ----------------------------------------------------------
 
+@needs_numpy_2
 @pytest.mark.parametrize("case", GOLDENS, ids=[c["name"] for c in GOLDENS])
 def test_definition_equals_paddle_golden(case):
     _same(_definition(case), case["expected"], case["name"])
@@ -150,6 +152,7 @@ def test_step_equals_golden(case):
     _same(_step(case), case["expected"], case["name"])
 
 
+@needs_numpy_2
 @pytest.mark.parametrize("seed", range(6))
 def test_step_equals_definition_random(seed):
     rng = np.random.default_rng(100 + seed)
@@ -248,6 +251,7 @@ def test_nms_of_6000_boxes_is_vectorised():
     assert took < 2.0, took
 
 
+@needs_numpy_2
 @pytest.mark.parametrize("thr", [0.05, 0.5, 0.7, 0.999, 1.0])
 @pytest.mark.parametrize("pixel_offset", [False, True])
 def test_nms_sparse_and_block_paths_equal_the_literal_loop(monkeypatch, thr, pixel_offset):

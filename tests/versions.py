@@ -25,6 +25,13 @@ def version(text: str) -> tuple[int, ...]:
 
 ORT = version(ort.__version__)
 
+#: Paddle's proposal ops are reproduced bit for bit with NumPy 2's scalar arithmetic (NEP 50);
+#: under NumPy 1.24 a roi's level / a tie can come out otherwise (seen on the floor)
+needs_numpy_2 = pytest.mark.skipif(
+    version(__import__("numpy").__version__) < (2,),
+    reason="GenerateProposals / DistributeFpnProposals are bit for bit with Paddle on numpy >= 2 "
+           "(NEP 50 scalar arithmetic); numpy 1.24 differs on some rois")
+
 #: ort_roi's nodes get inferred shapes only where onnx runs Python inference functions
 needs_shape_inference = pytest.mark.skipif(
     not schemas.SHAPE_INFERENCE,
