@@ -22,8 +22,6 @@ its own thread pool, ort_roi its kernel threads (ort_roi.set_num_threads).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 
@@ -87,6 +85,7 @@ def main() -> None:
     import tensorflow as tf
 
     import ort_roi
+    from ort_roi.cli.bench import time_together
     from ort_roi.ops.crop_and_resize import SPEC, crop_and_resize
 
     if args.threads:
@@ -121,13 +120,7 @@ def main() -> None:
         for k in ("kernel", "session"):
             assert np.array_equal(want, runners[k]()), f"{k} differs from TF on {shape} {R}"
         diff = {k: float(np.abs(runners[k]() - want).max()) for k in ("Loop", "contrib")}
-        times = {k: [] for k in runners}
-        for _ in range(args.repeat):
-            for k, f in runners.items():
-                t0 = time.perf_counter()
-                f()
-                times[k].append(time.perf_counter() - t0)
-        t = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        t = {k: v[0] * 1e3 for k, v in time_together(runners, args.repeat).items()}
         print(f"{str(list(shape)):>18} {R:>4} {crop:>2}x{crop:<2} {t['TF']:7.1f} "
               f"{t['kernel']:7.1f} {t['TF'] / t['kernel']:5.2f} {t['session']:7.1f} "
               f"{t['Loop']:7.1f} {t['Loop'] / t['session']:5.2f} {t['contrib']:7.1f} "

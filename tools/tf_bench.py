@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -58,6 +56,7 @@ def main() -> None:
     import tensorflow as tf
 
     import ort_roi
+    from ort_roi.cli.bench import time_together
     from make_tf_graphs import tf2onnx_graph
 
     if args.threads:
@@ -93,13 +92,7 @@ def main() -> None:
         assert np.array_equal(runners["conv"](), want), f"converted differs from TF: {shape}"
         assert np.array_equal(ours["contrib"].run(None, feed)[0], want)
         diff = {k: float(np.abs(runners[k]() - want).max()) for k in ("Loop", "contrib")}
-        times = {k: [] for k in runners}
-        for _ in range(args.repeat):
-            for k, f in runners.items():
-                t0 = time.perf_counter()
-                f()
-                times[k].append(time.perf_counter() - t0)
-        t = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        t = {k: v[0] * 1e3 for k, v in time_together(runners, args.repeat).items()}
         c = t["conv"]
         print(f"{str(list(shape)):>18} {R:>4} {crop:>2}x{crop:<2} {t['TF']:7.1f} "
               f"{t['Loop']:7.1f} {t['contrib']:7.1f} {c:7.1f} {t['Loop'] / c:5.2f} "

@@ -27,11 +27,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -177,6 +175,7 @@ def main() -> None:
     import tf2onnx
 
     import ort_roi
+    from ort_roi.cli.bench import time_together
 
     out_dir = args.out or tempfile.mkdtemp(prefix="tf_e2e_")
     os.makedirs(out_dir, exist_ok=True)
@@ -215,15 +214,7 @@ def main() -> None:
     runners = {"TF eager": lambda: model(tx, training=False),
                "TF function": lambda: fn(tx)}
     runners.update({name: (lambda s=s: s.run(None, feed)) for name, s in sessions.items()})
-    times = {k: [] for k in runners}
-    for f in runners.values():
-        f()  # warm up
-    for _ in range(args.repeat):
-        for k, f in runners.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-    t = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    t = {k: v[0] * 1e3 for k, v in time_together(runners, args.repeat).items()}
     base = t["Loop converted"]
     print(f"median of {args.repeat} interleaved runs (ms; x: / Loop converted)")
     for k, v in t.items():
