@@ -336,7 +336,7 @@ class Op:
     ``kernel``: the fast kernel the registered nodes run, called with the node's inputs and
     attributes as keyword arguments (NumPy in, NumPy out; CuPy feature maps compute on the
     GPU); ``definition``: the readable definition (``ort_roi.definitions``) it is held to,
-    called with resolved attributes (``define``); ``steps``: the compute steps of the backend
+    called with resolved attributes (``ort_roi.ops.define``); ``steps``: the compute steps of the backend
     table (``ort_roi.kernels.dispatch.TABLE``) the kernel runs; ``forms``: every node form a
     graph holds it in (its own, and the nodes other exporters write that it computes).
     """
@@ -351,10 +351,3 @@ class Op:
     def spec(self) -> OpSpec:
         """The spec (the first, for the multi-level ops)."""
         return self.specs[0]
-
-    def define(self, *inputs, **attrs):
-        """What the definition computes for these inputs and (given) attributes: the
-        attributes resolved by the spec of this number of inputs (defaults filled, float
-        attributes as float32, as a graph holds them)."""
-        spec = next((s for s in self.specs if len(s.inputs) == len(inputs)), self.spec)
-        return self.definition(*inputs, **spec.resolve(attrs))
