@@ -42,7 +42,7 @@ ROLES = ("maps", "widths_ceil", "heights_ceil", "widths", "heights", "offset_x",
 MASK_ROLES = ("masks", "boxes")
 
 
-def _value(a: np.ndarray) -> str:
+def constant_key(a: np.ndarray) -> str:
     """A constant by its value: an integer scalar (or one-element array) literally, so that
     a reference body can hold a placeholder for it; anything else by a hash of its bytes."""
     a = np.ascontiguousarray(a)
@@ -59,7 +59,7 @@ def body_lines(loop: onnx.NodeProto, const) -> tuple[list[str], list[str]]:
     of the enclosing graph, else None."""
     body = _body(loop)
     names = {i.name: f"in{k}" for k, i in enumerate(body.input)}
-    names.update({t.name: _value(numpy_helper.to_array(t)) for t in body.initializer})
+    names.update({t.name: constant_key(numpy_helper.to_array(t)) for t in body.initializer})
     outer: list[str] = []
     lines: list[str] = []
 
@@ -68,7 +68,7 @@ def body_lines(loop: onnx.NodeProto, const) -> tuple[list[str], list[str]]:
             return "-"
         if name not in names:
             v = const(name)
-            names[name] = _value(v) if v is not None else f"o{len(outer)}"
+            names[name] = constant_key(v) if v is not None else f"o{len(outer)}"
             if v is None:
                 outer.append(name)
         return names[name]
@@ -76,12 +76,12 @@ def body_lines(loop: onnx.NodeProto, const) -> tuple[list[str], list[str]]:
     for n in body.node:
         value = next((a.t for a in n.attribute if a.name == "value"), None)
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and value is not None:
-            names[n.output[0]] = _value(numpy_helper.to_array(value))
+            names[n.output[0]] = constant_key(numpy_helper.to_array(value))
             continue
         attrs = []
         for a in sorted(n.attribute, key=lambda a: a.name):
             if a.type == onnx.AttributeProto.TENSOR:
-                attrs.append(f"{a.name}={_value(numpy_helper.to_array(a.t))}")
+                attrs.append(f"{a.name}={constant_key(numpy_helper.to_array(a.t))}")
             elif a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
                 attrs.append(f"{a.name}=<graph>")  # nested control flow: never ours
             else:

@@ -39,7 +39,6 @@ first difference.
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 import numpy as np
@@ -49,7 +48,7 @@ from onnx import helper, numpy_helper
 from ..errors import node_label
 from ..ops.crop_and_resize import SPEC
 from ..spec import DOMAIN
-from .loops import body_lines
+from .loops import body_lines, constant_key
 from .nodes import given_attrs, opset
 from .toolkit import GraphIndex, NoMatch, anything, check_attrs, splice
 
@@ -98,15 +97,6 @@ BODY_NCHW = (
 )
 #: Resize's mode -> CropAndResize's method (TensorFlow's names; com.microsoft's too).
 METHODS = {"linear": "bilinear", "nearest": "nearest"}
-
-
-def _value(a: np.ndarray) -> str:
-    """A constant as ``loops.body_lines`` names it (its private ``_value``, repeated here:
-    an integer scalar literally, anything else by a hash of its bytes)."""
-    a = np.ascontiguousarray(a)
-    if a.dtype.kind in "iu" and a.size == 1:
-        return f"c:{a.dtype}{list(a.shape)}={int(a.ravel()[0])}"
-    return f"c:{a.dtype}{list(a.shape)}:{hashlib.sha1(a.tobytes()).hexdigest()[:12]}"
 
 
 def _body(loop: onnx.NodeProto) -> onnx.GraphProto | None:
@@ -164,9 +154,9 @@ def _params(g: GraphIndex, body: onnx.GraphProto) -> dict:
 def reference_body(params: dict, onnx_opset: int, nchw: bool = False) -> list[str]:
     """``BODY`` (``BODY_NCHW``) rendered for a Resize's values (``_params``) at
     ``onnx_opset``."""
-    fill = dict(ones=_value(np.ones(2, np.float32)), zeros=_value(np.zeros(2, np.float32)),
-                no_scales=_value(np.zeros(0, np.float32)),
-                sizes=_value(np.array([params["crop_height"], params["crop_width"]], np.int64)),
+    fill = dict(ones=constant_key(np.ones(2, np.float32)), zeros=constant_key(np.zeros(2, np.float32)),
+                no_scales=constant_key(np.zeros(0, np.float32)),
+                sizes=constant_key(np.array([params["crop_height"], params["crop_width"]], np.int64)),
                 extrapolation=repr(params["extrapolation_value"]), mode=params["mode"],
                 squeeze=") axes=[0]" if onnx_opset < 13 else ",c:int64[1]=0) ")
     return [re.sub(r"\{(\w+)\}", lambda m: fill[m.group(1)], line)
