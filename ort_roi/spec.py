@@ -175,6 +175,9 @@ class OpSpec:
     boxes_input: int = 1  # the input holding the boxes
     same_types: bool = False  # every T input of one type (one overload per dtype)
     per_box: bool = False  # the feature input holds one item per box (keypoint maps, masks)
+    #: output row i is computed from box i's input rows alone, so ``validate`` may compare some
+    #: rows; False (proposal stages: outputs select and reorder the boxes) compares it whole
+    rowwise: bool = True
     _by_name: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _resolved: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 

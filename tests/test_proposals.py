@@ -312,6 +312,76 @@ def test_distribute_node_with_levels_that_disagree_with_its_attributes():
         spec.output_shapes([[5, 4], [1]], spec.resolve(dict(min_level=2, max_level=5)))
 
 
+def _rpn_graph():
+    """scores, deltas -> GenerateProposals (anchors, variances, image shape constant) ->
+    DistributeFpnProposals_L4, as export-paddle writes PaddleDetection's RPN stage."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from ort_roi.graph import builders
+
+    H, W, A = 8, 10, 3
+    rng = np.random.default_rng(0)
+    anchors = np.concatenate([rng.uniform(0, 60, (H, W, A, 2)),
+                              rng.uniform(60, 120, (H, W, A, 2))], -1).astype(np.float32)
+    weights = [numpy_helper.from_array(anchors, "anchors"),
+               numpy_helper.from_array(np.ones((H, W, A, 4), np.float32), "variances"),
+               numpy_helper.from_array(np.array([[120, 128]], np.float32), "im_shape")]
+    gp = builders.make_node("GenerateProposals",
+                            ["scores", "deltas", "im_shape", "anchors", "variances"],
+                            ["rois", "probs", "num"], name="rpn", pre_nms_top_n=200,
+                            post_nms_top_n=50, nms_thresh=0.7, min_size=0.0, pixel_offset=0)
+    levels = [f"rois{i}" for i in range(2, 6)]
+    dist = builders.make_node("DistributeFpnProposals_L4", ["rois", "num"],
+                              levels + [f"num{i}" for i in range(2, 6)] + ["restore"],
+                              name="levels", min_level=2, max_level=5, refer_level=4,
+                              refer_scale=224, pixel_offset=0)
+    return builders.make_model(
+        [gp, dist], [builders.tensor("scores", "float32", [1, A, H, W]),
+                     builders.tensor("deltas", "float32", [1, 4 * A, H, W])],
+        [builders.tensor(x, "float32", ["R", 4]) for x in levels] +
+        [builders.tensor("restore", "int32", ["R", 1])], initializers=weights)
+
+
+@needs_numpy_2
+@needs_entry
+def test_validate_compares_proposal_stages_whole(tmp_path, capsys):
+    """A proposal stage's rows are not its inputs' rows (it selects and reorders boxes):
+    validate compares each node's outputs whole with its definition, and says where one
+    differs."""
+    import onnx
+
+    from ort_roi.cli import main as cli, validate
+
+    path = str(tmp_path / "rpn.onnx")
+    onnx.save(_rpn_graph(), path)
+    assert cli.main(["validate", path]) == 0
+    out = capsys.readouterr().out
+    for name in ("GenerateProposals", "DistributeFpnProposals_L4"):
+        assert (f"(ort_roi::{name}): OK: all its outputs equal its definition (whole), "
+                f"max |diff| 0") in out, out
+    m = _rpn_graph()
+    node = m.graph.node[0]
+    x = {"scores": np.random.default_rng(1).standard_normal((1, 3, 8, 10)).astype(np.float32),
+         "deltas": np.zeros((1, 12, 8, 10), np.float32)}
+    seen = dict(x, **{w.name: onnx.numpy_helper.to_array(w) for w in m.graph.initializer})
+    seen.update(zip(node.output, ops_kernel("GenerateProposals")(
+        *(seen[i] for i in node.input), **{a.name: onnx.helper.get_attribute_value(a)
+                                           for a in node.attribute})))
+    ok, line = validate._compare_node(node, seen, 17, 8, 10.0)
+    assert ok, line
+    seen["probs"] = seen["probs"].copy()
+    seen["probs"][3, 0] += 0.01
+    ok, line = validate._compare_node(node, seen, 17, 8, 10.0)
+    assert not ok and ("output 'probs' differs from its definition at (3, 0): 2.05277 vs 2.04277, |diff| 0.01"
+                      in line), line
+
+
+def ops_kernel(name):
+    from ort_roi import ops
+
+    return ops.kernel(("ort_roi", name))
+
+
 def _gp_args():
     c = P.generate("bad", N=2, A=2, H=4, W=5)
     return list(c["inputs"].values())

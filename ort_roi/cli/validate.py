@@ -21,6 +21,7 @@ from ..graph.inputs import generate_inputs
 from ..graph.nodes import given_attrs, iter_nodes, node_attrs, opset
 from ..graph.rewrite import rewrite
 from ..runtime.probe import plain_session_error
+from ..spec import OpSpec
 from ..ops import form
 from .compare import run_plain
 
@@ -250,6 +251,8 @@ def _compare_node(node: onnx.NodeProto, seen: dict[str, np.ndarray], onnx_opset:
     except (RoiOpError, ValueError, KeyError) as e:
         return False, f"{what}: its definition cannot be set up: {e}"
     defined = "its definition" + ("" if spec.key == f.key else f" ({spec.domain}::{spec.name})")
+    if not spec.rowwise:
+        return _compare_whole(node, spec, attrs, inputs, seen, what, defined)
     n = len(inputs[spec.boxes_input])
     picked = np.unique(np.linspace(0, n - 1, min(rows, n)).round().astype(np.int64))
     k = max(1, math.ceil(len(picked) / 8))
@@ -269,20 +272,12 @@ def _compare_node(node: onnx.NodeProto, seen: dict[str, np.ndarray], onnx_opset:
                 return False, (f"{what}: output {name!r} has shape {list(got.shape)}; "
                                f"{defined} gives rows of shape {list(w.shape[1:])} for "
                                f"{n} boxes")
-            a, b = got[chunk].astype(np.float64), w.astype(np.float64)
-            if not a.size:
-                continue
-            diff = np.abs(a - b)
-            worst = max(worst, float(np.nanmax(diff, initial=0.0)))
-            bad = ~(np.isclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True))
-            if bad.any():
-                at = np.argwhere(bad)[0]
-                row = int(chunk[at[0]])
-                return False, (f"{what}: output {name!r} differs from {defined} at row {row} "
-                               f"(index {tuple(int(i) for i in at[1:])}): {a[tuple(at)]:.6g} vs "
-                               f"{b[tuple(at)]:.6g}, |diff| {diff[tuple(at)]:.3g} > {ATOL:g} + "
-                               f"{RTOL:g} x |definition| ({done + len(chunk)} of {n} rows "
-                               f"compared)")
+            diff, at, by = _difference(got[chunk], w)
+            worst = max(worst, diff)
+            if at is not None:
+                return False, (f"{what}: output {name!r} differs from {defined} at row "
+                               f"{int(chunk[at[0]])} (index {at[1:]}): {by} ({done + len(chunk)}"
+                               f" of {n} rows compared)")
         done += len(chunk)
         if time.perf_counter() - start > seconds and done < len(picked):
             break
@@ -294,6 +289,45 @@ def _compare_node(node: onnx.NodeProto, seen: dict[str, np.ndarray], onnx_opset:
         which += (f", stopped after {seconds:g} s by --node-seconds" if done < len(picked)
                   else "") + ") equal"
     return True, f"{what}: OK: {which} {defined}, max |diff| {worst:.2g}"
+
+
+def _compare_whole(node: onnx.NodeProto, spec: OpSpec, attrs: dict, inputs: list[np.ndarray],
+                   seen: dict[str, np.ndarray], what: str, defined: str) -> tuple[bool, str]:
+    """Compare every output of a node whose rows are not its boxes' own (a proposal stage
+    selects and reorders them) with its definition run on all of its inputs."""
+    try:
+        want = reference.run_definition(spec, attrs, inputs)
+    except Exception as e:  # noqa: BLE001 - a definition's refusal is the finding
+        return False, f"{what}: {defined} raised {type(e).__name__}: {e}"
+    worst = 0.0
+    for name, w in zip(node.output, want):
+        if not name:
+            continue
+        got = seen[name]
+        if got.shape != w.shape:
+            return False, (f"{what}: output {name!r} has shape {list(got.shape)}; {defined} "
+                           f"gives {list(w.shape)}")
+        diff, at, by = _difference(got, w)
+        worst = max(worst, diff)
+        if at is not None:
+            return False, f"{what}: output {name!r} differs from {defined} at {at}: {by}"
+    return True, f"{what}: OK: all its outputs equal {defined} (whole), max |diff| {worst:.2g}"
+
+
+def _difference(got: np.ndarray, want: np.ndarray) -> tuple[float, tuple | None, str]:
+    """The largest |got - want| and, where they differ by more than ATOL + RTOL x |want|, the
+    index of the first such element and the words saying by how much."""
+    a, b = got.astype(np.float64), want.astype(np.float64)
+    if not a.size:
+        return 0.0, None, ""
+    diff = np.abs(a - b)
+    worst = float(np.nanmax(diff, initial=0.0))
+    bad = ~(np.isclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True))
+    if not bad.any():
+        return worst, None, ""
+    at = tuple(int(i) for i in np.argwhere(bad)[0])
+    return worst, at, (f"{a[at]:.6g} vs {b[at]:.6g}, |diff| {diff[at]:.3g} > {ATOL:g} + "
+                       f"{RTOL:g} x |definition|")
 
 
 def _check(m: onnx.ModelProto, notes: list[str]) -> None:

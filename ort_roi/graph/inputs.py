@@ -36,7 +36,9 @@ class Role:
     attrs: dict
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> str | None:
+        """features, boxes, levels, image_size, batch ([R]), counts ([N]); None for another
+        input (a proposal stage's deltas, image shapes, variances): its declared shape."""
         i = list(self.spec.inputs).index(self.input)
         if i in self.spec.features:
             return "features"
@@ -44,7 +46,7 @@ class Role:
             return "boxes"
         if self.input.name in ("levels", "image_size"):
             return self.input.name
-        return "batch" if self.input.shape == "[R]" else "counts"
+        return {"[R]": "batch", "[N]": "counts"}.get(self.input.shape)
 
     @property
     def level(self) -> int:
@@ -100,7 +102,9 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
     for vi in graph_inputs:
         d, rl = dims[vi.name], role.get(vi.name)
         kinds[vi.name] = rl.kind if rl is not None else None
-        if kinds[vi.name] is None and d is not None and len(d) == 2 and d[1] in (4, 5, 6):
+        if kinds[vi.name] == "boxes" and d is not None and len(d) != 2:
+            kinds[vi.name] = None  # anchors [H, W, A, 4]: as declared
+        elif kinds[vi.name] is None and d is not None and len(d) == 2 and d[1] in (4, 5, 6):
             kinds[vi.name] = "boxes"  # rows of boxes on their way to a RoI node, most likely
 
     # images and boxes: what the declarations fix, else 1 image and r boxes
@@ -125,7 +129,7 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
     for vi in graph_inputs:
         dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
         d, rl, kind = dims[vi.name], role.get(vi.name), kinds[vi.name]
-        if kind is None:  # read by no RoI node: its declared shape (open sizes 1; r per box)
+        if kind is None:  # no role: its declared shape (open sizes 1; r per box)
             shape = [v or 1 for v in d] if d is not None else [1]
             if d and d[0] is None and _first_param(vi) in per_box:
                 shape[0] = r

@@ -78,6 +78,7 @@ def _spec(L: int) -> OpSpec:
                   doc="each input roi's row in the levels' concatenation"),),
         shapes=level_shapes,
         boxes_input=0,
+        rowwise=False,
         same_types=True,
     )
 

@@ -60,6 +60,7 @@ SPEC = OpSpec(
     shapes=proposal_shapes,
     same_types=True,
     boxes_input=3,
+    rowwise=False,
 )
 
 
