@@ -142,3 +142,48 @@ def test_session_options_register_once_and_change_nothing_else():
                                                  r"input 'boxes_num' \(tensor 'boxes_num'\)"):
         front.run(None, dict(good, boxes_num=np.array([3], np.int32)))
     assert np.isfinite(front.run(None, good)[0]).all()
+
+
+def test_front_door_raises_from_iobinding_and_ort_values():
+    """run_with_iobinding and run_with_ort_values carry run's errors (not a NaN output)."""
+    sess = ort_roi.InferenceSession(two_level_graph())
+    for bad, ok in ((feed(), False), (feed(bad_b2=1), True)):
+        binding = sess.io_binding()
+        for name, value in bad.items():
+            binding.bind_cpu_input(name, value)
+        for out in ("y1", "y2"):
+            binding.bind_output(out)
+        values = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in bad.items()}
+        if ok:
+            sess.run_with_iobinding(binding)
+            got = binding.copy_outputs_to_cpu()
+            want = sess.run(None, bad)
+            np.testing.assert_array_equal(got[1], want[1])
+            outs = sess.run_with_ort_values(["y2"], values)
+            np.testing.assert_array_equal(outs[0].numpy(), want[1])
+            assert np.isfinite(want[1]).all()
+            continue
+        for call in (lambda: sess.run_with_iobinding(binding),
+                     lambda: sess.run_with_ort_values(["y1", "y2"], values)):
+            with pytest.raises(ort_roi.RoiOpError) as e:
+                call()
+            for fragment in EXPECT:
+                assert fragment in str(e.value), (fragment, str(e.value))
+
+
+def test_front_door_run_async_hands_the_error_to_the_callback():
+    sess = ort_roi.InferenceSession(two_level_graph())
+    got = {}
+
+    def callback(outputs, user_data, err):
+        got[user_data] = (outputs, err)
+
+    threads = [sess.run_async(None, feed(), callback, "bad"),
+               sess.run_async(None, feed(bad_b2=1), callback, "good")]
+    for t in threads:
+        t.join(60)
+    outputs, err = got["bad"]
+    assert outputs == [] and all(fragment in err for fragment in EXPECT), err
+    outputs, err = got["good"]
+    assert err == "" and len(outputs) == 2
+    np.testing.assert_array_equal(outputs[1], sess.run(None, feed(bad_b2=1))[1])

@@ -236,6 +236,72 @@ class InferenceSession:
             raise errors[0]
         return outs
 
+    def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
+        """``run`` on OrtValues (onnxruntime's ``run_with_ort_values``), with ``run``'s errors.
+
+        Args:
+            output_names: the outputs to compute.
+            input_dict_ort_values: graph input name -> onnxruntime.OrtValue.
+            run_options: onnxruntime RunOptions, or None.
+
+        Returns:
+            The outputs as OrtValues, as onnxruntime returns them.
+
+        Raises:
+            RoiOpError: an ort_roi op rejected its input (naming op, node, input and tensor).
+        """
+        with bridge.raising(self._sess) as errors:
+            outs = self._sess.run_with_ort_values(output_names, input_dict_ort_values,
+                                                  run_options)
+        if errors:
+            raise errors[0]
+        return outs
+
+    def run_with_iobinding(self, iobinding, run_options=None) -> None:
+        """``run`` through an IOBinding (onnxruntime's ``run_with_iobinding``), with ``run``'s
+        errors.
+
+        Args:
+            iobinding: the session's ``io_binding()``, inputs and outputs bound.
+            run_options: onnxruntime RunOptions, or None.
+
+        Raises:
+            RoiOpError: an ort_roi op rejected its input (naming op, node, input and tensor).
+        """
+        with bridge.raising(self._sess) as errors:
+            self._sess.run_with_iobinding(iobinding, run_options)
+        if errors:
+            raise errors[0]
+
+    def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
+        """``run`` on another thread, then ``callback(outputs, user_data, err)`` as
+        onnxruntime's ``run_async`` calls it (``err`` "" on success; on failure the outputs
+        are [] and ``err`` the RoiOpError's or onnxruntime's message). onnxruntime's own
+        run_async runs the graph on its pool threads, where an op's error would only be
+        logged: this runs ``run`` on a thread of ours instead.
+
+        Args:
+            output_names: the outputs to compute (None: all).
+            input_feed: graph input name -> array.
+            callback: called once with (outputs, user_data, err).
+            user_data: passed to ``callback``.
+            run_options: onnxruntime RunOptions, or None.
+
+        Returns:
+            the thread running it (started).
+        """
+        def work() -> None:
+            try:
+                outs = self.run(output_names, input_feed, run_options)
+            except Exception as e:  # noqa: BLE001 - handed to the callback, as onnxruntime does
+                callback([], user_data, str(e))
+                return
+            callback(outs, user_data, "")
+
+        thread = threading.Thread(target=work, name="ort_roi.run_async", daemon=True)
+        thread.start()
+        return thread
+
     def _feed_error(self, feed: dict, e: Exception) -> RoiOpError:
         """onnxruntime refused the feed: say which graph input and, where one of our nodes
         reads it, which op, node and input."""
