@@ -1,6 +1,7 @@
 // Builds ort_roi/kernels/cuda/roi_ops.cu for the host (g++), so the CUDA arithmetic is tested
 // against the NumPy kernels on machines without a GPU: the grid-stride loop becomes a plain
-// loop over every output element. Built by tests/test_cupy.py with -ffp-contract=off.
+// loop over every output element. Built by tests/fake_cupy.py (tests/test_cupy.py,
+// tests/test_crop_and_resize.py) with -ffp-contract=off.
 #include <cmath>
 using std::ceil;
 using std::floor;
@@ -41,6 +42,11 @@ using std::round;
   extern "C" void roi_align_rotated_##S##_##CB(const T* X, const T* rois, T* out, long long n,\
                                         int C, int H, int W, int PH, int PW) {                \
     roi_align_rotated<T, CB>(X, rois, out, n, C, H, W, PH, PW);                               \
+  }                                                                                           \
+  extern "C" void crop_and_resize_##S##_##CB(const T* X, const int* geo, const float* w,      \
+                                             float* out, long long n, int C, int H, int W,    \
+                                             int CH, int CW, int mode, float ext) {           \
+    crop_and_resize<T, CB>(X, geo, w, out, n, C, H, W, CH, CW, mode, ext);                    \
   }
 
 ORT_ROI_EXPORT(float, f, 8)

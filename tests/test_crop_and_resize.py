@@ -191,10 +191,7 @@ def test_output_shapes_from_the_spec():
 def host_cupy(tmp_path_factory):
     if shutil.which("g++") is None:
         pytest.skip("g++ not found: cannot build the CUDA source for the host")
-    lib = os.path.join(str(tmp_path_factory.mktemp("crop_host")), "crop_host.so")
-    subprocess.run(["g++", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-o", lib,
-                    os.path.join(HERE, "cuda_host_crop.cpp")], check=True, capture_output=True)
-    fake = fake_cupy.module(lib)
+    fake = fake_cupy.module(fake_cupy.build(str(tmp_path_factory.mktemp("crop_host"))))
     cuda_steps._module.cache_clear()
     with pytest.MonkeyPatch.context() as mp:  # restores "cupy" only, not modules imported since
         mp.setitem(sys.modules, "cupy", fake)
