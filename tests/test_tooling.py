@@ -413,6 +413,31 @@ def test_validate_follows_declared_shapes(tmp_path, capsys):
     assert "OK" in out and "boxes_num [2]" in out and "X [2, 4, 20, 24]" in out, out
 
 
+def test_generated_inputs_of_a_paddledetection_graph_are_an_image_and_its_size():
+    """PaddleDetection's exported inputs (image [N, 3, ?, ?], im_shape and scale_factor [N, 2],
+    read by no RoI node): an image of the size the boxes are in, its (height, width), 1 and 1
+    (random values there made a 1 x 1 image of negative size: no proposals, and the graph's
+    Reshape of 0 rows failed)."""
+    from ort_roi.graph import inputs
+
+    f = TensorProto.FLOAT
+    x = [helper.make_tensor_value_info("im_shape", f, ["n", 2]),
+         helper.make_tensor_value_info("image", f, ["n", 3, "h", "w"]),
+         helper.make_tensor_value_info("scale_factor", f, ["n", 2])]
+    g = helper.make_graph([helper.make_node("Identity", [i.name], [i.name + "_out"])
+                           for i in x], "paddle_inputs", x,
+                          [helper.make_tensor_value_info(i.name + "_out", f, None) for i in x])
+    feed = inputs.generate_inputs(helper.make_model(g), r=4, seed=0)
+    h, w = inputs.FEAT_H * inputs.STRIDE, inputs.FEAT_W * inputs.STRIDE
+    assert feed["image"].shape == (1, 3, h, w) and feed["image"].dtype == np.float32
+    np.testing.assert_array_equal(feed["im_shape"], np.array([[h, w]], np.float32))
+    np.testing.assert_array_equal(feed["scale_factor"], np.ones((1, 2), np.float32))
+    g.input[1].type.tensor_type.shape.dim[2].dim_value = 200  # a declared size is kept
+    feed = inputs.generate_inputs(helper.make_model(g), r=4, seed=0)
+    assert feed["image"].shape == (1, 3, 200, w)
+    np.testing.assert_array_equal(feed["im_shape"], np.array([[200, w]], np.float32))
+
+
 def test_validate_prints_onnxruntimes_whole_message(tmp_path, capsys):
     """Its message on a failed run was the first line of onnxruntime's: here the dimension
     that is wrong and the fix were cut off (boxes_num declared [2] for 3 images)."""

@@ -8,7 +8,9 @@ them), counts per image or a batch index per box. Declared dimensions are kept: 
 images comes from a declared batch dimension of a feature map or the length of a counts
 input, the number of boxes from a declared box dimension (also of boxes that reach their RoI
 node through other nodes, as a torchvision stage's ``boxes: [300, 4]``), else ``r``; an input
-that declares its own number of rows gets that many.
+that declares its own number of rows gets that many. A detector's image ([N, 3, H, W], read by
+no RoI node) gets the image size the boxes are in where H and W are open, and
+PaddleDetection's ``im_shape`` / ``scale_factor`` inputs its size and 1.
 """
 
 from __future__ import annotations
@@ -125,12 +127,27 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> dict[s
     per_box = {_first_param(vi) for vi in graph_inputs
                if kinds[vi.name] in ("boxes", "batch", "levels")} - {None}
 
+    # a detector's image (an input [N, 3, H, W] no RoI node reads): open sizes the image's
+    # that the generated boxes are in; PaddleDetection's im_shape and scale_factor follow it
+    image = (FEAT_H * STRIDE, FEAT_W * STRIDE)
+    for vi in graph_inputs:
+        d = dims[vi.name]
+        if kinds[vi.name] is None and d is not None and len(d) == 4 and d[1] == 3:
+            image = (d[2] or image[0], d[3] or image[1])
+            break
+
     out = {}
     for vi in graph_inputs:
         dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
         d, rl, kind = dims[vi.name], role.get(vi.name), kinds[vi.name]
-        if kind is None:  # no role: its declared shape (open sizes 1; r per box)
+        if kind is None and d is not None and len(d) == 2 and d[1] in (None, 2) and \
+                vi.name in ("im_shape", "scale_factor"):  # PaddleDetection's inputs
+            value = image if vi.name == "im_shape" else (1.0, 1.0)
+            out[vi.name] = np.tile(np.asarray(value, np.float64), (d[0] or n, 1)).astype(dtype)
+        elif kind is None:  # no role: its declared shape (open sizes 1; r per box)
             shape = [v or 1 for v in d] if d is not None else [1]
+            if d and len(d) == 4 and d[1] == 3:
+                shape[2:] = [d[2] or image[0], d[3] or image[1]]
             if d and d[0] is None and _first_param(vi) in per_box:
                 shape[0] = r
             out[vi.name] = rng.standard_normal(shape).astype(dtype)
