@@ -163,8 +163,8 @@ def test_convert_reports_unreadable_and_malformed_models(tmp_path, capsys):
 
 
 def test_bench_rejects_unknown_workloads(capsys):
-    assert cli.main(["bench", "W9"]) == 2
-    assert ("unknown workload 'W9' (known: W1, W2, W3, W4, W5, W6, W7, W8, W8f)"
+    assert cli.main(["bench", "W99"]) == 2
+    assert ("unknown workload 'W99' (known: W1, W2, W3, W4, W5, W6, W7, W8, W8f, W9, W10)"
             in capsys.readouterr().err)
 
 

@@ -16,6 +16,15 @@ is off the map in TF's arithmetic), 14 x 14 crops; bilinear and nearest), export
 forms at tf2onnx's default opset: "model_<method>:loop", "model_<method>:contrib", its
 input "model_<method>:image" and TensorFlow's outputs "model_<method>:expected<k>". "meta"
 holds the versions (JSON).
+
+    python tools/make_tf_graphs.py --bench [--data ort_roi/data]
+
+writes instead the graphs that ``ort-roi bench``'s CropAndResize workloads (W9, W10) run as
+peers, so that the bench needs neither TensorFlow nor tf2onnx: tf2onnx's graph of
+tf.image.crop_and_resize (bilinear, extrapolation 0, float32; image, boxes and box_indices
+of dynamic shape) at its default opset, as a Loop ("tf2onnx_crop_and_resize_loop_<crop>.onnx")
+and with extra_opset com.microsoft ("..._contrib_<crop>.onnx"), one pair per crop side of
+those workloads (tf2onnx writes the crop size as a constant).
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ import tf_e2e  # noqa: E402
 #: The opsets the cases take in turn (tf2onnx 1.17 writes crop_and_resize from 11 to 18).
 OPSETS = (11, 13, 15, 17, 18)
 NAME = "tf2onnx_crop_and_resize.npz"
+#: The bench's graph files in ort_roi/data (ort_roi.cli.bench_crop reads them by this name).
+BENCH_GRAPH = "tf2onnx_crop_and_resize_{form}_{crop}.onnx"
 
 
 def tf2onnx_graph(crop_height: int, crop_width: int, method: str, extrapolation_value: float,
@@ -72,10 +83,34 @@ def as_bytes(model) -> np.ndarray:
     return np.frombuffer(model.SerializeToString(), np.uint8)
 
 
+def write_bench_graphs(data: str) -> None:
+    """tf2onnx's Loop and contrib graphs for each crop side of the bench's CropAndResize
+    workloads, into ``data`` (ort_roi/data)."""
+    with open(os.path.join(data, "workloads.json")) as f:
+        crops = sorted({c for k, w in json.load(f).items()
+                        if not k.startswith("_") and "CropAndResize" in w["ops"]
+                        for c in w["pooled"]})
+    for crop in crops:
+        for form, contrib in (("loop", False), ("contrib", True)):
+            model = tf2onnx_graph(crop, crop, "bilinear", 0.0, None, contrib)
+            model.doc_string = ""
+            path = os.path.join(data, BENCH_GRAPH.format(form=form, crop=crop))
+            with open(path, "wb") as f:
+                f.write(model.SerializeToString())
+            print(f"{path}: opset {model.opset_import[0].version}, {model.producer_name} "
+                  f"{model.producer_version}, {os.path.getsize(path)} bytes")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--out", default=os.path.join(HERE, "..", "tests", "goldens"))
+    ap.add_argument("--bench", action="store_true",
+                    help="write the bench's tf2onnx graphs into --data instead")
+    ap.add_argument("--data", default=os.path.join(HERE, "..", "ort_roi", "data"))
     args = ap.parse_args()
+    if args.bench:
+        write_bench_graphs(args.data)
+        return
     import tensorflow as tf
     import tf2onnx
 

@@ -4,6 +4,8 @@ Ours runs as a plain onnxruntime session with ``session_options()``. Peers, in t
 same process: onnxruntime's native RoiAlign (opset 16) and MaxRoiPool always; OpenVINO
 (ROIAlign, ROIPooling max/bilinear, PSROIPooling), Paddle (roi_align, roi_pool,
 psroi_pool) and torchvision (roi_align, roi_pool, on the CPU) when installed. The
+CropAndResize rows (W9, W10; bench_crop.py) run onnxruntime on tf2onnx's two graphs of
+tf.image.crop_and_resize, and TensorFlow's own op when installed. The
 "RoiAlign" rows run ONNX RoiAlign as ``ort-roi convert`` writes it (ort_roi::RoiAlign)
 against onnxruntime's own kernel of the same node. Each time is the median of ``--repeat`` runs after a warm-up,
 ours and the peers timed in turn within each run; each peer's output is compared with ours.
@@ -31,6 +33,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from .. import __version__
+from . import bench_crop
 from ..graph import builders
 from ..graph.rewrite import convert
 from ..runtime import bridge
@@ -303,6 +306,8 @@ def cases(w: dict, op: str, seed: int = 0) -> tuple[_Ours, dict[str, Runner | No
         return _fpn_cases(w, op)
     if "rows" in w:
         return _level_cases(w, op)
+    if op == bench_crop.OP:
+        return bench_crop.cases(w, _Ours, _session)
     P, s = w["pooled"], w["spatial_scale"]
     X, boxes, counts = make_inputs(w, seed, normalized=(op == "ROIPooling.bilinear"))
     batch = np.repeat(np.arange(len(counts)), counts)
@@ -431,7 +436,9 @@ def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
         if names and not any(named(k, n) for n in names):
             continue
         for op in v["ops"]:
-            if "rows" not in v:
+            if op == bench_crop.OP:  # a row per (R, crop side)
+                todo += bench_crop.rows(k, v)
+            elif "rows" not in v:
                 todo.append((k, dict(v), op))
             elif op == "RoIAlign":  # per-level workloads: a row per level (the ONNX RoiAlign
                 # node torchvision writes, converted), a stage per pooler
@@ -446,8 +453,13 @@ def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
         for r in (100, 1000, 4000):
             todo.append((f"W2_R{r}", dict(ws["W2_mask_rcnn_p2"], R=r), "RoIAlign"))
             todo.append((f"W2_R{r}", dict(ws["W2_mask_rcnn_p2"], R=r), "ROIPooling.max"))
+    skipped = set()  # peers said to be skipped (once)
     for wname, w, op in todo:
         ours, peers = cases(w, op)
+        for k in [k for k, fn in peers.items() if fn is None and k in bench_crop.NEEDS]:
+            if k not in skipped:
+                log(f"{k}: skipped ({bench_crop.NEEDS[k]})")
+            skipped.add(k)
         peers = {k: fn for k, fn in peers.items() if fn is not None}
         y = ours()
         floor = {FLOOR: ours.floor(y)} if isinstance(ours, _Ours) else {}  # FPN: no stand-in
@@ -594,6 +606,8 @@ def _workload_line(name: str, w: dict) -> str:
         loads = ", ".join(f"{r['pooler']} P{r['level']} {r['R']}" for r in w["rows"])
         shape = (f"C={w['C']}, {w['image'][0]}x{w['image'][1]} image, boxes per level: "
                  f"{loads}")
+    elif bench_crop.OP in w["ops"]:
+        shape = bench_crop.shape_line(w)
     elif "strides" in w:
         shape = (f"C={w['C']}, {w['image'][0]}x{w['image'][1]} image, FPN strides "
                  f"{'/'.join(map(str, w['strides']))}, R={w['R']}, {w['pooled']}x{w['pooled']}")
@@ -616,6 +630,11 @@ def _epilog() -> str:
         "'POOLER Pn (R)' row (a level of torchvision's Mask / Faster R-CNN with R boxes), and",
         "per pooler the 'fused multi-level stage': torchvision's exported MultiScaleRoIAlign",
         "as convert fuses it, against the same graph run natively and converted unfused.",
+        "W9 and W10: TensorFlow's crop_and_resize (TF OD API's Faster R-CNN), a row per",
+        "'R<boxes> <crop>' pair: ort_roi::CropAndResize as convert writes it against",
+        "onnxruntime running tf2onnx's Loop and com.microsoft::CropAndResize graphs, and TF's",
+        "own op (pip install 'ort-roi[tensorflow]'); the tf2onnx graphs differ from TF (and",
+        "ort_roi) on boxes ending at 1.0 (the diff column).",
         "",
         "each row: WORKLOAD OP, ort_roi's time (and, in brackets, 'bridge': the same session",
         "with a kernel that hands back a ready output: what onnxruntime-extensions' bridge",
