@@ -1,0 +1,382 @@
+#!/usr/bin/env python3
+"""An R-FCN-style Paddle detector (position-sensitive RoI pooling) end to end: Paddle Inference
+against onnxruntime running the model ``ort_roi.paddle_export`` wrote.
+
+    pip install --no-deps paddledet==2.6.0   # with its imports, see tools/paddledet_e2e.py
+    python tools/paddle_rfcn_e2e.py [--depth 50] [--k 7] [--size 480 640] [--seed 0]
+                                    [--repeat 5] [--profile] [--out DIR] [--json FILE]
+
+The model (R-FCN, Dai et al. 2016, with PaddleDetection's pieces; paddledet has no R-FCN):
+
+- ``ppdet`` ResNet (depth 18/34/50/101, three stages: C4, stride 16, 256 or 1024 channels);
+- ``ppdet`` RPNHead on C4 alone (AnchorGenerator sizes 32-512 x ratios 0.5/1/2, stride 16;
+  generate_proposals with PaddleDetection's C4 settings: NMS 0.7, 6000 before it, 300 after:
+  R-FCN's 300 RoIs), ``export_onnx`` as PaddleDetection exports for ONNX (one image);
+- the position-sensitive head: a 1x1 conv to 512 channels and ReLU, then two 1x1 convs, to
+  ``k*k*(num_classes+1)`` score maps and ``k*k*4`` class-agnostic box maps;
+  ``paddle.vision.ops.psroi_pool`` of each (k x k bins, spatial_scale 1/16, ``boxes_num``
+  from the RPN), averaged over the bins (the vote), softmax over the classes (background
+  last, PaddleDetection's order);
+- ``ppdet`` BBoxPostProcess: RCNNBox (deltas / [10, 10, 5, 5], class-agnostic boxes
+  expanded to every class, clipped) and MultiClassNMS (0.05 / 0.5 / keep 100:
+  multiclass_nms3), then ``get_pred`` (rescaled, clipped, empty boxes labelled -1).
+
+Random weights seeded and made to carry a trained model's load (as tools/paddledet_e2e.py
+does): the RPN's box regression zeroed (the proposals are anchors), its objectness x 0.1; on
+the image the voted class logits scaled to std 1 and the voted deltas to std 0.5, the score
+maps' biases -4 but class 1's +2 (one class wins each box, scores over 0.5-0.99, NMS sees
+hundreds of boxes). Saved by ``paddle.jit.save`` (inputs image / im_shape / scale_factor,
+as PaddleDetection's ``tools/export_model.py`` saves), twice: the detector (outputs
+detections [K, 6] and their count) and a probe, the same weights with the proposals, their
+count and both psroi_pool outputs fetched too. Each goes through ``ort_roi.paddle_export``
+(generate_proposals -> ``ort_roi::GenerateProposals``, psroi_pool -> ``ort_roi::PSROIPool``,
+multiclass_nms3 -> ONNX NonMaxSuppression) into a plain ``onnxruntime.InferenceSession`` with
+``ort_roi.session_options()``, and Paddle Inference (CPU; oneDNN tried first, off when it
+fails) runs the same program on the same image. Checked: detections equal (count, labels,
+scores within 1e-4, boxes within 1e-4 + 1e-6 x the largest coordinate), the proposals and
+counts equal, both psroi_pool outputs bit for bit. Timed in one process, interleaved (each
+round in a fresh random order; the median of the rounds' ratios); ``--profile``:
+onnxruntime's profile by op type.
+
+paddledet 2.6.0's patches for Paddle 3.3.1 are tools/paddledet_e2e.py's (``import_ppdet``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import paddledet_e2e as fr  # noqa: E402 - the Faster R-CNN tool: ppdet patches, feeds, predictor
+
+feeds = fr.feeds
+paddle_predictor = fr.paddle_predictor
+compare = fr.compare
+profile = fr.profile
+
+#: Output names of the probe, after the detector's two.
+PROBE = ("rois", "rois_num", "psroi_cls", "psroi_box", "cls_maps", "box_maps")
+
+
+def _layers(depth: int, num_classes: int, k: int, pre_nms_top_n: int, post_nms_top_n: int):
+    """The model's classes (ppdet imported with its patches); returns (RFCN, Probe)."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    fr.import_ppdet()
+    from ppdet.modeling.backbones.resnet import ResNet
+    from ppdet.modeling.layers import MultiClassNMS, RCNNBox
+    from ppdet.modeling.post_process import BBoxPostProcess
+    from ppdet.modeling.proposal_generator.rpn_head import RPNHead
+
+    class PSHead(nn.Layer):
+        """R-FCN's position-sensitive head: score and box maps, psroi_pool, vote."""
+
+        def __init__(self, in_channel: int):
+            super().__init__()
+            self.reduce = nn.Conv2D(in_channel, 512, 1)
+            self.cls_maps = nn.Conv2D(512, k * k * (num_classes + 1), 1)
+            self.box_maps = nn.Conv2D(512, k * k * 4, 1)
+
+        def forward(self, feat, rois, rois_num):
+            h = F.relu(self.reduce(feat))
+            rois_num = rois_num.cast("int32")  # the RPN's count is int64 (paddle.shape)
+            cls_maps, box_maps = self.cls_maps(h), self.box_maps(h)
+            ps_cls = paddle.vision.ops.psroi_pool(cls_maps, rois, rois_num, k, 1 / 16)
+            ps_box = paddle.vision.ops.psroi_pool(box_maps, rois, rois_num, k, 1 / 16)
+            return ps_cls, ps_box, cls_maps, box_maps
+
+    class RFCN(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.backbone = ResNet(depth=depth, norm_type="bn", freeze_at=0, return_idx=[2],
+                                   num_stages=3)
+            channels = self.backbone.out_shape[0].channels
+            self.rpn_head = RPNHead(
+                anchor_generator=dict(anchor_sizes=[32, 64, 128, 256, 512],
+                                      aspect_ratios=[0.5, 1.0, 2.0], strides=[16.0]),
+                test_proposal=dict(min_size=0.0, nms_thresh=0.7, pre_nms_top_n=pre_nms_top_n,
+                                   post_nms_top_n=post_nms_top_n),
+                in_channel=channels, export_onnx=True)
+            self.head = PSHead(channels)
+            self.post = BBoxPostProcess(
+                num_classes=num_classes, export_onnx=True,
+                decode=RCNNBox(num_classes=num_classes, export_onnx=True),
+                nms=MultiClassNMS(score_threshold=0.05, keep_top_k=100, nms_threshold=0.5))
+
+        def proposals(self, inputs):
+            feat = self.backbone(inputs)[0]
+            rois, rois_num, _ = self.rpn_head([feat], inputs)
+            return feat, rois, rois_num
+
+        def run(self, inputs):
+            feat, rois, rois_num = self.proposals(inputs)
+            ps_cls, ps_box, cls_maps, box_maps = self.head(feat, rois[0], rois_num)
+            cls_prob = F.softmax(ps_cls.mean(axis=[2, 3]), axis=-1)
+            deltas = ps_box.mean(axis=[2, 3])
+            im_shape, scale_factor = inputs["im_shape"], inputs["scale_factor"]
+            bbox, bbox_num, _ = self.post((deltas, cls_prob), (rois, rois_num), im_shape,
+                                          scale_factor)
+            _, bbox_pred, bbox_num = self.post.get_pred(bbox, bbox_num, im_shape, scale_factor)
+            return (bbox_pred, bbox_num, rois[0], rois_num, ps_cls, ps_box, cls_maps,
+                    box_maps)
+
+        def forward(self, inputs):
+            return self.run(inputs)[:2]
+
+    class Probe(nn.Layer):
+        """The same model with the proposals and the psroi_pool outputs fetched too."""
+
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, inputs):
+            return self.model.run(inputs)
+
+    return RFCN, Probe
+
+
+def _load(model, f: dict[str, np.ndarray] | None) -> None:
+    """A trained model's load (see the module's doc); ``f``: the calibration image, or None
+    to keep the conv's own scale."""
+    import paddle
+
+    with paddle.no_grad():
+        rpn = model.rpn_head
+        rpn.rpn_rois_delta.weight.set_value(paddle.zeros_like(rpn.rpn_rois_delta.weight))
+        rpn.rpn_rois_delta.bias.set_value(paddle.zeros_like(rpn.rpn_rois_delta.bias))
+        rpn.rpn_rois_score.weight.set_value(rpn.rpn_rois_score.weight * 0.1)
+        head = model.head
+        for conv in (head.cls_maps, head.box_maps):
+            conv.bias.set_value(paddle.zeros_like(conv.bias))
+        if f is not None:  # the voted logits and deltas at a trained model's scale
+            inputs = {n: paddle.to_tensor(v) for n, v in f.items()}
+            feat, rois, rois_num = model.proposals(inputs)
+            ps = head(feat, rois[0], rois_num)
+            for conv, out, std in ((head.cls_maps, ps[0], 1.0), (head.box_maps, ps[1], 0.5)):
+                got = float(out.mean(axis=[2, 3]).std())
+                conv.weight.set_value(conv.weight * (std / got))
+        c = head.cls_maps.bias.shape[0] // (model.post.num_classes + 1)  # k * k per class
+        bias = np.full(head.cls_maps.bias.shape, -4.0, np.float32)
+        bias[c:2 * c] = 2.0  # class 1 (channels of class c: c*k*k ... (c+1)*k*k - 1)
+        head.cls_maps.bias.set_value(paddle.to_tensor(bias))
+
+
+def build(prefix: str, depth: int = 50, k: int = 7, num_classes: int = 80,
+          pre_nms_top_n: int = 6000, post_nms_top_n: int = 300, seed: int = 0,
+          calibrate: tuple[int, int] | None = (480, 640)) -> tuple[str, str]:
+    """The detector and its probe (see the module's doc), saved by ``paddle.jit.save`` under
+    ``prefix`` and ``prefix + "_probe"`` (``.json`` and ``.pdiparams`` each).
+
+    Args:
+        prefix: where to save (a path without suffix).
+        depth: the ResNet's depth (18, 34, 50, 101).
+        k: psroi_pool's bins per side (its ``output_size``).
+        num_classes: foreground classes (the score maps have ``k*k*(num_classes+1)``).
+        pre_nms_top_n, post_nms_top_n: the RPN's generate_proposals settings.
+        seed: Paddle's seed for the weights.
+        calibrate: the image size (H, W) of the ``feeds`` image (seed 0) on which the voted
+            logits and deltas are scaled, or None for the conv's own scale.
+
+    Returns:
+        The two prefixes (detector, probe).
+    """
+    import paddle
+
+    paddle.disable_static()
+    paddle.seed(seed)
+    rfcn, probe = _layers(depth, num_classes, k, pre_nms_top_n, post_nms_top_n)
+    model = rfcn()
+    model.eval()
+    _load(model, feeds(tuple(calibrate)) if calibrate else None)
+    spec = [{"image": paddle.static.InputSpec([None, 3, -1, -1], "float32", "image"),
+             "im_shape": paddle.static.InputSpec([None, 2], "float32", "im_shape"),
+             "scale_factor": paddle.static.InputSpec([None, 2], "float32", "scale_factor")}]
+    out = []
+    for layer, path in ((model, prefix), (probe(model), prefix + "_probe")):
+        layer.eval()
+        static = paddle.jit.to_static(layer, input_spec=spec, full_graph=True)
+        paddle.jit.save(static, path, input_spec=spec)
+        out.append(path)
+    return out[0], out[1]
+
+
+def compare_probe(got: list[np.ndarray], want: list[np.ndarray]) -> dict:
+    """The probe's outputs, onnxruntime's (``got``) against Paddle's: detections as
+    ``compare``; the proposals (as a set, within 1e-4) and their count equal; for the rest (psroi_pool outputs, the
+    maps they pool) the largest difference (the backbone's convs round differently in the two
+    runtimes, so these differ by float32 roundings: ``psroi_alone`` checks the op itself)."""
+    out: dict = {"detections": compare(got[:2], want[:2])}
+    for name, g, w in zip(PROBE, got[2:], want[2:]):
+        out[name] = {"shape": list(w.shape), "max_diff": float(np.abs(
+            g.astype(np.float64) - w).max(initial=0)) if g.shape == w.shape else None,
+            "bitwise_equal": bool(g.shape == w.shape and g.dtype == w.dtype
+                                  and np.array_equal(g, w))}
+    g, w = got[2 + PROBE.index("rois")], want[2 + PROBE.index("rois")]
+    if g.shape == w.shape:  # as sets: RPN scores that round apart may swap two proposals
+        g, w = (r[np.lexsort(r.T[::-1])] for r in (g, w))
+        out["rois"]["max_diff_as_set"] = float(np.abs(g - w).max(initial=0))
+    out["equal"] = (out["detections"]["equal"] and out["rois_num"]["bitwise_equal"]
+                    and out["rois"].get("max_diff_as_set", np.inf) <= 1e-4)
+    return out
+
+
+def psroi_alone(path: str, want: list[np.ndarray]) -> dict:
+    """Each ``ort_roi::PSROIPool`` node of the exported probe (``path``), alone in a plain
+    session, fed Paddle's maps, proposals and count: its output against Paddle's psroi_pool
+    output, bit for bit.
+
+    Args:
+        path: the probe's ONNX model (``paddle_export``'s).
+        want: Paddle Inference's probe outputs (``PROBE`` after the detections).
+
+    Returns:
+        {output name: {"bitwise_equal": bool, "max_diff": float}} per node (named by the
+        probe output it computes: psroi_cls, psroi_box).
+    """
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    import ort_roi
+
+    model = onnx.load(path)
+    fetched = dict(zip(PROBE, want[2:]))
+    out = {}
+    for node in model.graph.node:
+        if node.domain != ort_roi.DOMAIN or node.op_type != "PSROIPool":
+            continue
+        oc = next(a.i for a in node.attribute if a.name == "output_channels")
+        name = "psroi_cls" if fetched["psroi_cls"].shape[1] == oc else "psroi_box"
+        x = fetched["cls_maps" if name == "psroi_cls" else "box_maps"]
+        alone = onnx.NodeProto()
+        alone.CopyFrom(node)
+        alone.ClearField("input")
+        alone.ClearField("output")
+        alone.input.extend(["X", "rois", "rois_num"])
+        alone.output.append("Y")
+        graph = helper.make_graph(
+            [alone], "psroi_pool_alone",
+            [helper.make_tensor_value_info("X", TensorProto.FLOAT, None),
+             helper.make_tensor_value_info("rois", TensorProto.FLOAT, None),
+             helper.make_tensor_value_info("rois_num", TensorProto.INT32, None)],
+            [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+        one = helper.make_model(graph, opset_imports=list(model.opset_import))
+        sess = ort.InferenceSession(one.SerializeToString(), ort_roi.session_options())
+        y = sess.run(None, {"X": x, "rois": fetched["rois"],
+                            "rois_num": fetched["rois_num"].astype(np.int32)})[0]
+        w = fetched[name]
+        out[name] = {"bitwise_equal": bool(y.shape == w.shape and y.dtype == w.dtype
+                                           and np.array_equal(y, w)),
+                     "max_diff": float(np.abs(y.astype(np.float64) - w).max(initial=0))
+                     if y.shape == w.shape else None}
+    return out
+
+
+def interleaved(runners: dict, repeat: int, seed: int = 0) -> dict:
+    """Median seconds of each runner over ``repeat`` rounds (each in a fresh random order)
+    and the median of the rounds' ratios paddle / ort."""
+    times: dict[str, list[float]] = {k: [] for k in runners}
+    rng = random.Random(seed)
+    for _ in range(repeat):
+        order = list(runners)
+        rng.shuffle(order)
+        for k in order:
+            t = time.perf_counter()
+            runners[k]()
+            times[k].append(time.perf_counter() - t)
+    return {"seconds": {k: round(statistics.median(v), 4) for k, v in times.items()},
+            "paddle_over_ort": round(statistics.median(
+                p / o for p, o in zip(times["paddle"], times["ort"])), 3)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--depth", type=int, default=50, choices=(18, 34, 50, 101))
+    ap.add_argument("--k", type=int, default=7, help="psroi_pool's bins per side")
+    ap.add_argument("--classes", type=int, default=80)
+    ap.add_argument("--size", type=int, nargs=2, default=(480, 640), metavar=("H", "W"))
+    ap.add_argument("--seed", type=int, default=0, help="the weights' and the image's")
+    ap.add_argument("--sizes", type=int, nargs="+", default=None, metavar="H W",
+                    help="more images to compare on (pairs H W; seeds --seed + 1, ...)")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--opset", type=int, default=17)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--out", help="directory for the saved programs and the ONNX models")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+
+    import onnxruntime as ort
+
+    import ort_roi
+
+    out = args.out or tempfile.mkdtemp(prefix="paddle_rfcn_e2e_")
+    os.makedirs(out, exist_ok=True)
+    size = tuple(args.size)
+    t = time.perf_counter()
+    prefixes = build(os.path.join(out, f"rfcn_r{args.depth}_k{args.k}"), args.depth, args.k,
+                     args.classes, seed=args.seed, calibrate=size)
+    res: dict = {"model": f"R-FCN R{args.depth}-C4, psroi_pool {args.k}x{args.k}, "
+                 f"{args.classes} classes", "build_s": round(time.perf_counter() - t, 1)}
+    sessions, runs = {}, {}
+    for name, prefix in zip(("detector", "probe"), prefixes):
+        t = time.perf_counter()
+        model = ort_roi.paddle_export(prefix, prefix + ".onnx", args.opset)
+        res[f"{name}_export_s"] = round(time.perf_counter() - t, 1)
+        res[f"{name}_ort_roi_nodes"] = sorted(
+            n.op_type for n in model.graph.node if n.domain == ort_roi.DOMAIN)
+        so = ort_roi.session_options()
+        so.intra_op_num_threads = args.threads
+        sessions[name] = ort.InferenceSession(prefix + ".onnx", so)
+        run, why = paddle_predictor(prefix, True, args.threads)
+        res[f"{name}_paddle_onednn"] = "on" if run else f"off (on fails: {why})"
+        if run is None:
+            run, why = paddle_predictor(prefix, False, args.threads)
+            if run is None:
+                raise SystemExit(f"Paddle Inference cannot run the {name}: {why}")
+        runs[name] = run
+    more = args.sizes or []
+    if len(more) % 2:
+        raise SystemExit("--sizes takes pairs H W")
+    images = [(size, args.seed)] + [((more[i], more[i + 1]), args.seed + 1 + i // 2)
+                                    for i in range(0, len(more), 2)]
+    ok = True
+    res["images"] = []
+    for hw, seed in images:
+        f = feeds(hw, seed)
+        det = compare(sessions["detector"].run(None, f), runs["detector"](f))
+        want = runs["probe"](f)
+        probe = compare_probe(sessions["probe"].run(None, f), want)
+        alone = psroi_alone(prefixes[1] + ".onnx", want)
+        res["images"].append({"size": list(hw), "seed": seed, "detector": det,
+                              "probe": probe, "psroi_alone": alone})
+        ok = (ok and det["equal"] and probe["equal"] and len(alone) == 2
+              and all(a["bitwise_equal"] for a in alone.values()))
+    f = feeds(size, args.seed)
+    sess, run = sessions["detector"], runs["detector"]
+    res.update(interleaved({"ort": lambda: sess.run(None, f), "paddle": lambda: run(f)},
+                           args.repeat))
+    if args.profile:
+        res["ort_profile_ms"] = [(k, round(v, 2))
+                                 for k, v in profile(prefixes[0] + ".onnx", f)[:12]]
+    res["equal"] = ok
+    print(json.dumps(res, indent=1))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(res, fh, indent=1)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
