@@ -213,9 +213,10 @@ def build(prefix: str, depth: int = 50, k: int = 7, num_classes: int = 80,
 
 def compare_probe(got: list[np.ndarray], want: list[np.ndarray]) -> dict:
     """The probe's outputs, onnxruntime's (``got``) against Paddle's: detections as
-    ``compare``; the proposals (as a set, within 1e-4) and their count equal; for the rest (psroi_pool outputs, the
-    maps they pool) the largest difference (the backbone's convs round differently in the two
-    runtimes, so these differ by float32 roundings: ``psroi_alone`` checks the op itself)."""
+    ``compare``; the proposals (as a set, within 1e-4) and their count equal; for the rest
+    (psroi_pool outputs, the maps they pool) the largest difference: the backbone's convs
+    round differently in the two runtimes, so the maps differ by float32 roundings, and two
+    proposals whose RPN scores round apart may swap rows (``psroi_alone`` checks the op)."""
     out: dict = {"detections": compare(got[:2], want[:2])}
     for name, g, w in zip(PROBE, got[2:], want[2:]):
         out[name] = {"shape": list(w.shape), "max_diff": float(np.abs(
