@@ -10,9 +10,10 @@ level assignment of the best 1000 (refer_level 4, refer_scale 224, levels 2..5).
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+
+from ort_roi.cli.bench import round_ratios, time_together
 
 
 def anchors_for(h: int, w: int, stride: int, size: int) -> np.ndarray:
@@ -84,18 +85,12 @@ def main() -> None:
     same = all(np.array_equal(a, b) for o, p in zip(ours, theirs) for a, b in zip(o, p))
     print(f"levels {[s.shape[2:] for s, *_ in levels]}, rois per level "
           f"{[int(o[2].sum()) for o in ours]}; ort_roi == Paddle: {same}")
-    t_ours, t_paddle = [], []
-    for _ in range(args.repeat):
-        t0 = time.perf_counter()
-        run_ort_roi(levels, im)
-        t1 = time.perf_counter()
-        run_paddle(levels, im)
-        t2 = time.perf_counter()
-        t_ours.append(t1 - t0)
-        t_paddle.append(t2 - t1)
-    mo, mp = np.median(t_ours) * 1e3, np.median(t_paddle) * 1e3
+    timed = time_together({"ort_roi": lambda: run_ort_roi(levels, im),
+                           "Paddle": lambda: run_paddle(levels, im)}, args.repeat)
+    mo, mp = timed["ort_roi"][0] * 1e3, timed["Paddle"][0] * 1e3
+    lo, mid, hi = round_ratios(timed["Paddle"][2], timed["ort_roi"][2])
     print(f"median of {args.repeat}, interleaved: ort_roi {mo:.2f} ms, Paddle {mp:.2f} ms "
-          f"(ratio {mo / mp:.2f})")
+          f"(Paddle / ort_roi {mid:.2f}, rounds {lo:.2f}-{hi:.2f})")
 
 
 if __name__ == "__main__":
