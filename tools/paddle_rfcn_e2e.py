@@ -54,8 +54,11 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import paddledet_e2e as fr  # noqa: E402 - the Faster R-CNN tool: ppdet patches, feeds, predictor
+try:  # the Faster R-CNN tool beside this one: ppdet's patches, feeds, predictor, profile
+    import paddledet_e2e as fr
+except ImportError:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import paddledet_e2e as fr
 
 feeds = fr.feeds
 paddle_predictor = fr.paddle_predictor
