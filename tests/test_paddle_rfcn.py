@@ -96,3 +96,9 @@ def test_rfcn_proposals_and_psroi_pool(e2e, exported, size, seed):
         assert r["bitwise_equal"], (name, r)
     ps = want[2 + e2e.PROBE.index("psroi_cls")]
     assert ps.shape == (300, 81, 7, 7) and np.count_nonzero(ps) > ps.size // 2
+
+
+def test_rfcn_has_no_standard_form(exported):
+    path = exported["detector"][0]
+    with pytest.raises(ort_roi.RoiOpError, match="has no standard ONNX form"):
+        ort_roi.paddle_export(path, standard=True)
