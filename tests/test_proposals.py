@@ -270,6 +270,9 @@ def test_nms_sparse_and_block_paths_equal_the_literal_loop(monkeypatch, thr, pix
                  pixel_offset)
     for limit in (len(boxes), 7):
         assert np.array_equal(K.nms(boxes, scores, thr, 1.0, pixel_offset, limit), want[:limit])
+    monkeypatch.setattr(K, "NMS_PAIR_COST", 0)  # the sparse path wherever it can
+    for limit in (len(boxes), 7):
+        assert np.array_equal(K.nms(boxes, scores, thr, 1.0, pixel_offset, limit), want[:limit])
     monkeypatch.setattr(K, "NMS_ROUNDS", 1)
     assert np.array_equal(K.nms(boxes, scores, thr, 1.0, pixel_offset, 600), want)
     monkeypatch.setattr(K, "NMS_PAIRS", 0)
