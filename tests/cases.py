@@ -482,6 +482,9 @@ def form_cases() -> list[tuple[str, dict]]:
             cases = [c for c in multilevel_cases(33) if c["op"] == f.op_type][:2]
         elif f.op_type.startswith("PyramidRoIAlign_L"):
             cases = [c for c in pyramid_cases(36) if c["op"] == f.op_type][:2]
+        elif f.op_type.startswith("DistributeRoIAlign_L"):
+            import paddle_stage_cases
+            cases = [c for c in paddle_stage_cases.cases() if c["op"] == f.op_type][:2]
         elif f.op_type == "GenerateProposals" or f.op_type.startswith("DistributeFpnProposals_L"):
             import proposal_cases
             cases = [c for c in proposal_cases.cases() + proposal_cases.definition_only_cases()

@@ -18,7 +18,7 @@ from onnx import helper
 from ..errors import RoiOpError, node_label
 from ..ops import FORMS, form
 from ..spec import DOMAIN, OPSET_VERSION, NodeForm, OpSpec
-from . import fusion, loops, mxnet, tensorflow
+from . import fusion, loops, mxnet, paddle, tensorflow
 from .nodes import given_attrs, iter_nodes, node_attrs, opset
 
 
@@ -77,6 +77,9 @@ def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
         done.moved += fused
         done.notes += notes
         fused, notes = tensorflow.fuse_crop_and_resize(model)  # tf2onnx's crop_and_resize
+        done.moved += fused
+        done.notes += notes
+        fused, notes = paddle.fuse_fpn_stages(model)  # export-paddle's FPN RoI stage
         done.moved += fused
         done.notes += notes
     if to == "onnx":  # and back, as standard ONNX

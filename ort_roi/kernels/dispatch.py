@@ -45,6 +45,7 @@ TABLE: dict[str, Step] = {
     "paste_masks": Step(cpu.paste_masks, None, ()),
     "generate_proposals": Step(cpu.generate_proposals, None, ()),
     "distribute_fpn_proposals": Step(cpu.distribute_fpn_proposals, None, ()),
+    "fpn_levels": Step(cpu.fpn_levels, None, ()),
 }
 
 

@@ -8,10 +8,10 @@ from .max_pool import max_pool
 from .ps_align import ps_align
 from .keypoints import keypoints
 from .masks import paste_masks
-from .proposals import distribute_fpn_proposals, generate_proposals
+from .proposals import distribute_fpn_proposals, fpn_levels, generate_proposals
 from .psroi import pool_bins
 from .rotated import align_rotated
 
 __all__ = ["align", "align_levels", "align_max", "bilinear_pool", "crop_bilinear",
            "crop_nearest", "max_pool", "ps_align", "pool_bins", "distribute_fpn_proposals",
-           "generate_proposals", "align_rotated", "keypoints", "paste_masks"]
+           "fpn_levels", "generate_proposals", "align_rotated", "keypoints", "paste_masks"]

@@ -1,0 +1,216 @@
+"""PaddleDetection's FPN RoI stage, fused: what export-paddle writes for ppdet's ``RoIAlign``
+extractor (``ppdet/modeling/heads/roi_extractor.py``: distribute_fpn_proposals, roi_align per
+level, concat, gather by restore_index) becomes one ``ort_roi::DistributeRoIAlign_L{L}``.
+
+export-paddle writes the stage as ``DistributeFpnProposals_L{L}(fpn_rois, rois_num)`` whose
+outputs (rois_l, rois_num_l, restore_index) pass through paddle2onnx's no-op chains for
+Paddle's ``assign`` (Unsqueeze(axes [0]) -> Add(a zero constant) -> Squeeze(axes [0]), once or
+more, and Identity nodes) into one ``ort_roi::RoIAlign(feat_l, rois_l, rois_num_l)`` per level;
+the L results (through Identity nodes) are concatenated on axis 0 and gathered on axis 0 by
+restore_index ([R, 1]: the Gather's output is [R, 1, C, PH, PW]). The levels' concatenation
+and the gather copy every pooled value twice (at 1000 rois x 256 x 7 x 7 two 50 MB copies,
+a third of the pooling's time); the fused op pools each roi once at its level straight into
+its row. ``fuse_fpn_stages`` finds each Gather that restore_index reaches, checks the stage
+exactly (every node on the paths the op export-paddle / paddle2onnx writes, with its whole
+attribute set; the assign chains' axes and zero constants; level l's RoIAlign reading rois_l
+and rois_num_l of the same Distribute; one pooling size, sampling ratio and aligned on every
+level; results read by nothing else) and replaces the Gather with the fused node and an
+Unsqueeze(axes [1]) giving the Gather's [R, 1, C, PH, PW]; the nodes only the stage read go.
+Anything that starts like the stage but does not match stays, with a note naming the node and
+the first difference.
+
+The Add of zero maps -0.0 to +0.0 in the rois RoIAlign reads; RoIAlign computes the same from
+either (x * scale - offset is -offset for both, and a sample at -0.0 reads what one at 0.0
+does), so the fused op, which reads the rois before the chain, is bit for bit the stage.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import node_label
+from ..ops import spec as spec_of
+from ..spec import DOMAIN, MAX_LEVELS
+from .builders import make_node
+from .nodes import node_attrs, opset
+from .toolkit import GraphIndex, NoMatch, check_attrs, splice
+
+EXPORTER = "export-paddle"
+DISTRIBUTE = "DistributeFpnProposals_L"
+#: the nodes paddle2onnx writes for Paddle's assign (and its Identity)
+_CHAIN_OPS = ("Identity", "Unsqueeze", "Add", "Squeeze")
+#: the attributes every level's RoIAlign must share (the fused op has one of each)
+_SHARED = ("pooled_height", "pooled_width", "sampling_ratio", "aligned")
+
+
+def _default(node: onnx.NodeProto) -> bool:
+    return node.domain in ("", "ai.onnx")
+
+
+def _levels(node: onnx.NodeProto) -> int | None:
+    """L of a DistributeFpnProposals_L{L} node of ours, else None."""
+    if node.domain != DOMAIN or not node.op_type.startswith(DISTRIBUTE):
+        return None
+    tail = node.op_type[len(DISTRIBUTE):]
+    return int(tail) if tail.isdigit() and 1 <= int(tail) <= MAX_LEVELS else None
+
+
+def through_assigns(g: GraphIndex, name: str, walked: list | None = None) -> str:
+    """The tensor ``name`` is a copy of: back through Identity nodes and paddle2onnx's assign
+    chains (Squeeze(axes [0]) of Add(Unsqueeze(x, axes [0]), zero)), each checked exactly
+    (NoMatch naming the node otherwise). The nodes walked are appended to ``walked``."""
+    while True:
+        n = g.producer.get(name)
+        if n is None or not _default(n) or n.op_type not in ("Identity", "Squeeze"):
+            return name
+        if n.op_type == "Identity":
+            check_attrs(n, g.opset, EXPORTER)
+            chain = [n]
+        else:
+            squeeze = g.operand(name, "Squeeze", "axes", 1, [0])
+            add = g.made_by(squeeze.input[0], "Add")
+            zero = g.const(add.input[1]) if len(add.input) == 2 else None
+            if zero is None or zero.size != 1 or zero.ndim > 1 or zero.ravel()[0] != 0:
+                shown = "not a constant" if zero is None else repr(zero.tolist())
+                raise NoMatch(f"Add {node_label(add)!r} adds {shown} where paddle2onnx's "
+                              f"assign adds a zero of one element")
+            unsqueeze = g.operand(add.input[0], "Unsqueeze", "axes", 1, [0])
+            chain = [squeeze, add, unsqueeze]
+        if walked is not None:
+            walked += chain
+        name = chain[-1].input[0]
+
+
+def _gathers(g: GraphIndex, restore: str) -> list[onnx.NodeProto]:
+    """The Gather nodes whose indices restore_index reaches through nodes of the assign
+    chains' kinds (checked later, backwards)."""
+    found, seen, todo = [], set(), [restore]
+    while todo:
+        name = todo.pop()
+        for n in g.consumers.get(name, []):
+            if not _default(n) or id(n) in seen:
+                continue
+            seen.add(id(n))
+            if n.op_type == "Gather" and len(n.input) == 2 and n.input[1] == name:
+                found.append(n)
+            elif n.op_type in _CHAIN_OPS and n.input and n.input[0] == name:
+                todo += [o for o in n.output if o]
+    return found
+
+
+def match_stage(g: GraphIndex, gather: onnx.NodeProto, dist: onnx.NodeProto) -> dict:
+    """The stage ending in ``gather`` whose levels ``dist`` (a DistributeFpnProposals_L{L})
+    gives: its feature maps (level order), the RoIAlign attributes they share, their scales;
+    NoMatch saying why not."""
+    L = _levels(dist)
+    check_attrs(gather, g.opset, EXPORTER, axis=0)
+    label = f"Gather {node_label(gather)!r}"
+    private: list[onnx.NodeProto] = []  # nodes whose results only the stage may read
+    if len(dist.output) != 2 * L + 1 or through_assigns(g, gather.input[1]) != dist.output[2 * L]:
+        raise NoMatch(f"{label}'s indices are not restore_index of {node_label(dist)!r}")
+    concat = g.made_by(through_assigns(g, gather.input[0], private), "Concat", axis=0)
+    private.append(concat)
+    if len(concat.input) != L:
+        raise NoMatch(f"Concat {node_label(concat)!r} joins {len(concat.input)} tensors where "
+                      f"{node_label(dist)!r} gives {L} levels")
+    align_spec = spec_of("RoIAlign")
+    feats, scales, shared = [], [], None
+    for k, name in enumerate(concat.input):
+        ra = g.producer.get(through_assigns(g, name, private))
+        if ra is None or ra.domain != DOMAIN or ra.op_type != "RoIAlign":
+            got = "a graph input" if ra is None else f"{ra.op_type} {node_label(ra)!r}"
+            raise NoMatch(f"Concat {node_label(concat)!r}'s input {k} comes from {got}, not an "
+                          f"{DOMAIN}::RoIAlign")
+        private.append(ra)
+        what = f"RoIAlign {node_label(ra)!r} (level {k})"
+        if len(ra.input) != 3 or len(ra.output) != 1:
+            raise NoMatch(f"{what} has {len(ra.input)} inputs and {len(ra.output)} outputs")
+        for i, want, called in ((1, dist.output[k], f"rois_{k}"),
+                                (2, dist.output[L + k], f"rois_num_{k}")):
+            src = through_assigns(g, ra.input[i])
+            if src != want:
+                raise NoMatch(f"{what} reads {ra.input[i]!r} (a copy of {src!r}), not "
+                              f"{called} of {node_label(dist)!r} ({want!r})")
+        a = node_attrs(ra, align_spec)
+        these = {key: a[key] for key in _SHARED}
+        if shared is not None and these != shared:
+            raise NoMatch(f"{what} pools with {these}, level 0 with {shared}: the fused op "
+                          f"has one of each")
+        shared = these
+        feats.append(ra.input[0])
+        scales.append(a["spatial_scale"])
+    inside = {id(n) for n in private} | {id(gather)}
+    for n in private:  # nothing else may read the levels' results on their way
+        for o in n.output:
+            readers = [r for r in g.consumers.get(o, []) if id(r) not in inside]
+            if readers or o in g.outputs:
+                who = "a graph output" if o in g.outputs else f"{readers[0].op_type} " \
+                    f"{node_label(readers[0])!r}"
+                raise NoMatch(f"{o!r} ({n.op_type} {node_label(n)!r}) is read by {who} too")
+    return dict(feats=feats, scales=scales, attrs=shared, nodes=len(private))
+
+
+def _fused_nodes(model: onnx.ModelProto, g: GraphIndex, gather: onnx.NodeProto,
+                 dist: onnx.NodeProto, m: dict) -> list[onnx.NodeProto]:
+    """DistributeRoIAlign_L{L} (Distribute's inputs, the maps) and Unsqueeze(axes [1]) into
+    the Gather's output."""
+    L = len(m["feats"])
+    spec = spec_of(f"DistributeRoIAlign_L{L}")
+    d = node_attrs(dist, spec_of(dist.op_type))
+    base = dist.name or dist.output[0]
+    pooled = f"{base}/{spec.name}_output"
+    fused = make_node(spec, [dist.input[0], dist.input[1], *m["feats"]], [pooled],
+                      name=f"{base}/{spec.name}", **d, **m["attrs"],
+                      **{f"spatial_scale_{i}": s for i, s in enumerate(m["scales"])})
+    name = f"{base}/{spec.name}/Unsqueeze"
+    if (g.opset or 1) >= 13:
+        axes = numpy_helper.from_array(np.array([1], np.int64), f"{name}/axes")
+        model.graph.initializer.append(axes)
+        unsqueeze = helper.make_node("Unsqueeze", [pooled, axes.name], [gather.output[0]],
+                                     name=name)
+    else:
+        unsqueeze = helper.make_node("Unsqueeze", [pooled], [gather.output[0]], name=name,
+                                     axes=[1])
+    return [fused, unsqueeze]
+
+
+def fuse_fpn_stages(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """Every PaddleDetection FPN RoI stage of the main graph as export-paddle writes it
+    (``match_stage``), replaced in place by one DistributeRoIAlign_L{L} (and an Unsqueeze).
+
+    Args:
+        model: the model, changed in place.
+
+    Returns:
+        (moved, notes): moved (the new node, what it replaced, ``ort_roi::DistributeRoIAlign``)
+        per fused stage; a note for each Gather that restore_index reaches but that does not
+        end the stage exactly, naming the node and why (the stage stays as it was).
+    """
+    onnx_opset = opset(model) or 1
+    moved, notes = [], []
+    names = [n.output[0] for n in model.graph.node if _levels(n) and n.output]
+    for first in names:
+        g = GraphIndex(model.graph, onnx_opset, EXPORTER)
+        dist = g.producer.get(first)
+        if dist is None:
+            continue
+        L = _levels(dist)
+        if len(dist.output) != 2 * L + 1 or not dist.output[2 * L]:
+            continue
+        for gather in _gathers(g, dist.output[2 * L]):
+            try:
+                m = match_stage(g, gather, dist)
+            except NoMatch as e:
+                notes.append(f"node {node_label(gather)!r} (Gather) reads restore_index of "
+                             f"{node_label(dist)!r} like PaddleDetection's FPN RoI stage as "
+                             f"{EXPORTER} writes it but does not match it exactly ({e}); left "
+                             f"unfused")
+                continue
+            new = _fused_nodes(model, g, gather, dist, m)
+            n = splice(model, gather, new, [i for k in new for i in k.input])
+            moved.append((new[0].name, f"PaddleDetection FPN RoI stage ({n} nodes)",
+                          f"{DOMAIN}::DistributeRoIAlign"))
+            break  # the graph changed: the next Distribute is looked up afresh
+    return moved, notes
