@@ -416,3 +416,33 @@ def test_paddledet_r18_fused_equals_unfused_and_paddle_inference(tmp_path):
         assert got[0].shape == want[0].shape and got[0].shape[0] > 50
         np.testing.assert_array_equal(got[0][:, 0], want[0][:, 0])  # labels
         np.testing.assert_allclose(got[0][:, 1:], want[0][:, 1:], rtol=0, atol=1e-4)
+
+
+# -- the CUDA backend (its source built for the host) --------------------------------------------
+
+from test_cupy import host_cupy, host_lib  # noqa: E402,F401 - the fixtures
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[4]], ids=lambda c: c["name"])
+def test_cuda_source_on_host(host_cupy, case):
+    """The maps on the "device": the fused op runs the CUDA align_levels step; it equals the
+    unfused stage computed there (RoIAlign per level on the device, concat, gather) bit for
+    bit, and NumPy within the float tolerance."""
+    args = list(case["inputs"].values())
+    a = case["attrs"]
+    L = _levels(case)
+    dev = [host_cupy.asarray(x) for x in args[2:]]
+    got = ops.kernel(ops.spec(case["op"]))(args[0], args[1], *dev, **a)
+    assert isinstance(got, host_cupy.ndarray)
+    got = np.asarray(got)
+    d = ops.distribute_fpn_proposals(args[0], args[1], min_level=a["min_level"],
+                                     max_level=a["max_level"], refer_level=a["refer_level"],
+                                     refer_scale=a["refer_scale"], pixel_offset=a["pixel_offset"])
+    per = [np.asarray(ops.roi_align(dev[i], d[i], d[L + i], pooled_height=a["pooled_height"],
+                                    pooled_width=a["pooled_width"],
+                                    spatial_scale=a[f"spatial_scale_{i}"],
+                                    sampling_ratio=a["sampling_ratio"], aligned=a["aligned"]))
+           for i in range(L)]
+    np.testing.assert_array_equal(got, np.concatenate(per)[d[2 * L][:, 0]])
+    want = ops.kernel(ops.spec(case["op"]))(*args, **a)
+    np.testing.assert_allclose(got, want, **_tol(want.dtype))
