@@ -228,6 +228,33 @@ def test_fuse_fpn_stages_in_place_and_again_changes_nothing():
     assert m.SerializeToString() == before
 
 
+def test_two_stages_in_one_graph_fuse_each():
+    """Mask R-CNN (box and mask heads) and Cascade R-CNN run the extractor more than once:
+    each stage becomes its own node, outputs unchanged."""
+    m = unfused_model(CASES[0])
+    made = {o for n in m.graph.node for o in n.output}
+    second = []
+    for n in m.graph.node:
+        c = onnx.NodeProto()
+        c.CopyFrom(n)
+        c.name = "second/" + n.name
+        c.input[:] = ["second/" + i if i in made else i for i in n.input]
+        c.output[:] = ["second/" + o for o in n.output]
+        second.append(c)
+    m.graph.node.extend(second)
+    m.graph.output.extend([tensor("second/pooled", np.float32, None),
+                           tensor("second/flat", np.float32, None)])
+    fused, done = ort_roi.convert(m, report=True)
+    assert len([x for x in done.moved if "FPN" in x[1]]) == 2
+    assert _op_types(fused).count("DistributeRoIAlign_L4") == 2
+    assert "RoIAlign" not in _op_types(fused)
+    want = _session(m).run(None, CASES[0]["inputs"])
+    got = _session(fused).run(None, CASES[0]["inputs"])
+    assert len(got) == 4
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+
+
 def test_other_readers_of_distribute_keep_it():
     """A graph output reading Distribute's restore_index keeps the Distribute node (its value
     is the graph's), the stage still fuses."""
