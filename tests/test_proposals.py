@@ -379,6 +379,33 @@ def test_validate_compares_proposal_stages_whole(tmp_path, capsys):
                       in line), line
 
 
+@needs_numpy_2
+@needs_entry
+def test_validate_generates_rois_for_a_distribute_node_fed_by_the_graph(tmp_path, capsys):
+    """DistributeFpnProposals' rois are its boxes and its first input: validate generates
+    boxes for them (it once made a [1, 4] feature map, and the run failed)."""
+    import onnx
+
+    from ort_roi.cli import main as cli
+    from ort_roi.graph import builders
+
+    levels = [f"rois{i}" for i in range(2, 6)]
+    node = builders.make_node("DistributeFpnProposals_L4", ["rois", "num"],
+                              levels + [f"num{i}" for i in range(2, 6)] + ["restore"],
+                              name="levels", min_level=2, max_level=5)
+    m = builders.make_model([node], [builders.tensor("rois", "float32", ["R", 4]),
+                                     builders.tensor("num", "int32", [2])],
+                            [builders.tensor(x, "float32", ["R", 4]) for x in levels] +
+                            [builders.tensor("restore", "int32", ["R", 1])])
+    path = str(tmp_path / "levels.onnx")
+    onnx.save(m, path)
+    assert cli.main(["validate", path, "--rois", "40"]) == 0
+    out = capsys.readouterr().out
+    assert "generated inputs (rois [40, 4], num [2])" in out, out
+    assert "(ort_roi::DistributeFpnProposals_L4): OK: all its outputs equal its definition " \
+        "(whole), max |diff| 0" in out, out
+
+
 def ops_kernel(name):
     from ort_roi import ops
 

@@ -38,6 +38,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..errors import RoiOpError
 from ..graph import builders
 from ..graph.nodes import opset
+from ..graph.paddle import fuse_fpn_stages
 from ..spec import DOMAIN, OPSET_VERSION
 
 #: The child script (run by path: it needs paddle and paddle2onnx, not ort_roi).
@@ -81,6 +82,8 @@ def paddle_export(path_prefix: str | os.PathLike, f: str | os.PathLike | None = 
     model, answer = run_paddle2onnx(path_prefix, opset_version, python=python, timeout=timeout)
     model = rewrite_stand_ins(model, answer["rois"], answer["outputs"], standard=standard,
                               cuts=answer.get("cuts", ()), n_counts=answer.get("counts", 0))
+    if not standard:  # PaddleDetection's FPN RoI stage -> one ort_roi::DistributeRoIAlign_L{L}
+        fuse_fpn_stages(model)
     if f is not None:
         onnx.save(model, os.fspath(f))
     return model

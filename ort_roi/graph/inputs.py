@@ -42,10 +42,10 @@ class Role:
         """features, boxes, levels, image_size, batch ([R]), counts ([N]); None for another
         input (a proposal stage's deltas, image shapes, variances): its declared shape."""
         i = list(self.spec.inputs).index(self.input)
+        if i == self.spec.boxes_input:  # before features: DistributeFpnProposals' rois are both
+            return "boxes"
         if i in self.spec.features:
             return "features"
-        if i == self.spec.boxes_input:
-            return "boxes"
         if self.input.name in ("levels", "image_size"):
             return self.input.name
         return {"[R]": "batch", "[N]": "counts"}.get(self.input.shape)
