@@ -187,3 +187,36 @@ def test_front_door_run_async_hands_the_error_to_the_callback():
     outputs, err = got["good"]
     assert err == "" and len(outputs) == 2
     np.testing.assert_array_equal(outputs[1], sess.run(None, feed(bad_b2=1))[1])
+
+
+def test_front_door_raises_our_error_when_a_later_node_fails_on_its_output():
+    """An op of ours rejects its input (its outputs become fallbacks), then an onnxruntime
+    node fails on them (a Gather out of bounds): the front door raises our error, naming the
+    op and input, not onnxruntime's nor a 'feed' error."""
+    from ort_roi.graph import builders
+
+    dist = builders.make_node("DistributeFpnProposals_L1", ["rois", "num"],
+                              ["r0", "n0", "restore"], name="levels", min_level=4, max_level=4)
+    m = builders.make_model(
+        [dist, helper.make_node("Squeeze", ["restore", "axis"], ["idx"]),
+         helper.make_node("Gather", ["r0", "idx"], ["out"], axis=0, name="restore_order")],
+        [builders.tensor("rois", "float32", ["R", 4]), builders.tensor("num", "int32", [1])],
+        [builders.tensor("out", "float32", None)],
+        initializers=[onnx.numpy_helper.from_array(np.array([1], np.int64), "axis")])
+    sess = ort_roi.InferenceSession(m)
+    rois = np.array([[0, 0, 10, 10], [5, 5, 50, 50], [1, 1, 300, 300]], np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"rois": rois,
+                                                  "num": np.array([3], np.int32)})[0], rois)
+    bad = {"rois": rois, "num": np.array([2], np.int32)}
+    binding = sess.io_binding()
+    for name, value in bad.items():
+        binding.bind_cpu_input(name, value)
+    binding.bind_output("out")
+    values = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in bad.items()}
+    for call in (lambda: sess.run(None, bad), lambda: sess.run_with_iobinding(binding),
+                 lambda: sess.run_with_ort_values(["out"], values)):
+        with pytest.raises(ort_roi.RoiOpError) as e:
+            call()
+        assert (e.value.op, e.value.node, e.value.tensor) == ("DistributeFpnProposals_L1",
+                                                             "levels", "num"), str(e.value)
+        assert "must sum to R = 3 (the rows of fpn_rois), got [2]" in str(e.value)

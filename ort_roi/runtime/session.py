@@ -230,13 +230,17 @@ class InferenceSession:
         with bridge.raising(self._sess, input_feed) as errors:
             try:
                 outs = self._sess.run(output_names, input_feed, run_options)
-            except Exception as e:  # onnxruntime refused the feed: name the op and input
-                raise self._feed_error(input_feed, e) from e
+            except Exception as e:
+                if errors:  # an op of ours failed first; a later node failed on its output
+                    raise errors[0] from e
+                raise self._feed_error(input_feed, e) from e  # the feed: name op and input
         if errors:
             raise errors[0]
         return outs
 
-    def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
+    def run_with_ort_values(self, output_names: Sequence[str],
+                            input_dict_ort_values: dict[str, ort.OrtValue],
+                            run_options: ort.RunOptions | None = None) -> list[ort.OrtValue]:
         """``run`` on OrtValues (onnxruntime's ``run_with_ort_values``), with ``run``'s errors.
 
         Args:
@@ -251,13 +255,19 @@ class InferenceSession:
             RoiOpError: an ort_roi op rejected its input (naming op, node, input and tensor).
         """
         with bridge.raising(self._sess) as errors:
-            outs = self._sess.run_with_ort_values(output_names, input_dict_ort_values,
-                                                  run_options)
+            try:
+                outs = self._sess.run_with_ort_values(output_names, input_dict_ort_values,
+                                                      run_options)
+            except Exception as e:
+                if errors:  # an op of ours failed first; a later node failed on its output
+                    raise errors[0] from e
+                raise
         if errors:
             raise errors[0]
         return outs
 
-    def run_with_iobinding(self, iobinding, run_options=None) -> None:
+    def run_with_iobinding(self, iobinding: ort.IOBinding,
+                           run_options: ort.RunOptions | None = None) -> None:
         """``run`` through an IOBinding (onnxruntime's ``run_with_iobinding``), with ``run``'s
         errors.
 
@@ -269,11 +279,18 @@ class InferenceSession:
             RoiOpError: an ort_roi op rejected its input (naming op, node, input and tensor).
         """
         with bridge.raising(self._sess) as errors:
-            self._sess.run_with_iobinding(iobinding, run_options)
+            try:
+                self._sess.run_with_iobinding(iobinding, run_options)
+            except Exception as e:
+                if errors:  # an op of ours failed first; a later node failed on its output
+                    raise errors[0] from e
+                raise
         if errors:
             raise errors[0]
 
-    def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
+    def run_async(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
+                  callback: Any, user_data: Any,
+                  run_options: ort.RunOptions | None = None) -> threading.Thread:
         """``run`` on another thread, then ``callback(outputs, user_data, err)`` as
         onnxruntime's ``run_async`` calls it (``err`` "" on success; on failure the outputs
         are [] and ``err`` the RoiOpError's or onnxruntime's message). onnxruntime's own
