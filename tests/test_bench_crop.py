@@ -85,3 +85,26 @@ def test_bench_w9_rows_ratios_and_differences(tmp_path, capsys):
             assert r["peers"][bench_crop.TF]["max_abs_diff"] == 0
         assert f"| {name} | CropAndResize |" in bench.markdown(json.loads(out.read_text()))
     assert ("TF crop_and_resize: skipped (tensorflow is not installed" in text) != HAVE_TF
+
+
+@pytest.mark.parametrize("method", ["bilinear", "nearest"])
+def test_kernel_threads_split_whole_steps_same_values(method):
+    """The NumPy kernel shares whole steps (512 pixels at C = 256) among its threads: a call
+    of several steps and a short last one, on 2 threads, equals the boxes cropped one call
+    each (one thread, one step), bit for bit."""
+    from ort_roi import set_num_threads
+    from ort_roi.ops.crop_and_resize import crop_and_resize
+
+    w = dict(N=2, H=38, W=50, C=256, R=23)  # 23 * 7 * 7 = 1127 pixels: 2 steps + 103
+    image, boxes, idx = bench_crop.make_inputs(w)
+    kw = dict(crop_height=7, crop_width=7, method=method)
+    previous = set_num_threads(2)
+    try:
+        whole = crop_and_resize(image, boxes, idx, **kw)
+        set_num_threads(1)
+        one = np.concatenate([crop_and_resize(image, boxes[i:i + 1], idx[i:i + 1], **kw)
+                              for i in range(len(boxes))])
+    finally:
+        set_num_threads(previous)
+    assert whole.shape == (23, 7, 7, 256)
+    np.testing.assert_array_equal(whole.view(np.uint32), one.view(np.uint32))

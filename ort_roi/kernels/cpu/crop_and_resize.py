@@ -29,6 +29,14 @@ def _gather(pixels: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, pixels.take(idx, axis=0, mode="clip"), casting="unsafe")
 
 
+def _for_steps(n: int, step: int, work) -> None:
+    """work(s0, s1) over [0, n) on the kernel threads, in ranges of whole steps (a multiple
+    of ``step`` pixels, the last range excepted): a range cut at any pixel ends in a short
+    step of the same dozen NumPy calls (W9 R100 7x7: 16 steps a call instead of 10, 3-7 %
+    of the kernel)."""
+    for_ranges(-(-n // step), lambda a, b: work(a * step, min(n, b * step)), min_chunk=1)
+
+
 def _extrapolate(out: np.ndarray, rows_on: np.ndarray, cols_on: np.ndarray, value) -> None:
     """Rows [R, CH] and columns [R, CW] off the map get the extrapolation value."""
     if not rows_on.all():
@@ -93,7 +101,7 @@ def crop_bilinear(image: np.ndarray, batch: np.ndarray, y0: np.ndarray, y1: np.n
             np.multiply(dy[s], B, out=B)
             A += B
 
-    for_ranges(R * CH * CW, work, min_chunk=step)
+    _for_steps(R * CH * CW, step, work)
     _extrapolate(out, y0 >= 0, x0 >= 0, F32.type(extrapolation_value))
     return out
 
@@ -121,6 +129,6 @@ def crop_nearest(image: np.ndarray, batch: np.ndarray, y: np.ndarray, x: np.ndar
             s = slice(first, min(s1, first + step))
             _gather(pixels, idx[s], o2[s])
 
-    for_ranges(R * CH * CW, work, min_chunk=step)
+    _for_steps(R * CH * CW, step, work)
     _extrapolate(out, y >= 0, x >= 0, F32.type(extrapolation_value))
     return out
