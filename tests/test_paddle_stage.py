@@ -420,19 +420,8 @@ def test_paddledet_r18_fused_equals_unfused_and_paddle_inference(tmp_path):
     prefix = e2e.build(str(tmp_path / "faster_rcnn_r18_fpn"), depth=18, pre_nms_top_n=300,
                        post_nms_top_n=300)
     model = ort_roi.paddle_export(prefix)
-    unfused = onnx.ModelProto()
-    if any(n.op_type == "DistributeFpnProposals_L4" for n in model.graph.node):
-        unfused.CopyFrom(model)
-        moved, notes = P.fuse_fpn_stages(model)
-        assert len(moved) == 1 and notes == [], (moved, notes)
-    else:  # paddle_export fuses the stage itself: its two halves give the unfused model
-        from ort_roi.export.paddle import rewrite_stand_ins, run_paddle2onnx
-
-        raw, answer = run_paddle2onnx(prefix)
-        unfused.CopyFrom(rewrite_stand_ins(raw, answer["rois"], answer["outputs"],
-                                           cuts=answer.get("cuts", ()),
-                                           n_counts=answer.get("counts", 0)))
-        assert "DistributeFpnProposals_L4" in _op_types(unfused)
+    unfused = ort_roi.paddle_export(prefix, fuse=False)
+    assert "DistributeFpnProposals_L4" in _op_types(unfused)
     kinds = sorted(n.op_type for n in model.graph.node if n.domain == ort_roi.DOMAIN)
     assert kinds == ["DistributeRoIAlign_L4"] + ["GenerateProposals"] * 5
     pooled = next(n.output[0] for n in model.graph.node if n.op_type == "Unsqueeze"

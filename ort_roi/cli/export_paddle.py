@@ -18,7 +18,7 @@ def cmd_export_paddle(args: argparse.Namespace) -> int:
     try:
         model = paddle_export(args.path_prefix, args.output, args.opset,
                               standard=args.standard_onnx, python=args.python,
-                              timeout=args.timeout)
+                              timeout=args.timeout, fuse=not args.no_fuse)
     except (ValueError, ImportError, OSError) as e:  # RoiOpError is a ValueError
         print(f"ort-roi export-paddle: {e}", file=sys.stderr)
         return 1
@@ -44,4 +44,7 @@ def add_command(sub) -> None:
     p.add_argument("--python", help=f"the Python that runs paddle2onnx (default ${PYTHON_ENV} "
                                     "or this one)")
     p.add_argument("--timeout", type=float, help="seconds paddle2onnx may run")
+    p.add_argument("--no-fuse", action="store_true",
+                   help="keep PaddleDetection's FPN RoI stage as exported (one RoIAlign per "
+                        "level) instead of one DistributeRoIAlign node")
     p.set_defaults(fn=cmd_export_paddle)

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -53,7 +54,8 @@ _OP = "paddle_export"
 
 def paddle_export(path_prefix: str | os.PathLike, f: str | os.PathLike | None = None,
                   opset_version: int = 17, *, standard: bool = False,
-                  python: str | None = None, timeout: float | None = None) -> onnx.ModelProto:
+                  python: str | None = None, timeout: float | None = None,
+                  fuse: bool = True) -> onnx.ModelProto:
     """Export a saved Paddle inference program to ONNX with its RoI ops exact.
 
     Args:
@@ -69,6 +71,10 @@ def paddle_export(path_prefix: str | os.PathLike, f: str | os.PathLike | None = 
         python: the Python that runs paddle2onnx (it needs paddle and paddle2onnx);
             default ``$ORT_ROI_PADDLE_PYTHON`` or ``sys.executable``.
         timeout: seconds the child may run (None: no limit).
+        fuse: write PaddleDetection's FPN RoI stage (distribute_fpn_proposals, roi_align per
+            level, concat, gather by restore_index) as one ``ort_roi::DistributeRoIAlign_L{L}``
+            (bit for bit the unfused graph; not with ``standard``). A stage that differs in
+            any part stays as exported, with a warning naming the node.
 
     Returns:
         The model, which ``onnxruntime.InferenceSession(model, ort_roi.session_options())``
@@ -82,8 +88,9 @@ def paddle_export(path_prefix: str | os.PathLike, f: str | os.PathLike | None = 
     model, answer = run_paddle2onnx(path_prefix, opset_version, python=python, timeout=timeout)
     model = rewrite_stand_ins(model, answer["rois"], answer["outputs"], standard=standard,
                               cuts=answer.get("cuts", ()), n_counts=answer.get("counts", 0))
-    if not standard:  # PaddleDetection's FPN RoI stage -> one ort_roi::DistributeRoIAlign_L{L}
-        fuse_fpn_stages(model)
+    if fuse and not standard:  # PaddleDetection's FPN RoI stage -> one DistributeRoIAlign_L{L}
+        for note in fuse_fpn_stages(model)[1]:
+            warnings.warn(f"paddle_export: {note}", stacklevel=2)
     if f is not None:
         onnx.save(model, os.fspath(f))
     return model
