@@ -255,6 +255,37 @@ def test_two_stages_in_one_graph_fuse_each():
         np.testing.assert_array_equal(g, w)
 
 
+def test_two_stages_after_one_distribute_fuse_each():
+    """Two heads pooling the same Distribute's levels (its restore_index read by two
+    Gathers): each stage becomes its own node with its own names, outputs unchanged."""
+    m = unfused_model(CASES[0], tail=False)
+    dist = next(n for n in m.graph.node if n.op_type.startswith("DistributeFpnProposals"))
+    made = {o for n in m.graph.node for o in n.output} - set(dist.output)
+    second = []
+    for n in m.graph.node:
+        if n is dist:
+            continue
+        c = onnx.NodeProto()
+        c.CopyFrom(n)
+        c.name = "second/" + n.name
+        c.input[:] = ["second/" + i if i in made else i for i in n.input]
+        c.output[:] = ["second/" + o for o in n.output]
+        second.append(c)
+    m.graph.node.extend(second)
+    m.graph.output.extend([tensor("second/pooled", np.float32, None)])
+    fused, done = ort_roi.convert(m, report=True)
+    assert len([x for x in done.moved if "FPN" in x[1]]) == 2, done
+    assert _op_types(fused).count("DistributeRoIAlign_L4") == 2
+    assert "DistributeFpnProposals_L4" not in _op_types(fused)
+    made = [o for n in fused.graph.node for o in n.output]
+    assert len(made) == len(set(made))  # SSA: the two stages' tensors are named apart
+    want = _session(m).run(None, CASES[0]["inputs"])
+    got = _session(fused).run(None, CASES[0]["inputs"])
+    assert len(got) == 2
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+
+
 def test_other_readers_of_distribute_keep_it():
     """A graph output reading Distribute's restore_index keeps the Distribute node (its value
     is the graph's), the stage still fuses."""

@@ -159,7 +159,7 @@ def _fused_nodes(model: onnx.ModelProto, g: GraphIndex, gather: onnx.NodeProto,
     L = len(m["feats"])
     spec = spec_of(f"DistributeRoIAlign_L{L}")
     d = node_attrs(dist, spec_of(dist.op_type))
-    base = dist.name or dist.output[0]
+    base = f"{dist.name or dist.output[0]}/{gather.name or gather.output[0]}"  # one per stage
     pooled = f"{base}/{spec.name}_output"
     fused = make_node(spec, [dist.input[0], dist.input[1], *m["feats"]], [pooled],
                       name=f"{base}/{spec.name}", **d, **m["attrs"],
@@ -192,25 +192,32 @@ def fuse_fpn_stages(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]],
     moved, notes = [], []
     names = [n.output[0] for n in model.graph.node if _levels(n) and n.output]
     for first in names:
-        g = GraphIndex(model.graph, onnx_opset, EXPORTER)
-        dist = g.producer.get(first)
-        if dist is None:
-            continue
-        L = _levels(dist)
-        if len(dist.output) != 2 * L + 1 or not dist.output[2 * L]:
-            continue
-        for gather in _gathers(g, dist.output[2 * L]):
-            try:
-                m = match_stage(g, gather, dist)
-            except NoMatch as e:
-                notes.append(f"node {node_label(gather)!r} (Gather) reads restore_index of "
-                             f"{node_label(dist)!r} like PaddleDetection's FPN RoI stage as "
-                             f"{EXPORTER} writes it but does not match it exactly ({e}); left "
-                             f"unfused")
-                continue
-            new = _fused_nodes(model, g, gather, dist, m)
-            n = splice(model, gather, new, [i for k in new for i in k.input])
-            moved.append((new[0].name, f"PaddleDetection FPN RoI stage ({n} nodes)",
-                          f"{DOMAIN}::DistributeRoIAlign"))
-            break  # the graph changed: the next Distribute is looked up afresh
+        tried: set[str] = set()  # the Gathers of this Distribute matched (or not) so far
+        while True:  # each Gather reading its restore_index: a stage (Mask R-CNN has two)
+            g = GraphIndex(model.graph, onnx_opset, EXPORTER)
+            dist = g.producer.get(first)
+            if dist is None:
+                break
+            L = _levels(dist)
+            if len(dist.output) != 2 * L + 1 or not dist.output[2 * L]:
+                break
+            for gather in _gathers(g, dist.output[2 * L]):
+                if gather.output[0] in tried:
+                    continue
+                tried.add(gather.output[0])
+                try:
+                    m = match_stage(g, gather, dist)
+                except NoMatch as e:
+                    notes.append(f"node {node_label(gather)!r} (Gather) reads restore_index of "
+                                 f"{node_label(dist)!r} like PaddleDetection's FPN RoI stage as "
+                                 f"{EXPORTER} writes it but does not match it exactly ({e}); "
+                                 f"left unfused")
+                    continue
+                new = _fused_nodes(model, g, gather, dist, m)
+                n = splice(model, gather, new, [i for k in new for i in k.input])
+                moved.append((new[0].name, f"PaddleDetection FPN RoI stage ({n} nodes)",
+                              f"{DOMAIN}::DistributeRoIAlign"))
+                break  # the graph changed: index it afresh
+            else:
+                break  # no Gather of this Distribute left to fuse
     return moved, notes
