@@ -32,6 +32,8 @@ ROI_OPS = ("pd_op.roi_align", "pd_op.roi_pool", "pd_op.psroi_pool")
 CUT_OPS = ("pd_op.generate_proposals", "pd_op.distribute_fpn_proposals",
            "pd_op.multiclass_nms3")
 CUT = "ort_roi_cut_{}_{}"
+#: Ops paddle2onnx does not export that the child rewrites into ops it does (``broadcasts``).
+REWRITTEN = {"pd_op.broadcast_tensors"}
 #: Ops of every program that paddle2onnx handles itself (not in its supported list).
 STRUCTURAL = {"pd_op.data", "pd_op.feed", "pd_op.fetch", "builtin.parameter",
               "builtin.shadow_output", "builtin.constant", "builtin.set_parameter"}
@@ -58,7 +60,7 @@ def unsupported(program, supported: set) -> dict:
     bad: dict = {}
     for op in all_ops(program.global_block()):
         name = op.name()
-        if name in STRUCTURAL or name in ROI_OPS or name in CUT_OPS:
+        if name in STRUCTURAL or name in ROI_OPS or name in CUT_OPS or name in REWRITTEN:
             continue
         short = name.split(".", 1)[-1]
         names = {short, name.replace(".", "_")} | older.get(short, set())
@@ -219,6 +221,75 @@ def interp_sizes(paddle, program) -> None:
     paddle.pir.reset_insertion_point_to_end()
 
 
+def broadcasts(paddle, program) -> None:
+    """Rewrite ``pd_op.broadcast_tensors`` (Paddle's advanced indexing ``x[i, j]`` by tensors,
+    e.g. PaddleDetection's MaskHead picking each box's class mask) as an ``expand`` of each
+    input to the common shape: paddle2onnx 2.1 does not export it (it aborts). The common
+    shape is computed from the inputs' shapes at run time (right aligned, padded with 1s):
+    each dimension the largest, or 0 where one is 0 (broadcasting 1 against 0 gives 0)."""
+    for op in [o for o in all_ops(program.global_block())
+               if o.name() == "pd_op.broadcast_tensors"]:
+        combine = op.operand_source(0).get_defining_op()
+        users = op.result(0).all_used_ops()
+        if (combine is None or combine.name() != "builtin.combine" or not users
+                or any(u.name() != "builtin.split" for u in users)):
+            continue
+        xs = [combine.operand_source(i) for i in range(combine.num_operands())]
+        rank = max(len(x.shape) for x in xs)
+        paddle.pir.set_insertion_point(op)
+        shapes = []
+        for x in xs:
+            s = paddle.cast(paddle.shape(x), "int64")
+            if len(x.shape) < rank:
+                s = paddle.concat([paddle.full([rank - len(x.shape)], 1, "int64"), s])
+            shapes.append(s)
+        big, small = shapes[0], shapes[0]
+        for s in shapes[1:]:
+            big, small = paddle.maximum(big, s), paddle.minimum(small, s)
+        common = big * paddle.cast(small > 0, "int64")
+        news = [paddle.expand(x, common) for x in xs]
+        for split in users:
+            for r, new in zip(split.results(), news):
+                r.replace_all_uses_with(new)
+        for dead in [*users, op]:
+            dead.get_parent_block().remove_op(dead)
+        if combine.result(0).use_empty():
+            combine.get_parent_block().remove_op(combine)
+    paddle.pir.reset_insertion_point_to_end()
+
+
+def gathers(paddle, program) -> None:
+    """Follow each ``pd_op.gather`` by an index of shape [N, 1] (PaddleDetection's FPN RoI
+    stage gathers its pooled levels by restore_index [R, 1]) with a reshape to the shape Paddle
+    gives it, ``x.shape[:axis] + [N] + x.shape[axis + 1:]``: paddle2onnx 2.1 writes it as an
+    ONNX Gather of the [N, 1] indices, whose result has one more dimension
+    (``[R, 1, C, PH, PW]``, which a Conv after it refuses: Mask R-CNN's mask head). In Paddle
+    the reshape is a no-op."""
+    for op in [o for o in all_ops(program.global_block()) if o.name() == "pd_op.gather"]:
+        x, index = op.operand_source(0), op.operand_source(1)
+        axis_op = op.operand_source(2).get_defining_op() if op.num_operands() > 2 else None
+        if (len(index.shape) != 2 or axis_op is None or axis_op.name() != "pd_op.full"
+                or op.result(0).use_empty()):
+            continue
+        axis = int(axis_op.attrs()["value"])
+        axis = axis + len(x.shape) if axis < 0 else axis
+        y = op.result(0)
+        users = y.all_used_ops()
+        paddle.pir.set_insertion_point_after(op)
+        # from the result's own shape (its first axis + 1 dimensions and its last
+        # rank(x) - axis - 1 are Paddle's in either): neither x (the levels' concat, which the
+        # stage's fusion in graph/paddle.py requires that nothing else reads) nor the index
+        # (restore_index: a Shape of it would keep the unfused Distribute alive)
+        ys, tail = paddle.shape(y), len(x.shape) - axis - 1
+        parts = [ys[:axis + 1]] + ([ys[-tail:]] if tail else [])
+        new = paddle.reshape(y, paddle.concat(parts))
+        for u in users:
+            for i in range(u.num_operands()):
+                if u.operand_source(i).is_same(y):
+                    u.operand(i).set_source(new)
+    paddle.pir.reset_insertion_point_to_end()
+
+
 def main(request_path: str) -> int:
     with open(request_path) as fh:
         req = json.load(fh)
@@ -250,6 +321,8 @@ def main(request_path: str) -> int:
         with paddle.static.program_guard(program):
             interp_sizes(paddle, program)
             constants(paddle, program)
+            broadcasts(paddle, program)
+            gathers(paddle, program)
             rois, counts = stand_ins(paddle, program)
             cuts, cut_feeds, cut_fetches = cut_outs(paddle, program)
     except ValueError as e:
