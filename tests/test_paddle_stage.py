@@ -21,6 +21,7 @@ from onnx import helper, numpy_helper
 
 import ort_roi
 import paddle_stage_cases as S
+from versions import needs_shape_inference
 from ort_roi import RoiOpError, ops
 from ort_roi.graph import paddle as P
 from ort_roi.graph.builders import make_model, make_node, single_op_model, tensor
@@ -405,6 +406,7 @@ def test_the_number_of_maps_picks_the_op():
         ops.distribute_roi_align(*args, min_level=2, max_level=5, spatial_scales=[0.25])
 
 
+@needs_shape_inference
 @pytest.mark.parametrize("L", [1, 4, 6])
 def test_schema_and_shape_inference(L):
     case = next(c for c in CASES if _levels(c) == L)
