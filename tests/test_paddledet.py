@@ -1,6 +1,6 @@
-"""PaddleDetection's Faster R-CNN FPN (ResNet-18, random seeded weights with a trained model's
-load: tools/paddledet_e2e.py) through ort_roi.paddle_export into a plain onnxruntime session:
-its detections equal Paddle Inference's on the same image."""
+"""PaddleDetection's Faster R-CNN FPN and Mask R-CNN FPN (ResNet-18, random seeded weights with a
+trained model's load: tools/paddledet_e2e.py) through ort_roi.paddle_export into a plain
+onnxruntime session: their detections (and masks) equal Paddle Inference's on the same image."""
 
 from __future__ import annotations
 
@@ -56,3 +56,40 @@ def test_faster_rcnn_fpn_detections_equal_paddle_inference(e2e, tmp_path):
         assert got[0].shape == want[0].shape and got[0].shape[0] > 50
         np.testing.assert_array_equal(got[0][:, 0], want[0][:, 0])  # labels
         np.testing.assert_allclose(got[0][:, 1:], want[0][:, 1:], rtol=0, atol=1e-4)
+
+
+def test_mask_rcnn_fpn_detections_and_masks_equal_paddle_inference(e2e, tmp_path):
+    prefix = e2e.build(str(tmp_path / "mask_rcnn_r18_fpn"), depth=18, pre_nms_top_n=300,
+                       post_nms_top_n=300, calibrate=(224, 288), arch="mask_rcnn",
+                       keep_top_k=40)  # 40 masks: Paddle runs the mask head's convs slowly
+    model = ort_roi.paddle_export(prefix, prefix + ".onnx")
+    kinds = sorted(n.op_type for n in model.graph.node if n.domain == "ort_roi")
+    # the box head's FPN RoI stage and the mask head's (on the final boxes), each fused
+    assert kinds == ["DistributeRoIAlign_L4"] * 2 + ["GenerateProposals"] * 5
+    # MaskPostProcess pastes with grid_sample (paddle2onnx's GridSample); broadcast_tensors
+    # (MaskHead's mask_logit[index, labels]) became Expand nodes
+    assert sum(n.op_type == "GridSample" for n in model.graph.node) == 1
+    sess = ort.InferenceSession(prefix + ".onnx", ort_roi.session_options())
+    run, why = e2e.paddle_predictor(prefix, mkldnn=False, threads=2)
+    assert run is not None, why
+    for size, seed in (((224, 288), 0), ((192, 256), 1)):
+        f = e2e.feeds(size, seed)
+        got, want = sess.run(None, f), run(f)
+        assert [g.dtype for g in got] == [w.dtype for w in want] == [np.float32, np.int32,
+                                                                      np.int32]
+        np.testing.assert_array_equal(got[1], want[1])
+        # keep_top_k rows and the row PaddleDetection's export_onnx post-processing appends
+        assert got[0].shape == want[0].shape == (41, 6)
+        np.testing.assert_array_equal(got[0][:, 0], want[0][:, 0])  # labels
+        np.testing.assert_allclose(got[0][:, 1:], want[0][:, 1:], rtol=0, atol=1e-4)
+        assert got[2].shape == want[2].shape == (got[0].shape[0], *size)
+        assert set(np.unique(want[2])) == {0, 1} and want[2].sum() > 2000
+        # a pixel may flip where Paddle's value before the 0.5 threshold is within float noise
+        assert (got[2] != want[2]).sum() <= 4
+    # before the threshold: onnxruntime within 1e-4 of Paddle, and a pixel differs only where
+    # Paddle's value is nearer 0.5 than that difference
+    res = e2e.mask_probe(prefix, prefix + ".onnx", f, str(tmp_path), threads=2,
+                         reference=want)
+    assert res["probe_outputs_equal_program"]
+    assert res["max_pre_threshold_diff"] <= 1e-4
+    assert res["max_distance_from_threshold_at_differ"] <= res["max_pre_threshold_diff"]

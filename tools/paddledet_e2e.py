@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""PaddleDetection's Faster R-CNN FPN end to end: Paddle Inference against onnxruntime running
-the model ``ort-roi export-paddle`` wrote.
+"""PaddleDetection's Faster R-CNN FPN (and Mask R-CNN FPN) end to end: Paddle Inference against
+onnxruntime running the model ``ort-roi export-paddle`` wrote.
 
     pip install --no-deps paddledet==2.6.0
     pip install pyyaml typeguard tqdm scipy shapely terminaltables pycocotools \\
         opencv-python-headless requests six matplotlib scikit-learn pandas  # -c your pins
-    python tools/paddledet_e2e.py [--depth 50] [--size 480 640] [--repeat 5] [--profile]
-                                  [--out DIR] [--json FILE]
+    python tools/paddledet_e2e.py [--arch faster_rcnn|mask_rcnn] [--depth 50] [--size 480 640]
+                                  [--repeat 5] [--profile] [--probe] [--out DIR] [--json FILE]
 
 The model is built from ``ppdet.modeling`` with PaddleDetection's faster_rcnn_r50_fpn_1x_coco
 settings (ResNet depth 18/34/50, FPN 256, RPN 5 levels, 1000 proposals, RoIAlign 7x7 aligned
@@ -19,7 +19,13 @@ decide which 100 are kept) and NMS sees about a thousand boxes; the script's def
 scales the class logits to std 1 and the box deltas to std 0.5 on the image, since a deeper
 random backbone's features reach 1e3-1e4: without it R50's box head saturates, its softmax
 ties near 1 - 1e-7 and its deltas of ~30 decode into hundreds of zero-area boxes;
-``--no-calibrate`` keeps the fixed load), saved as PaddleDetection's
+``--no-calibrate`` keeps the fixed load). ``--arch mask_rcnn`` builds PaddleDetection's
+mask_rcnn_r50_fpn_1x_coco on the same pieces (``MASK_CONFIG``: MaskHead with MaskFeat 4 x conv
+256 + deconv on RoIAlign 14 x 14 of the final boxes through the FPN levels, per-class 28 x 28
+mask logits, MaskPostProcess pasting the label's sigmoid onto the image with grid_sample and
+thresholding it at 0.5; outputs bbox, bbox_num, mask [K, H, W] int32); its calibration also
+sets each class's mask logits to mean 0 and std 2 on the image, so that every mask crosses 0.5.
+Either is saved as PaddleDetection's
 ``tools/export_model.py ... export_onnx=True`` saves it (``paddle.jit.save`` of the traced
 model, inputs image / im_shape / scale_factor, one image; PaddleDetection's documented route
 to ONNX). Then:
@@ -33,7 +39,9 @@ to ONNX). Then:
    [pir::ArrayAttribute<pir::DoubleAttribute>]", which the script reports);
 
 checks that the detections are equal (same count and labels, scores within 1e-4, boxes
-within 1e-4 + 1e-6 x the largest coordinate: at 512-1024 a float32 ulp is 6.1e-5), and times
+within 1e-4 + 1e-6 x the largest coordinate: at 512-1024 a float32 ulp is 6.1e-5), counts
+the mask pixels that differ (with ``--probe``, ``mask_probe``: both models' masks before the
+threshold, how far from 0.5 Paddle's value is where they differ), and times
 both in one process, interleaved (each round in a fresh random order; the median of the
 rounds' ratios), with ``--profile`` onnxruntime's profile by op type.
 
@@ -88,8 +96,28 @@ BBoxAssigner: {batch_size_per_im: 512, bg_thresh: 0.5, fg_thresh: 0.5, fg_fracti
 TwoFCHead: {out_channel: 1024}
 BBoxPostProcess:
   decode: RCNNBox
-  nms: {name: MultiClassNMS, keep_top_k: 100, score_threshold: 0.05, nms_threshold: 0.5}
+  nms: {name: MultiClassNMS, keep_top_k: %(keep)d, score_threshold: 0.05, nms_threshold: 0.5}
 """
+#: PaddleDetection's mask_rcnn_r50_fpn_1x_coco on top of CONFIG: MaskHead (MaskFeat, 4 convs
+#: of 256 and a 2x deconvolution, on RoIAlign 14x14 aligned adaptive sampling of the final
+#: boxes through the FPN levels again), mask_fcn_logits per class, MaskPostProcess (the
+#: label's mask, sigmoid, pasted onto the image by grid_sample, >= 0.5; export_onnx's route).
+MASK_CONFIG = CONFIG.replace("architecture: FasterRCNN", "architecture: MaskRCNN").replace(
+    "FasterRCNN: {backbone: ResNet, neck: FPN, rpn_head: RPNHead, bbox_head: BBoxHead,\n"
+    "             bbox_post_process: BBoxPostProcess}",
+    "MaskRCNN: {backbone: ResNet, neck: FPN, rpn_head: RPNHead, bbox_head: BBoxHead,\n"
+    "           mask_head: MaskHead, bbox_post_process: BBoxPostProcess,\n"
+    "           mask_post_process: MaskPostProcess}") + """
+MaskHead:
+  head: MaskFeat
+  roi_extractor: {resolution: 14, sampling_ratio: 0, aligned: true}
+  mask_assigner: MaskAssigner
+  share_bbox_feat: false
+MaskFeat: {num_convs: 4, out_channel: 256}
+MaskAssigner: {mask_resolution: 28}
+MaskPostProcess: {binary_thresh: 0.5}
+"""
+ARCHS = {"faster_rcnn": CONFIG, "mask_rcnn": MASK_CONFIG}
 
 
 def _repatch(owner, name: str, edits: list[tuple[str, str]]) -> None:
@@ -139,18 +167,26 @@ def import_ppdet():
 
 def build(prefix: str, depth: int = 50, pre_nms_top_n: int = 1000,
           post_nms_top_n: int = 1000, seed: int = 0,
-          calibrate: tuple[int, int] | None = None) -> str:
+          calibrate: tuple[int, int] | None = None, arch: str = "faster_rcnn",
+          keep_top_k: int = 100) -> str:
     """The model (see the module's doc), saved under ``prefix`` (PREFIX.json and
     PREFIX.pdiparams); returns prefix. ``calibrate``: an image size (H, W) on whose
     ``feeds`` image the box head's class logits are scaled to std 1 and its deltas to std
-    0.5 (one dygraph forward), or None for the fixed load."""
+    0.5 (one dygraph forward; Mask R-CNN's mask logits too, each class's to mean 0 and std
+    2 over its 28 x 28 masks, so that its masks hold both sides of 0.5), or None for the
+    fixed load. ``arch``: ``faster_rcnn`` (outputs bbox, bbox_num) or ``mask_rcnn`` (bbox,
+    bbox_num, mask: [K, H, W] int32 0/1 on the image). ``keep_top_k``: MultiClassNMS's (the
+    detections kept, so the masks computed: PaddleDetection's configs say 100)."""
     import paddle
 
     import_ppdet()
     from ppdet.core.workspace import create, load_config
 
+    if arch not in ARCHS:
+        raise ValueError(f"arch {arch!r}: one of {sorted(ARCHS)}")
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as fh:
-        fh.write(CONFIG % dict(depth=depth, pre=pre_nms_top_n, post=post_nms_top_n))
+        fh.write(ARCHS[arch] % dict(depth=depth, pre=pre_nms_top_n, post=post_nms_top_n,
+                                    keep=keep_top_k))
     try:
         cfg = load_config(fh.name)
     finally:
@@ -182,6 +218,20 @@ def build(prefix: str, depth: int = 50, pre_nms_top_n: int = 1000,
                 w = layer.weight
                 got = float(paddle.matmul(x, w).std())
                 w.set_value(w * (std / got))
+            if arch == "mask_rcnn":  # on the final boxes of the calibrated box head
+                logits = []
+                hook = model.mask_head.mask_fcn_logits.register_forward_post_hook(
+                    lambda layer, inputs, out: logits.append(out))
+                model({k: paddle.to_tensor(v) for k, v in f.items()})
+                hook.remove()
+                y = logits[0].numpy().astype(np.float64)  # [K, classes, 28, 28]
+                mean, std = y.mean(axis=(0, 2, 3)), y.std(axis=(0, 2, 3)) + 1e-12
+                conv = model.mask_head.mask_fcn_logits
+                gain = 2.0 / std
+                conv.weight.set_value(conv.weight * paddle.to_tensor(
+                    gain.astype(np.float32)).reshape([-1, 1, 1, 1]))
+                conv.bias.set_value(paddle.to_tensor(
+                    ((conv.bias.numpy() - mean) * gain).astype(np.float32)))
     spec = [{"image": paddle.static.InputSpec([None, 3, -1, -1], "float32", "image"),
              "im_shape": paddle.static.InputSpec([None, 2], "float32", "im_shape"),
              "scale_factor": paddle.static.InputSpec([None, 2], "float32", "scale_factor")}]
@@ -247,7 +297,79 @@ def compare(got: list[np.ndarray], want: list[np.ndarray]) -> dict:
     out["equal"] = (out["count_ours"] == out["count_paddle"] and g.shape == w.shape
                     and out["labels_equal"] and out["max_score_diff"] <= 1e-4
                     and out["max_box_diff"] <= 1e-4 + 1e-6 * float(np.abs(w[:, 2:]).max()))
+    if len(got) > 2 and len(want) > 2:  # Mask R-CNN's masks [K, H, W] int32 0/1
+        out["mask_shapes"] = [list(got[2].shape), list(want[2].shape)]
+        if got[2].shape == want[2].shape:
+            out["mask_pixels"] = int(want[2].size)
+            out["mask_foreground_paddle"] = int((want[2] != 0).sum())
+            out["mask_pixels_differ"] = int((got[2] != want[2]).sum())
+        else:
+            out["equal"] = False
     return out
+
+
+def mask_probe(prefix: str, onnx_path: str, f: dict[str, np.ndarray], work: str,
+               threads: int = 1, reference: list[np.ndarray] | None = None) -> dict:
+    """Mask R-CNN's masks before the 0.5 threshold (MaskPostProcess's grid_sample result, [K,
+    1, H, W] float32; and the mask head's sigmoid [K, 28, 28] it pastes) from both: Paddle
+    Inference on the program re-saved with them as outputs, onnxruntime on the model with the
+    GridSample's and the Sigmoid's results as outputs. Returns the largest
+    difference of those values, the pixels whose thresholded values differ, how far from 0.5
+    Paddle's value is at each (largest), and how many pixels lie within the largest
+    difference of 0.5 (where float noise may flip one either way). ``reference``: Paddle
+    Inference's outputs of the program itself, which the re-saved one must equal."""
+    import onnx
+    import onnxruntime as ort
+    import paddle
+
+    import ort_roi
+
+    paddle.enable_static()
+    try:
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        prog, _, _ = paddle.static.load_inference_model(prefix, exe)
+        block = prog.global_block()
+        grid = [o for o in block.ops if o.name() == "pd_op.grid_sample"][-1]
+        sigmoid = [o for o in block.ops if o.name() == "pd_op.sigmoid"][-1]
+        fetch0 = [o.operand_source(0) for o in block.ops
+                  if o.name() in ("pd_op.fetch", "builtin.shadow_output")]
+        data = [o.result(0) for o in block.ops if o.name() in ("pd_op.data", "pd_op.feed")]
+        with paddle.static.program_guard(prog):
+            extra = [paddle.assign(grid.result(0)), paddle.assign(sigmoid.result(0))]
+        probe = os.path.join(work, "probe")
+        paddle.static.save_inference_model(probe, data, fetch0 + extra, exe, program=prog)
+    finally:
+        paddle.disable_static()
+    run, why = paddle_predictor(probe, False, threads)
+    if run is None:
+        raise RuntimeError(f"Paddle Inference cannot run the probe: {why}")
+    want = run(f)
+    model = onnx.load(onnx_path)
+    for kind in ("GridSample", "Sigmoid"):
+        node = [n for n in model.graph.node if n.op_type == kind][-1]
+        model.graph.output.append(onnx.ValueInfoProto(name=node.output[0]))
+    sess = ort.InferenceSession(model.SerializeToString(), ort_roi.session_options())
+    got = sess.run(None, f)
+    res = {}
+    if reference is not None:
+        res["probe_outputs_equal_program"] = all(
+            np.array_equal(a, b) for a, b in zip(want[:3], reference))
+    if got[3].shape != want[3].shape:
+        res["pre_threshold_shapes"] = [list(got[3].shape), list(want[3].shape)]
+        return res
+    o, p = got[3][:, 0].astype(np.float64), want[3][:, 0].astype(np.float64)
+    flip = got[2] != want[2]
+    noise = float(np.abs(o - p).max(initial=0))
+    res.update({
+        "max_pre_threshold_diff": noise,
+        # the mask head's [K, 28, 28] sigmoid, which the paste interpolates
+        "max_mask_head_diff": float(np.abs(got[4] - want[4]).max(initial=0))
+        if got[4].shape == want[4].shape else None,
+        "mask_pixels_differ": int(flip.sum()),
+        "max_distance_from_threshold_at_differ": float(np.abs(p[flip] - 0.5).max(initial=0)),
+        "pixels_within_max_diff_of_threshold": int((np.abs(p - 0.5) <= noise).sum()),
+    })
+    return res
 
 
 def profile(path: str, f: dict, runs: int = 3) -> list[tuple[str, float]]:
@@ -274,12 +396,17 @@ def profile(path: str, f: dict, runs: int = 3) -> list[tuple[str, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", default="faster_rcnn", choices=sorted(ARCHS),
+                    help="faster_rcnn, or mask_rcnn (its masks compared pixel by pixel and, "
+                         "before the 0.5 threshold, through --probe)")
     ap.add_argument("--depth", type=int, default=50, choices=(18, 34, 50, 101))
     ap.add_argument("--size", type=int, nargs=2, default=(480, 640), metavar=("H", "W"))
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--opset", type=int, default=17)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--probe", action="store_true",
+                    help="mask_rcnn: the masks before the threshold from both (mask_probe)")
     ap.add_argument("--no-calibrate", action="store_true",
                     help="keep the box head's load fixed (x 0.1) instead of scaling its class "
                          "logits to std 1 and its deltas to std 0.5 on the image")
@@ -293,10 +420,12 @@ def main(argv: list[str] | None = None) -> int:
 
     out = args.out or tempfile.mkdtemp(prefix="paddledet_e2e_")
     os.makedirs(out, exist_ok=True)
-    prefix = os.path.join(out, f"faster_rcnn_r{args.depth}_fpn")
+    prefix = os.path.join(out, f"{args.arch}_r{args.depth}_fpn")
     t = time.perf_counter()
-    build(prefix, args.depth, calibrate=None if args.no_calibrate else tuple(args.size))
-    res: dict = {"model": f"Faster R-CNN R{args.depth}-FPN", "size": list(args.size),
+    build(prefix, args.depth, calibrate=None if args.no_calibrate else tuple(args.size),
+          arch=args.arch)
+    title = {"faster_rcnn": "Faster R-CNN", "mask_rcnn": "Mask R-CNN"}[args.arch]
+    res: dict = {"model": f"{title} R{args.depth}-FPN", "size": list(args.size),
                  "build_s": round(time.perf_counter() - t, 1)}
     path = prefix + ".onnx"
     t = time.perf_counter()
@@ -316,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     want = paddle_run(f)
     got = sess.run(None, f)
     res["detections"] = compare(got, want)
+    if args.probe and args.arch == "mask_rcnn":
+        res["mask_probe"] = mask_probe(prefix, path, f, out, args.threads, reference=want)
     runners = {"ort": lambda: sess.run(None, f), "paddle": lambda: paddle_run(f)}
     times: dict[str, list[float]] = {k: [] for k in runners}
     rng = random.Random(0)
