@@ -223,10 +223,13 @@ def interp_sizes(paddle, program) -> None:
 
 def broadcasts(paddle, program) -> None:
     """Rewrite ``pd_op.broadcast_tensors`` (Paddle's advanced indexing ``x[i, j]`` by tensors,
-    e.g. PaddleDetection's MaskHead picking each box's class mask) as an ``expand`` of each
-    input to the common shape: paddle2onnx 2.1 does not export it (it aborts). The common
-    shape is computed from the inputs' shapes at run time (right aligned, padded with 1s):
-    each dimension the largest, or 0 where one is 0 (broadcasting 1 against 0 gives 0)."""
+    e.g. PaddleDetection's MaskHead picking each box's class mask) as a ``tile`` of each input
+    to the common shape: paddle2onnx 2.1 does not export it (it aborts). The common shape is
+    computed from the inputs' shapes at run time (right aligned, padded with 1s): each
+    dimension the largest, or 0 where one is 0 (broadcasting 1 against 0 gives 0); an input
+    whose dimension is 1 where the common one is not is repeated that many times. (Not
+    ``expand``: paddle2onnx writes it as ``Expand(x, Max(Shape(x), shape))``, which cannot
+    broadcast a 1 to a 0.)"""
     for op in [o for o in all_ops(program.global_block())
                if o.name() == "pd_op.broadcast_tensors"]:
         combine = op.operand_source(0).get_defining_op()
@@ -238,16 +241,19 @@ def broadcasts(paddle, program) -> None:
         rank = max(len(x.shape) for x in xs)
         paddle.pir.set_insertion_point(op)
         shapes = []
-        for x in xs:
+        for k, x in enumerate(xs):
             s = paddle.cast(paddle.shape(x), "int64")
             if len(x.shape) < rank:
                 s = paddle.concat([paddle.full([rank - len(x.shape)], 1, "int64"), s])
+                xs[k] = paddle.reshape(x, s)
             shapes.append(s)
         big, small = shapes[0], shapes[0]
         for s in shapes[1:]:
             big, small = paddle.maximum(big, s), paddle.minimum(small, s)
         common = big * paddle.cast(small > 0, "int64")
-        news = [paddle.expand(x, common) for x in xs]
+        one = paddle.full([1], 1, "int64")
+        news = [paddle.tile(x, paddle.where(s == common, one, common))
+                for x, s in zip(xs, shapes)]
         for split in users:
             for r, new in zip(split.results(), news):
                 r.replace_all_uses_with(new)
@@ -280,8 +286,12 @@ def gathers(paddle, program) -> None:
         # rank(x) - axis - 1 are Paddle's in either): neither x (the levels' concat, which the
         # stage's fusion in graph/paddle.py requires that nothing else reads) nor the index
         # (restore_index: a Shape of it would keep the unfused Distribute alive)
+        # (explicit slices: Python's ys[:4] of a [4] shape is ys itself, no op, while the
+        # ONNX side's shape has 5)
         ys, tail = paddle.shape(y), len(x.shape) - axis - 1
-        parts = [ys[:axis + 1]] + ([ys[-tail:]] if tail else [])
+        parts = [paddle.slice(ys, [0], [0], [axis + 1])]
+        if tail:
+            parts.append(paddle.slice(ys, [0], [-tail], [1 << 30]))
         new = paddle.reshape(y, paddle.concat(parts))
         for u in users:
             for i in range(u.num_operands()):
