@@ -369,6 +369,29 @@ def mask_probe(prefix: str, onnx_path: str, f: dict[str, np.ndarray], work: str,
         "max_distance_from_threshold_at_differ": float(np.abs(p[flip] - 0.5).max(initial=0)),
         "pixels_within_max_diff_of_threshold": int((np.abs(p - 0.5) <= noise).sum()),
     })
+    # the paste alone: onnxruntime's GridSample on Paddle's own masks and boxes (the grid
+    # computed in float32 as paste_mask's ops do), against Paddle's pasted values
+    boxes, masks = want[0][:, 2:], want[4]
+    if masks.shape[0] == boxes.shape[0]:
+        h, w = p.shape[1:]
+        x0, y0, x1, y1 = (boxes[:, i:i + 1] for i in range(4))
+        two, one = np.float32(2), np.float32(1)
+        gx = (np.arange(w, dtype=np.float32) + np.float32(0.5) - x0) / (x1 - x0) * two - one
+        gy = (np.arange(h, dtype=np.float32) + np.float32(0.5) - y0) / (y1 - y0) * two - one
+        grid = np.stack(np.broadcast_arrays(gx[:, None, :], gy[:, :, None]), axis=3)
+        gs = onnx.helper.make_node("GridSample", ["X", "grid"], ["Y"])
+        gs.attribute.extend([n for n in model.graph.node if n.op_type == "GridSample"][-1]
+                            .attribute)
+        fl = onnx.TensorProto.FLOAT
+        g = onnx.helper.make_graph([gs], "paste", [
+            onnx.helper.make_tensor_value_info("X", fl, None),
+            onnx.helper.make_tensor_value_info("grid", fl, None)],
+            [onnx.helper.make_tensor_value_info("Y", fl, None)])
+        m = onnx.helper.make_model(g, opset_imports=[o for o in model.opset_import
+                                                     if o.domain in ("", "ai.onnx")])
+        y = ort.InferenceSession(m.SerializeToString()).run(
+            None, {"X": masks[:, None].astype(np.float32), "grid": grid.astype(np.float32)})[0]
+        res["max_paste_alone_diff"] = float(np.abs(y[:, 0] - want[3][:, 0]).max(initial=0))
     return res
 
 
