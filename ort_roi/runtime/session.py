@@ -227,16 +227,25 @@ class InferenceSession:
                 tensor), or onnxruntime refused the feed (naming the graph input, and the op
                 and input that read it).
         """
-        with bridge.raising(self._sess, input_feed) as errors:
+        return self._raising(lambda: self._sess.run(output_names, input_feed, run_options),
+                             input_feed, lambda e: self._feed_error(input_feed, e))
+
+    def _raising(self, call: Any, feed: dict | None = None, refused: Any = None) -> Any:
+        """``call()`` (one run of the onnxruntime session) with the errors of our ops raised:
+        an op's RoiOpError first, also when a later onnxruntime node then failed on its
+        fallback output; else onnxruntime's exception, through ``refused(e)`` when given."""
+        with bridge.raising(self._sess, feed) as errors:
             try:
-                outs = self._sess.run(output_names, input_feed, run_options)
+                out = call()
             except Exception as e:
                 if errors:  # an op of ours failed first; a later node failed on its output
                     raise errors[0] from e
-                raise self._feed_error(input_feed, e) from e  # the feed: name op and input
+                if refused is None:
+                    raise
+                raise refused(e) from e
         if errors:
             raise errors[0]
-        return outs
+        return out
 
     def run_with_ort_values(self, output_names: Sequence[str],
                             input_dict_ort_values: dict[str, ort.OrtValue],
@@ -254,17 +263,8 @@ class InferenceSession:
         Raises:
             RoiOpError: an ort_roi op rejected its input (naming op, node, input and tensor).
         """
-        with bridge.raising(self._sess) as errors:
-            try:
-                outs = self._sess.run_with_ort_values(output_names, input_dict_ort_values,
-                                                      run_options)
-            except Exception as e:
-                if errors:  # an op of ours failed first; a later node failed on its output
-                    raise errors[0] from e
-                raise
-        if errors:
-            raise errors[0]
-        return outs
+        return self._raising(lambda: self._sess.run_with_ort_values(
+            output_names, input_dict_ort_values, run_options))
 
     def run_with_iobinding(self, iobinding: ort.IOBinding,
                            run_options: ort.RunOptions | None = None) -> None:
@@ -278,15 +278,7 @@ class InferenceSession:
         Raises:
             RoiOpError: an ort_roi op rejected its input (naming op, node, input and tensor).
         """
-        with bridge.raising(self._sess) as errors:
-            try:
-                self._sess.run_with_iobinding(iobinding, run_options)
-            except Exception as e:
-                if errors:  # an op of ours failed first; a later node failed on its output
-                    raise errors[0] from e
-                raise
-        if errors:
-            raise errors[0]
+        self._raising(lambda: self._sess.run_with_iobinding(iobinding, run_options))
 
     def run_async(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
                   callback: Any, user_data: Any,
