@@ -46,8 +46,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import statistics
 import sys
 import tempfile
 import time
@@ -287,23 +285,6 @@ def psroi_alone(path: str, want: list[np.ndarray]) -> dict:
     return out
 
 
-def interleaved(runners: dict, repeat: int, seed: int = 0) -> dict:
-    """Median seconds of each runner over ``repeat`` rounds (each in a fresh random order)
-    and the median of the rounds' ratios paddle / ort."""
-    times: dict[str, list[float]] = {k: [] for k in runners}
-    rng = random.Random(seed)
-    for _ in range(repeat):
-        order = list(runners)
-        rng.shuffle(order)
-        for k in order:
-            t = time.perf_counter()
-            runners[k]()
-            times[k].append(time.perf_counter() - t)
-    return {"seconds": {k: round(statistics.median(v), 4) for k, v in times.items()},
-            "paddle_over_ort": round(statistics.median(
-                p / o for p, o in zip(times["paddle"], times["ort"])), 3)}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--depth", type=int, default=50, choices=(18, 34, 50, 101))
@@ -369,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
               and all(a["bitwise_equal"] for a in alone.values()))
     f = feeds(size, args.seed)
     sess, run = sessions["detector"], runs["detector"]
-    res.update(interleaved({"ort": lambda: sess.run(None, f), "paddle": lambda: run(f)},
+    res.update(fr.interleaved({"ort": lambda: sess.run(None, f), "paddle": lambda: run(f)},
                            args.repeat))
     if args.profile:
         res["ort_profile_ms"] = [(k, round(v, 2))

@@ -418,6 +418,23 @@ def profile(path: str, f: dict, runs: int = 3) -> list[tuple[str, float]]:
     return sorted(((k, v / (runs + 1)) for k, v in total.items()), key=lambda kv: -kv[1])
 
 
+def interleaved(runners: dict, repeat: int, seed: int = 0) -> dict:
+    """Median seconds of each runner over ``repeat`` rounds (each in a fresh random order)
+    and the median of the rounds' ratios paddle / ort."""
+    times: dict[str, list[float]] = {k: [] for k in runners}
+    rng = random.Random(seed)
+    for _ in range(repeat):
+        order = list(runners)
+        rng.shuffle(order)
+        for k in order:
+            t = time.perf_counter()
+            runners[k]()
+            times[k].append(time.perf_counter() - t)
+    return {"seconds": {k: round(statistics.median(v), 4) for k, v in times.items()},
+            "paddle_over_ort": round(statistics.median(
+                p / o for p, o in zip(times["paddle"], times["ort"])), 3)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", default="faster_rcnn", choices=sorted(ARCHS),
@@ -480,19 +497,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.probe and args.arch == "mask_rcnn":
             more["mask_probe"] = mask_probe(prefix, path, fs, out, args.threads, reference=ws)
         res.setdefault("more_images", []).append(more)
-    runners = {"ort": lambda: sess.run(None, f), "paddle": lambda: paddle_run(f)}
-    times: dict[str, list[float]] = {k: [] for k in runners}
-    rng = random.Random(0)
-    for _ in range(args.repeat):
-        order = list(runners)
-        rng.shuffle(order)
-        for k in order:
-            t = time.perf_counter()
-            runners[k]()
-            times[k].append(time.perf_counter() - t)
-    res["seconds"] = {k: round(statistics.median(v), 4) for k, v in times.items()}
-    res["paddle_over_ort"] = round(statistics.median(
-        p / o for p, o in zip(times["paddle"], times["ort"])), 3)
+    res.update(interleaved({"ort": lambda: sess.run(None, f), "paddle": lambda: paddle_run(f)},
+                           args.repeat))
     if args.profile:
         res["ort_profile_ms"] = [(k, round(v, 2)) for k, v in profile(path, f)[:12]]
     print(json.dumps(res, indent=1))
