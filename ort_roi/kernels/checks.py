@@ -120,15 +120,22 @@ def _as_array(op: str, name: str, a) -> np.ndarray:
     return a
 
 
-def check_box_sizes(op: str, name: str, boxes: np.ndarray, spatial_scale: float) -> None:
-    """Samples of a box whose scaled size overflows T are undefined: reject it."""
-    s = boxes.dtype.type(spatial_scale)
+def check_box_sizes(op: str, name: str, boxes: np.ndarray, spatial_scale,
+                    levels: np.ndarray | None = None, first_level: int = 0) -> None:
+    """Samples of a box whose scaled size overflows T are undefined: reject it.
+
+    ``spatial_scale``: one scale, or [R, 1] scales of boxes' dtype (each box's at its level:
+    ``levels`` [R], named in the message counting from ``first_level``)."""
+    per_box = np.ndim(spatial_scale) > 0
+    s = spatial_scale if per_box else boxes.dtype.type(spatial_scale)
     size = boxes[:, 2:] * s - boxes[:, :2] * s
     if not np.isfinite(size).all():
         r = int(np.flatnonzero(~np.isfinite(size).all(axis=1))[0])
+        shown = s[r, 0].item() if per_box else spatial_scale
+        at = "" if levels is None else f", level {int(levels[r]) + first_level}"
         raise RoiOpError(op, f"input '{name}'",
                          f"row {r}: the scaled box size overflows {boxes.dtype} "
-                         f"({boxes[r].tolist()} x {spatial_scale!r})")
+                         f"({boxes[r].tolist()} x {shown!r}{at})")
 
 
 def check_channels_per_bin(op: str, C: int, ph: int, pw: int) -> None:

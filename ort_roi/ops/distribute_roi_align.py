@@ -14,8 +14,8 @@ import numpy as np
 from ..definitions.paddle_stage import distribute_roi_align_levels as definition
 from ..errors import RoiOpError
 from ..geometry import align_bins, level_scales, roi_align_geometry
-from ..kernels.checks import batch_from_counts, check_boxes, check_levels, level_spec, \
-    per_level, quiet
+from ..kernels.checks import batch_from_counts, check_box_sizes, check_boxes, check_levels, \
+    level_spec, per_level, quiet
 from ..kernels.dispatch import compute
 from ..spec import COUNTS_DOC, DOMAIN, MAX_LEVELS, Attr, Dims, Input, NodeForm, Op, OpSpec, \
     Output, level_inputs, pooled_attr, pooled_shapes, sampling_ratio_attr
@@ -126,13 +126,7 @@ def distribute_roi_align(fpn_rois: np.ndarray, rois_num: np.ndarray, *feats: np.
     level = compute("fpn_levels", rois, a["min_level"], a["max_level"], a["refer_level"],
                     a["refer_scale"], bool(a["pixel_offset"])) - a["min_level"]
     scale = level_scales([a[f"spatial_scale_{i}"] for i in range(L)], level, rois.dtype)
-    size = rois[:, 2:] * scale - rois[:, :2] * scale  # RoIAlign's check, at each roi's level
-    if not np.isfinite(size).all():
-        r = int(np.flatnonzero(~np.isfinite(size).all(axis=1))[0])
-        raise RoiOpError(op, "input 'fpn_rois'",
-                         f"row {r}: the scaled box size overflows {rois.dtype} "
-                         f"({rois[r].tolist()} x {scale[r, 0].item()!r}, level "
-                         f"{int(level[r]) + a['min_level']})")
+    check_box_sizes(op, "fpn_rois", rois, scale, level, a["min_level"])  # at each level
     ph, pw, sr = a["pooled_height"], a["pooled_width"], a["sampling_ratio"]
     bins = align_bins(rois, scale, roi_align_geometry(a["aligned"]), ph, pw, sr)
     return compute("align_levels", X, batch, *bins, level.astype(np.intp), ph, pw, sr, 0)
