@@ -25,7 +25,7 @@ def anchors(H: int, W: int, A: int, stride: int, dtype) -> np.ndarray:
 def hard_exp_arguments(n: int) -> np.ndarray:
     """float32 arguments in [0.01, 4.1] whose glibc expf differs from exp in double rounded
     to float32 (empty without a loadable C library)."""
-    from ort_roi.definitions.cxx import c_expf
+    from ort_roi.libm import c_expf
 
     x = np.arange(np.float32(0.01).view(np.uint32), np.float32(4.1).view(np.uint32), 3,
                   dtype=np.uint32)[:400000].view(np.float32)

@@ -220,20 +220,6 @@ def test_libstdcxx_all_equal_and_sorted_inputs():
         assert np.array_equal(K.order_sort(s), v)
 
 
-def test_expf_and_log2f_are_the_c_librarys():
-    x = np.concatenate([P.hard_exp_arguments(200),
-                        np.random.default_rng(0).uniform(-20, 4.2, 20000).astype(np.float32)])
-    want = np.array([cxx.c_expf(v) for v in x.tolist()], np.float32)
-    assert np.array_equal(K._exp(x), want)
-    q = np.random.default_rng(1).uniform(1e-6, 40, 20000).astype(np.float32)
-    q = np.concatenate([q, np.float32(2.0) ** np.arange(-8, 6, dtype=np.float32),
-                        np.nextafter(np.float32(2.0) ** np.arange(-8, 6, dtype=np.float32),
-                                     np.float32(0))])
-    for add in (np.float32(4), np.float32(2)):
-        want = np.floor(np.array([cxx.c_log2f(v) for v in q.tolist()], np.float32) + add)
-        assert np.array_equal(K._log2f(q, add), want)
-
-
 def test_nms_of_6000_boxes_is_vectorised():
     """NMS over 6000 candidates (Paddle's default pre_nms_top_n) keeps the first 1000 quickly
     and equals the literal loop."""

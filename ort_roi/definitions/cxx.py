@@ -1,5 +1,5 @@
 """The C++ runtime as Paddle's CPU kernels call it: libstdc++'s std::sort and std::nth_element,
-transcribed (bits/stl_algo.h, stl_heap.h), and the C library's expf / log2f.
+transcribed (bits/stl_algo.h, stl_heap.h); the C library's expf / log2f come from ``ort_roi.libm``.
 
 Neither is stable: the order they leave elements that compare equal in is the algorithm's
 own. Paddle's generate_proposals orders anchors by score with them (CPU kernel, built with
@@ -10,44 +10,9 @@ transcriptions reproduce it exactly. They sort a Python list in place with a str
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import math
 from typing import Any, Callable
 
-import numpy as np
-
 THRESHOLD = 16  # _S_threshold
-
-
-def _libm():
-    try:
-        lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-        for name in ("expf", "log2f"):
-            getattr(lib, name).restype = ctypes.c_float
-            getattr(lib, name).argtypes = [ctypes.c_float]
-        return lib
-    except (OSError, AttributeError):  # no C library to load: the double result, rounded
-        return None
-
-
-_LIBM = _libm()
-
-
-def c_expf(x: float) -> np.float32:
-    """expf(x) of the C library (glibc's is not always correctly rounded: Paddle's float32
-    kernels get its result); without a loadable C library, exp in double rounded."""
-    if _LIBM is not None:
-        return np.float32(_LIBM.expf(float(x)))
-    return np.float32(math.exp(float(x)))
-
-
-def c_log2f(x: float) -> np.float32:
-    """log2f(x) of the C library (glibc's is off by up to 0.75 ULP); without one, log2 in
-    double rounded."""
-    if _LIBM is not None:
-        return np.float32(_LIBM.log2f(float(x)))
-    return np.float32(math.log2(float(x)))
 
 
 def _lg(n: int) -> int:

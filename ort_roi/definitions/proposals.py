@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from .cxx import c_expf, c_log2f, std_nth_element, std_sort
+from ..libm import c_expf, c_log2f
+from .cxx import std_nth_element, std_sort
 
 #: kBBoxClipDefault: the largest log-scale a box side is decoded with
 BBOX_CLIP = math.log(1000.0 / 16.0)

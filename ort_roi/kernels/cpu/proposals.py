@@ -22,7 +22,8 @@ import math
 
 import numpy as np
 
-from ...definitions.cxx import c_expf, c_log2f, heap_select, insertion_sort, sort_heap
+from ... import libm
+from ...definitions.cxx import heap_select, insertion_sort, sort_heap
 
 F64 = np.float64
 #: kBBoxClipDefault: the largest log-scale a box side is decoded with
@@ -175,41 +176,6 @@ def candidates(s: np.ndarray, pre_nms_top_n: int, exact_order: bool) -> np.ndarr
 
 # --- generate_proposals --------------------------------------------------------------------------
 
-#: A float32 rounded from the double exponential within this fraction of an ULP of a rounding
-#: midpoint may differ from glibc's expf (error <= 0.502 ULP; measured: no difference past
-#: 0.4984 over 22.5 million arguments in [-20, 4.2]): those few take the C library's.
-EXPF_MIDPOINT_BAND = 0.49
-
-
-def _exp(x: np.ndarray) -> np.ndarray:
-    """std::exp in T: for float32 the C library's expf (the double exponential rounded, the
-    few arguments near a rounding midpoint through expf itself); exp for float64."""
-    if x.dtype != np.float32:
-        return np.exp(x)
-    y = np.exp(x.astype(F64))
-    f = y.astype(np.float32)
-    frac = np.abs(y - f) / np.abs(np.spacing(f)).astype(F64)
-    near = np.flatnonzero(~(frac < EXPF_MIDPOINT_BAND))  # NaN and inf too
-    if near.size:
-        f[near] = [c_expf(v) for v in x[near].tolist()]
-    return f
-
-
-def _log2f(q: np.ndarray, add) -> np.ndarray:
-    """floor(log2f(q) + add) in float32, as Paddle's level rule computes it. glibc's log2f is
-    within 1 ULP of the double log2 rounded; where another value within 2 ULP would give
-    another floor, log2f itself decides."""
-    f = np.log2(q.astype(F64)).astype(np.float32)
-    lo = np.nextafter(np.nextafter(f, np.float32(-np.inf)), np.float32(-np.inf))
-    hi = np.nextafter(np.nextafter(f, np.float32(np.inf)), np.float32(np.inf))
-    v = np.floor(f + add)
-    unsure = np.flatnonzero(~((np.floor(lo + add) == v) & (np.floor(hi + add) == v)))
-    if unsure.size:
-        g = np.array([c_log2f(t) for t in q[unsure].tolist()], np.float32)
-        v[unsure] = np.floor(g + add)
-    return v
-
-
 def _min(a, b):
     return np.where(b < a, b, a)  # std::min, signed zeros and NaN included
 
@@ -230,8 +196,8 @@ def decode(anchors: np.ndarray, deltas: np.ndarray, variances: np.ndarray,
     clip = T(BBOX_CLIP)
     cx = variances[:, 0] * deltas[:, 0] * aw + acx
     cy = variances[:, 1] * deltas[:, 1] * ah + acy
-    w = _exp(_min(variances[:, 2] * deltas[:, 2], clip)) * aw
-    h = _exp(_min(variances[:, 3] * deltas[:, 3], clip)) * ah
+    w = libm.exp(_min(variances[:, 2] * deltas[:, 2], clip)) * aw
+    h = libm.exp(_min(variances[:, 3] * deltas[:, 3], clip)) * ah
     half_w, half_h = w / T(2), h / T(2)
     return np.stack([cx - half_w, cy - half_h, cx + half_w - offset, cy + half_h - offset], 1)
 
@@ -483,8 +449,8 @@ def generate_proposals(scores: np.ndarray, bbox_deltas: np.ndarray, im_shape: np
 def fpn_levels(rois: np.ndarray, min_level: int, max_level: int, refer_level: int,
                refer_scale: int, pixel_offset: bool) -> np.ndarray:
     """The level of each roi: floor(log2(sqrt(area) / refer_scale + 1e-6) + refer_level) in T
-    (the C library's log2f for float32), clamped to [min_level, max_level]; a value no int
-    holds converts to INT_MIN (x86), so clamps to min_level.
+    (the C library's log2f / log2: ``libm.floor_log2``), clamped to [min_level, max_level];
+    a value no int holds converts to INT_MIN (x86), so clamps to min_level.
 
     Args:
         rois: [R, 4] T.
@@ -498,10 +464,7 @@ def fpn_levels(rois: np.ndarray, min_level: int, max_level: int, refer_level: in
         area = w * h if not pixel_offset else (w + T(1)) * (h + T(1))
     area = np.where((x2 < x1) | (y2 < y1), T(0), area)
     q = np.sqrt(area) / T(refer_scale) + T(1e-6)
-    if T is np.float32:
-        v = _log2f(q, T(refer_level))
-    else:
-        v = np.floor(np.log2(q) + T(refer_level))
+    v = libm.floor_log2(q, refer_level)
     fits = np.abs(v) < 2.0 ** 31
     lvl = np.where(fits, np.where(fits, v, 0).astype(np.int64), INT_MIN)
     return np.clip(lvl, min_level, max_level)
