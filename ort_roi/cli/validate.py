@@ -16,7 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..errors import RoiOpError, node_label
-from ..graph import reference, schemas
+from ..graph import reference, schemas, shapes
 from ..graph.inputs import generate_inputs
 from ..graph.nodes import given_attrs, iter_nodes, node_attrs, opset
 from ..graph.rewrite import rewrite
@@ -427,6 +427,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         return 1
     try:
         done = rewrite(m, to=args.to, roialign_max=args.roialign_max, fuse=args.fuse)
+        shapes.annotate(m)  # as convert(): our nodes' inferred output types
         onnx.save(m, args.output)
     except (ValueError, OSError) as e:
         print(f"ort-roi convert: {e}", file=sys.stderr)

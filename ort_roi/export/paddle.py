@@ -37,7 +37,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import RoiOpError
-from ..graph import builders
+from ..graph import builders, shapes
 from ..graph.nodes import opset
 from ..graph.paddle import fuse_fpn_stages
 from ..spec import DOMAIN, OPSET_VERSION
@@ -91,6 +91,7 @@ def paddle_export(path_prefix: str | os.PathLike, f: str | os.PathLike | None = 
     if fuse and not standard:  # PaddleDetection's FPN RoI stage -> one DistributeRoIAlign_L{L}
         for note in fuse_fpn_stages(model)[1]:
             warnings.warn(f"paddle_export: {note}", stacklevel=2)
+    shapes.annotate(model)  # as convert(): our nodes' inferred output types
     if f is not None:
         onnx.save(model, os.fspath(f))
     return model

@@ -18,7 +18,7 @@ from onnx import helper
 from ..errors import RoiOpError, node_label
 from ..ops import FORMS, form
 from ..spec import DOMAIN, OPSET_VERSION, NodeForm, OpSpec
-from . import fusion, loops, mxnet, paddle, tensorflow
+from . import fusion, loops, mxnet, paddle, shapes, tensorflow
 from .nodes import given_attrs, iter_nodes, node_attrs, opset
 
 
@@ -156,6 +156,7 @@ def convert(model: onnx.ModelProto, to: str = "ort_roi", *, roialign_max: str = 
     m = onnx.ModelProto()
     m.CopyFrom(model)
     done = rewrite(m, to, roialign_max=roialign_max, fuse=fuse)
+    shapes.annotate(m)  # our nodes' inferred output types, for EPs that need ranks
     for note in done.notes:
         warnings.warn(note, stacklevel=2)
     return (m, done) if report else m

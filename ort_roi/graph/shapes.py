@@ -1,0 +1,109 @@
+"""The inferred shapes of ort_roi's nodes written into a converted model (``value_info``).
+
+onnxruntime runs a graph whose custom nodes' outputs carry no type, but execution providers
+that compile subgraphs need the rank of each tensor fed to them: onnxruntime's OpenVINO
+execution provider refuses a subgraph fed by a custom op's output of unknown rank
+("Parameter operation with dynamic rank"). ``convert`` (and ``ort-roi convert``,
+``paddle_export``) therefore write, for every output of a node the bridge runs (a registered
+form: ort_roi's own ops and the exporters' nodes it runs as they are), the type onnx's shape
+inference gives it through the ops' schemas (``graph/schemas.py``): element type, rank, the
+dims it knows, a symbolic name (``unk__N``) for the others. That needs onnx >= 1.19
+(``schemas.SHAPE_INFERENCE``); with an older onnx, or where inference fails, nothing is
+written.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import onnx
+from onnx import shape_inference
+
+from . import schemas
+from .nodes import iter_nodes, spec_of
+
+
+def _ours(node: onnx.NodeProto) -> bool:
+    return spec_of(node) is not None
+
+
+def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            yield a.g
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            yield from a.graphs
+
+
+def _typed(t: onnx.TypeProto) -> bool:
+    """A tensor type with an element type and a shape (a rank)."""
+    return (t.HasField("tensor_type") and t.tensor_type.elem_type != 0
+            and t.tensor_type.HasField("shape"))
+
+
+def _strip(graph: onnx.GraphProto) -> None:
+    """Drop the value_info of our nodes' outputs (an exporter's may be wrong: tf2onnx's
+    CropAndResize), so that inference writes ours."""
+    outs = {o for n in graph.node if _ours(n) for o in n.output if o}
+    keep = [v for v in graph.value_info if v.name not in outs]
+    del graph.value_info[:]
+    graph.value_info.extend(keep)
+    for n in graph.node:
+        for g in _subgraphs(n):
+            _strip(g)
+
+
+def _copy_types(graph: onnx.GraphProto, inferred: onnx.GraphProto) -> int:
+    """Write the inferred types of our nodes' outputs from ``inferred`` (the same graph after
+    inference) into ``graph``; returns how many were written."""
+    written = 0
+    outs = [o for n in graph.node if _ours(n) for o in n.output if o]
+    if outs:
+        found = {v.name: v for v in inferred.value_info}
+        found.update({v.name: v for v in inferred.output})
+        declared = {v.name: v for v in graph.output}
+        index = {v.name: i for i, v in enumerate(graph.value_info)}
+        for name in dict.fromkeys(outs):
+            v = found.get(name)
+            if v is None or not _typed(v.type):
+                continue  # inference found nothing: leave what the model says
+            if name in declared:  # a graph output: typed only where it says no rank
+                if not _typed(declared[name].type):
+                    declared[name].type.CopyFrom(v.type)
+                    written += 1
+                continue
+            if name in index:
+                graph.value_info[index[name]].type.CopyFrom(v.type)
+            else:
+                graph.value_info.add().CopyFrom(v)
+            written += 1
+    for n, m in zip(graph.node, inferred.node):
+        for g, h in zip(_subgraphs(n), _subgraphs(m)):
+            written += _copy_types(g, h)
+    return written
+
+
+def annotate(model: onnx.ModelProto) -> int:
+    """Write the inferred type (element type, rank, known dims; symbolic names for the
+    others) of every output of ort_roi's nodes into ``model``'s value_info, in place.
+
+    Args:
+        model: a model as convert writes it (changed in place).
+
+    Returns:
+        How many outputs were given a type: 0 with onnx < 1.19 (no shape inference for
+        custom domains), and where inference fails (the model is left as it was).
+    """
+    if not schemas.SHAPE_INFERENCE:
+        return 0
+    if not any(_ours(n) for n in iter_nodes(model.graph)):
+        return 0
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    _strip(work.graph)
+    try:
+        inferred = shape_inference.infer_shapes(work, strict_mode=False)
+    except Exception:  # noqa: BLE001 - a model > 2 GB, an op onnx cannot infer: no types
+        return 0
+    return _copy_types(model.graph, inferred.graph)
+
