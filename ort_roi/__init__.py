@@ -23,6 +23,7 @@ from .graph import builders, schemas  # noqa: E402
 from .graph.rewrite import convert  # noqa: E402
 from .kernels.device import get_backend, set_backend  # noqa: E402
 from .kernels.cpu import workspace  # noqa: E402
+from .kernels.cuda import staging  # noqa: E402
 from .kernels.cpu.parallel import set_num_threads  # noqa: E402
 from .runtime.session import InferenceSession, session_options  # noqa: E402
 from .ops import SPECS  # noqa: E402
@@ -94,12 +95,13 @@ def release_memory() -> int:
     """Let go of the buffers ort_roi keeps for reuse (every thread's).
 
     What stays cached is bounded anyway: ``ORT_ROI_CACHE_MB`` MiB (default 256) for the
-    whole process, least recently used first out.
+    whole process, least recently used first out; on the "cupy" / "auto" backend each thread
+    also keeps pinned host buffers for its copies to and from the GPU.
 
     Returns:
         The bytes released (0 when nothing was cached).
     """
-    return workspace.release()
+    return workspace.release() + staging.release()
 
 
 schemas.register()

@@ -20,6 +20,35 @@ HERE = os.path.dirname(__file__)
 class DeviceArray(np.ndarray):
     """A NumPy array that ort_roi takes for a CuPy array (its type's module is "cupy")."""
 
+    def set(self, arr, stream=None):  # cupy.ndarray.set: host -> device
+        assert arr.shape == self.shape and arr.dtype == self.dtype
+        np.copyto(self, arr)
+
+    def get(self, stream=None, order="C", out=None, blocking=True):  # device -> host
+        if out is None:
+            return np.array(self)
+        assert out.shape == self.shape and out.dtype == self.dtype and out.flags.c_contiguous
+        np.copyto(out, self)
+        return out
+
+
+class Stream:
+    """The current stream: counts its synchronisations."""
+
+    synchronized = 0
+
+    def synchronize(self):
+        Stream.synchronized += 1
+
+
+#: Pinned host buffers handed out (cupy.cuda.alloc_pinned_memory): their sizes.
+PINNED: list = []
+
+
+def alloc_pinned_memory(n: int) -> bytearray:
+    PINNED.append(n)
+    return bytearray(n)
+
 
 DeviceArray.__module__ = "cupy"
 
@@ -68,11 +97,14 @@ def module(lib_path: str) -> types.ModuleType:
     m.RawModule = RawModule
     m.ndarray = DeviceArray
     m.asarray = lambda a, dtype=None: np.ascontiguousarray(np.asarray(a, dtype)).view(DeviceArray)
-    m.ascontiguousarray = np.ascontiguousarray
+    m.ascontiguousarray = lambda a: np.ascontiguousarray(a).view(type(a))
     m.asnumpy = np.asarray
     m.empty = lambda *a, **k: np.empty(*a, **k).view(DeviceArray)
     m.zeros = lambda *a, **k: np.zeros(*a, **k).view(DeviceArray)
     m.int64 = np.int64
     m.matmul = np.matmul
-    m.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=lambda: 1))
+    stream = Stream()
+    m.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=lambda: 1),
+                                   alloc_pinned_memory=alloc_pinned_memory,
+                                   get_current_stream=lambda: stream)
     return m

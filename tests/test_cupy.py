@@ -249,7 +249,7 @@ def test_environment_variable_selects_the_backend():
     env = {**os.environ, "ORT_ROI_BACKEND": "auto"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    expected = "cupy" if backend.gpu_available()[0] else "numpy"
+    expected = "auto" if backend.gpu_available()[0] else "numpy"
     assert out.stdout.split() == ["auto", expected]
     env["ORT_ROI_BACKEND"] = "bogus"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
@@ -308,6 +308,93 @@ def test_cuda_source_on_host_in_onnxruntime(host_cupy):
         got, want = _roi_align_in_session_on_cupy_backend()
     assert calls == ["roi_align"]
     _check("align", got, want)
+
+
+def test_cupy_backend_copies_through_reused_pinned_buffers(host_cupy):
+    """With the cupy backend a registered op's copies go through this thread's pinned
+    buffers: the first call allocates them, the next calls reuse them (no allocation), each
+    call ends with one synchronisation of the stream, and the results equal NumPy's."""
+    from ort_roi.kernels.cuda import staging
+
+    ort_roi.release_memory()
+    fake_cupy.PINNED.clear()
+    got, want = _roi_align_in_session_on_cupy_backend()
+    _check("align", got, want)
+    first = list(fake_cupy.PINNED)
+    assert len(first) >= 3  # X, the boxes' rows, the output
+    syncs = fake_cupy.Stream.synchronized
+    for _ in range(3):
+        got, want = _roi_align_in_session_on_cupy_backend()
+        _check("align", got, want)
+    assert fake_cupy.PINNED == first  # reused
+    assert fake_cupy.Stream.synchronized - syncs == 3
+    assert ort_roi.release_memory() >= sum(first)
+    assert staging._pool().depth == 0
+
+
+def test_cupy_backend_error_leaves_no_call_open(host_cupy):
+    """A kernel that raises inside the GPU call scope leaves the scope closed (the stream
+    synchronised), and the next call runs."""
+    from ort_roi.kernels import device
+    from ort_roi.kernels.cuda import staging
+
+    def bad(X):
+        raise ValueError("bad input")
+
+    ort_roi.set_backend("cupy")
+    try:
+        with pytest.raises(ValueError, match="bad input"):
+            device.call(bad, [np.zeros((1, 1, 2, 2), np.float32)], [0])
+        assert staging._pool().depth == 0
+    finally:
+        ort_roi.set_backend("numpy")
+    got, want = _roi_align_in_session_on_cupy_backend()
+    _check("align", got, want)
+
+
+def test_auto_backend_measures_each_call_shape():
+    """"auto": NumPy on a shape's first call, the GPU on the next two (the first of those
+    compiles: not counted), then the faster; the slower again every REPROBE calls, so a
+    backend that got slower loses the choice."""
+    from ort_roi.kernels.device import REPROBE, _Timings
+
+    t = _Timings()
+    seconds = {"numpy": 1.0, "cupy": 0.25}
+    seq = []
+    for _ in range(3 + 2 * REPROBE):
+        b = t.pick()
+        seq.append(b)
+        t.record(b, 9.0 if b == "cupy" and t.tries["cupy"] == 0 else seconds[b])
+    assert seq[:3] == ["numpy", "cupy", "cupy"]
+    assert [i for i, b in enumerate(seq[3:], 1) if b == "numpy"] == [REPROBE, 2 * REPROBE]
+    seconds["cupy"] = 4.0  # the GPU got slower
+    for _ in range(REPROBE):
+        b = t.pick()
+        t.record(b, seconds[b])
+    assert t.pick() == "numpy"
+
+
+def test_auto_backend_in_onnxruntime_equals_numpy(host_cupy):
+    """"auto" through a plain session: every call equals the NumPy kernel's, whichever
+    backend the measurement picked, and both were tried."""
+    from ort_roi.kernels import device
+
+    device._timings.clear()
+    case = C.roi_align_cases(16)[0]
+    args = list(case["inputs"].values())
+    m = builders.single_op_model("RoIAlign", args[0].dtype, args[2].dtype, **case["attrs"])
+    sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                providers=["CPUExecutionProvider"])
+    feed = dict(zip([i.name for i in sess.get_inputs()], args))
+    want = ops.roi_align(*args, **case["attrs"])
+    try:
+        assert ort_roi.set_backend("auto") == "auto"
+        for _ in range(6):
+            _check("align", sess.run(None, feed)[0], want)
+    finally:
+        ort_roi.set_backend("numpy")
+    (t,) = device._timings.values()
+    assert t.tries["numpy"] >= 1 and t.tries["cupy"] >= 2
 
 
 _AFTER_HOST_CUPY = r'''

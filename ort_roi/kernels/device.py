@@ -1,15 +1,24 @@
 """Where the registered ops compute: ``numpy`` (the default), ``cupy`` or ``auto``.
 
 Set it with the environment variable ``ORT_ROI_BACKEND`` (read at import) or
-:func:`set_backend`. With ``cupy`` the ops in onnxruntime copy their inputs to the GPU, run
-the CUDA kernels and copy the output back; when CuPy or a GPU is missing they fall back to
-NumPy with one warning. ``auto`` picks the GPU when there is one, silently.
+:func:`set_backend`. With ``cupy`` the ops in onnxruntime copy their inputs to the GPU
+(through pinned, reused buffers: kernels/cuda/staging.py), run the CUDA kernels and copy the
+output back, with one synchronisation per call; when CuPy or a GPU is missing they fall back
+to NumPy with one warning. ``auto`` measures: for each op and call shape (the feature maps'
+shapes, the number of boxes to a power of two) it times NumPy on the first call and the GPU
+on the next two (the first of those compiles), then runs the faster, timing the slower again
+every ``REPROBE`` calls; without a GPU it is NumPy, silently. The copies are what decide:
+an op whose output is large against its work (W1's 240 MB from 8 MB of input) can run
+faster on the CPU than copied to and from a GPU.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import time
 import warnings
+from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -50,8 +59,8 @@ def get_backend() -> str:
     """The backend the registered ops compute on now (``set_backend`` or ``ORT_ROI_BACKEND``).
 
     Returns:
-        "numpy" or "cupy" (the choice resolved: "auto" and an unavailable "cupy" give
-        "numpy" without a GPU).
+        "numpy", "cupy" or "auto" (measured per call shape), the choice resolved: "auto"
+        and an unavailable "cupy" give "numpy" without a GPU.
     """
     global _resolved
     with _lock:
@@ -80,7 +89,7 @@ def _resolve(choice: str) -> str:
         return "numpy"
     ok, why = gpu_available()
     if ok:
-        return "cupy"
+        return choice
     if choice == "cupy":  # one warning (a log record too would print it twice)
         warnings.warn(f"ort_roi: backend 'cupy' requested but unavailable ({why}); using NumPy",
                       RuntimeWarning, stacklevel=3)
@@ -96,6 +105,92 @@ if _env:
                       f"using numpy", RuntimeWarning, stacklevel=2)
 
 
+#: "auto": the slower backend of a call shape is timed again every REPROBE calls.
+REPROBE = 64
+#: "auto": at most this many call shapes remembered (least recently used first out).
+SHAPES = 512
+
+
+class _Timings:
+    """One call shape's measured seconds per backend under "auto"."""
+
+    def __init__(self) -> None:
+        self.seconds = {"numpy": math.inf, "cupy": math.inf}
+        self.tries = {"numpy": 0, "cupy": 0}
+        self.calls = 0
+
+    def pick(self) -> str:
+        if self.tries["numpy"] < 1:
+            return "numpy"
+        if self.tries["cupy"] < 2:  # the first GPU call compiles and warms up: not counted
+            return "cupy"
+        self.calls += 1
+        fast, slow = sorted(self.seconds, key=self.seconds.__getitem__)
+        return slow if self.calls % REPROBE == 0 else fast
+
+    def record(self, backend: str, seconds: float) -> None:
+        self.tries[backend] += 1
+        if backend == "cupy" and self.tries[backend] == 1:
+            return
+        self.seconds[backend] = seconds
+
+
+_timings: "OrderedDict[tuple, _Timings]" = OrderedDict()
+
+
+def _shape_key(kernel: Callable, inputs: Sequence[np.ndarray], features: Sequence[int]) -> tuple:
+    parts = [getattr(kernel, "__qualname__", repr(kernel))]
+    for i, x in enumerate(inputs):
+        shape = getattr(x, "shape", ())
+        if i in features or not shape:
+            parts.append((str(getattr(x, "dtype", "")), tuple(shape)))
+        else:  # boxes and counts: their number to a power of two
+            parts.append((str(getattr(x, "dtype", "")), int(shape[0]).bit_length(),
+                          tuple(shape[1:])))
+    return tuple(parts)
+
+
+def chosen(kernel: Callable, inputs: Sequence[np.ndarray], features: Sequence[int]) -> str:
+    """The backend "auto" runs this call on (measured per call shape).
+
+    Args:
+        kernel, inputs, features: as for ``call``.
+    Returns:
+        "numpy" or "cupy".
+    """
+    key = _shape_key(kernel, inputs, features)
+    with _lock:
+        t = _timings.pop(key, None) or _Timings()
+        _timings[key] = t
+        while len(_timings) > SHAPES:
+            _timings.popitem(last=False)
+        return t.pick()
+
+
+def _record(kernel, inputs, features, backend: str, seconds: float) -> None:
+    key = _shape_key(kernel, inputs, features)
+    with _lock:
+        t = _timings.get(key)
+        if t is not None:
+            t.record(backend, seconds)
+
+
+def _on_gpu(kernel: Callable, inputs: Sequence[np.ndarray], features: Sequence[int],
+            **attrs: Any) -> tuple[np.ndarray, ...]:
+    from .cuda import staging
+
+    with staging.call_scope():
+        inputs = [staging.to_device(x) if i in features else x for i, x in enumerate(inputs)]
+        ys = kernel(*inputs, **attrs)
+        return tuple(staging.to_host(y) for y in (ys if isinstance(ys, tuple) else (ys,)))
+
+
+def _on_cpu(kernel: Callable, inputs: Sequence[np.ndarray], **attrs: Any):
+    with workspace.reuse_outputs():
+        ys = kernel(*inputs, **attrs)
+    return ys if isinstance(ys, tuple) else (ys,)
+
+
 def call(kernel: Callable[..., Any], inputs: Sequence[np.ndarray], features: Sequence[int],
          **attrs: Any) -> tuple[np.ndarray, ...]:
     """Run a kernel for a registered op where the ops compute (``get_backend``).
@@ -107,15 +202,17 @@ def call(kernel: Callable[..., Any], inputs: Sequence[np.ndarray], features: Seq
         **attrs: its attributes.
 
     Returns:
-        Its outputs as a tuple of NumPy arrays (with "numpy", arrays a later call may reuse:
+        Its outputs as a tuple of NumPy arrays (arrays a later call on this thread may reuse:
         onnxruntime copies them before the next call).
     """
-    if get_backend() == "cupy":
-        import cupy
-
-        inputs = [cupy.asarray(x) if i in features else x for i, x in enumerate(inputs)]
-        ys = kernel(*inputs, **attrs)
-        return tuple(cupy.asnumpy(y) for y in (ys if isinstance(ys, tuple) else (ys,)))
-    with workspace.reuse_outputs():
-        ys = kernel(*inputs, **attrs)
-    return ys if isinstance(ys, tuple) else (ys,)
+    backend = get_backend()
+    if backend == "cupy":
+        return _on_gpu(kernel, inputs, features, **attrs)
+    if backend == "numpy":
+        return _on_cpu(kernel, inputs, **attrs)
+    use = chosen(kernel, inputs, features)
+    start = time.perf_counter()
+    ys = (_on_gpu(kernel, inputs, features, **attrs) if use == "cupy"
+          else _on_cpu(kernel, inputs, **attrs))
+    _record(kernel, inputs, features, use, time.perf_counter() - start)
+    return ys

@@ -22,6 +22,7 @@ from ...geometry import (ALIGNED, EXPLICIT_GRID_MAX, align_bins, axis_weights,
                          box_extent,
                          torchvision_sample_grid)
 from ...spec import MAX_LEVELS
+from . import staging
 
 KERNELS = ("max_pool", "bilinear_pool", "psroi_pool", "roi_align", "roi_align_levels",
            "roi_align_rotated")
@@ -91,7 +92,7 @@ def _inputs(X, batch: np.ndarray, boxes: np.ndarray):
     rows = np.empty((boxes.shape[0], 5), X.dtype)
     rows[:, 0] = batch
     rows[:, 1:] = boxes
-    return cupy.ascontiguousarray(X), cupy.asarray(rows)
+    return cupy.ascontiguousarray(X), staging.to_device(rows)
 
 
 def _empty(X, R: int, C: int, ph: int, pw: int):
@@ -127,7 +128,7 @@ def pool_bins(X, batch, hlo, hhi, wlo, whi, oc: int, ph: int, pw: int):
     N, C, H, W = X.shape
     out = _empty(X, batch.shape[0], oc, ph, pw)
     rows = np.concatenate([batch[:, None], hlo, hhi, wlo, whi], 1).astype(X.dtype)
-    launch("psroi_pool", out, cupy.ascontiguousarray(X), cupy.asarray(rows),
+    launch("psroi_pool", out, cupy.ascontiguousarray(X), staging.to_device(rows),
            _i(C, oc, H, W, ph, pw))
     return out, NONE
 
@@ -172,7 +173,7 @@ def _roi_align(X, batch, start, bin_size, grid, ph: int, pw: int, mode: int, lim
     out = _empty(X, start.shape[0], C_out, ph, pw)
     rows, left = align_rows(batch, start, bin_size, grid, limit)
     Xg = cupy.ascontiguousarray(X)
-    launch("roi_align", out, Xg, cupy.asarray(rows),
+    launch("roi_align", out, Xg, staging.to_device(rows),
            (*_i(C_out, H, W, ph, pw, mode), X.dtype.type(empty), np.int32(ps)))
     return out, Xg, left
 
@@ -236,7 +237,7 @@ def align_levels(Xs: list, batch, start, bin_size, grid, level, ph: int, pw: int
     rows, big = align_rows(batch, start, bin_size, grid, limit, level=lv,
                            sizes=[x.shape[2:] for x in Xs])
     Xg = [cupy.ascontiguousarray(x) for x in Xs]
-    launch("roi_align_levels", out, *Xg, *Xg[:1] * (MAX_LEVELS - len(Xg)), cupy.asarray(rows),
+    launch("roi_align_levels", out, *Xg, *Xg[:1] * (MAX_LEVELS - len(Xg)), staging.to_device(rows),
            (*_i(C, ph, pw, mode), X0.dtype.type(0.0 if empty is None else empty)))
     return out, big[lv[big] >= 0]
 
@@ -253,7 +254,7 @@ def align_rotated(X, rows: np.ndarray, ph: int, pw: int):
     big = np.flatnonzero(samples > SAMPLES_PER_BOX)
     dev = rows.astype(X.dtype)  # a copy
     dev[big, 9:] = -1
-    launch("roi_align_rotated", out, cupy.ascontiguousarray(X), cupy.asarray(dev),
+    launch("roi_align_rotated", out, cupy.ascontiguousarray(X), staging.to_device(dev),
            _i(C, H, W, ph, pw))
     return out, big
 

@@ -9,6 +9,7 @@ import functools
 
 import numpy as np
 
+from . import staging
 from .backend import BLOCKS, NONE, channel_block, source
 
 _CTYPE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
@@ -39,8 +40,9 @@ def _launch(X, geo: np.ndarray, w: np.ndarray, R: int, CH: int, CW: int, mode: i
         return out, NONE
     f = _module().get_function(f"crop_and_resize<{_CTYPE[np.dtype(X.dtype)]}, {cb}>")
     blocks = int(min((n + _THREADS - 1) // _THREADS, 1 << 20))  # grid-stride beyond that
-    f((blocks,), (_THREADS,), (cupy.ascontiguousarray(X), cupy.asarray(geo), cupy.asarray(w),
-                               out, np.int64(n), *(np.int32(v) for v in (C, H, W, CH, CW, mode)),
+    f((blocks,), (_THREADS,), (cupy.ascontiguousarray(X), staging.to_device(geo),
+                               staging.to_device(w), out, np.int64(n),
+                               *(np.int32(v) for v in (C, H, W, CH, CW, mode)),
                                np.float32(ext)))
     return out, NONE
 
