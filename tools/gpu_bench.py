@@ -1,18 +1,29 @@
-"""GPU check and bench (needs CuPy and an NVIDIA GPU; torchvision optional).
+"""Every standard workload on the GPU (CuPy) backend, or on NumPy to check the tool on a CPU.
 
-    python tools/gpu_bench.py [--repeat 20] [--json out.json] [--skip-tests] [W1 W2 ...]
+    python tools/gpu_bench.py [W1 W2 ...] [--backend cupy|numpy] [--repeat 20] [--dry-run]
+                              [--out results.json] [--md results.md]
 
-1. runs the GPU tests (``pytest -m gpu tests/``);
-2. kernel time: ort_roi's CuPy kernels on the standard workloads (ort_roi/data/workloads.json)
-   side by side with torchvision.ops (roi_align aligned=True, roi_pool, ps_roi_pool), arrays
-   already on the device, medians of CUDA-event times after a warm-up; checks that outputs
-   agree;
-3. through onnxruntime: a plain onnxruntime session of our op with the ``cupy`` backend
-   (X copied to the GPU, the output copied back, the bridge's own copies) against the same
-   session on the NumPy backend and torchvision called on host tensors (copies to and from
-   the GPU included); "copies" is the H2D copy of X plus the D2H copy of the output alone.
+The rows are ``ort-roi bench``'s (``ort_roi.cli.bench.plan``: every workload of
+ort_roi/data/workloads.json, the per-level and CropAndResize workloads expanded as it expands
+them) and their inputs are the ones it builds (``bench.cases``, same seeds). For each row:
 
-Prints markdown tables; ratios are peer / ort_roi (> 1: ort_roi is faster).
+1. **kernel**: the op's public kernel (``ort_roi.ops.kernel``) on the row's inputs, the feature
+   maps on the device (``--backend cupy``; as the bridge hands them over), median CUDA-event
+   time after a warm-up; its output against the NumPy kernel's; with torch on CUDA,
+   torchvision's same op (roi_align, roi_pool, ps_roi_pool; MultiScaleRoIAlign for W7) on the
+   same device arrays. W7's rows run the multi-level kernels. A row that is a graph of several
+   nodes (W8's fused stage) has no kernel row: it is timed through onnxruntime only (said in
+   the skipped list).
+2. **session**: the row's graph in a plain onnxruntime session with ``session_options()`` (what
+   ``ort-roi bench`` times as "ort_roi"), on the ``cupy`` backend (inputs copied to the GPU and
+   the outputs back, per call) against the ``numpy`` backend; "copies" is the H2D copy of the
+   feature maps plus the D2H copy of the output alone.
+
+``--backend numpy`` runs the same rows with NumPy kernels (wall-clock medians) and no GPU
+peer: the tool itself, on any machine (tests/test_gpu_bench.py runs it with ``--dry-run``: one
+timed call per row). A row that fails is reported (errors) and the others still run; the
+JSON and markdown are rewritten after every row, so a run cut short keeps what it did. Exit
+status: 0, 1 if a row failed, 2 on bad arguments or a backend that cannot run.
 """
 
 from __future__ import annotations
@@ -21,254 +32,367 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
+import traceback
+from typing import Callable
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+#: The row that has no single kernel (a graph of several nodes), and why.
+GRAPH_ONLY = "a graph of several nodes (the level rule, PyramidRoIAlign): timed through " \
+             "onnxruntime only"
 
-def gpu_time(fn, repeat: int) -> float:
-    """Median seconds of ``fn`` on the GPU (CUDA events), after a warm-up."""
-    import cupy
 
-    fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(repeat):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
+class Backend:
+    """Where the kernel rows compute: ``cupy`` (device arrays, CUDA-event times) or ``numpy``
+    (host arrays, wall-clock times)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        if name == "cupy":
+            import cupy
+
+            self.xp = cupy
+            props = cupy.cuda.runtime.getDeviceProperties(0)
+            self.device = (f"{props['name'].decode()}, CUDA runtime "
+                           f"{cupy.cuda.runtime.runtimeGetVersion()}, CuPy {cupy.__version__}")
+        else:
+            self.xp = np
+            self.device = "CPU (NumPy)"
+
+    def to_device(self, a: np.ndarray):
+        return self.xp.asarray(a)
+
+    def to_host(self, a) -> np.ndarray:
+        return self.xp.asnumpy(a) if self.name == "cupy" else np.asarray(a)
+
+    def time(self, fn: Callable, repeat: int, warmup: bool = True):
+        """(median seconds of ``fn`` after a warm-up, CUDA events on the GPU; its last
+        output)."""
+        if self.name != "cupy":
+            return wall_time(fn, repeat, warmup)
+        cupy = self.xp
+        if warmup:
+            fn()
+        cupy.cuda.Device().synchronize()
+        times = []
+        for _ in range(repeat):
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            y = fn()
+            stop.record()
+            stop.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+        return statistics.median(times), y
+
+
+def wall_time(fn: Callable, repeat: int, warmup: bool = True):
+    """(median wall-clock seconds of ``fn``, which returns host data, after a warm-up; its
+    last output)."""
+    if warmup:
         fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-    return statistics.median(times)
-
-
-def wall_time(fn, repeat: int) -> float:
-    """Median wall-clock seconds of ``fn`` (which returns host data), after a warm-up."""
-    fn()
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
-        fn()
+        y = fn()
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return statistics.median(times), y
 
 
-#: The workload ops timed here (the RoiAlign rows of ort-roi bench are RoIAlign's kernel).
-GPU_OPS = ("RoIAlign", "ROIPooling.max", "PSROIPool", "ROIPooling.bilinear")
-
-
-def _torchvision():
+def _torch_cuda():
+    """(torch, torchvision.ops) when torch sees a CUDA device, else (None, why)."""
     try:
         import torch
         import torchvision.ops as tv
-    except ImportError:
-        return None, None
+    except ImportError as e:
+        return None, f"torchvision is not installed ({e})"
+    if not torch.cuda.is_available():
+        return None, "torch sees no CUDA device"
     return torch, tv
 
 
-def _ours_and_peer(w: dict, op: str, X, boxes, counts, rois):
-    """(our kernel, torchvision's or None): functions of (X, boxes, rois) on one device."""
-    from ort_roi import ops as kernels
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out
 
-    torch, tv = _torchvision()
-    p, s = w["pooled"], w["spatial_scale"]
+
+def _rois5(boxes: np.ndarray, batch: np.ndarray) -> np.ndarray:
+    return np.concatenate([batch[:, None].astype(boxes.dtype), boxes], 1)
+
+
+def tv_peer(op: str, feed: dict, attrs: dict, tv):
+    """torchvision's op computing ``op`` (a single-op row's spec name), as (name, rois [R, 5]
+    on the host, fn(x, rois) on torch tensors), or None where torchvision has none."""
     if op == "RoIAlign":
-        sr = w.get("sampling_ratio", -1)
-        a = dict(pooled_height=p, pooled_width=p, spatial_scale=s, sampling_ratio=sr)
-        return (lambda x, b, r: kernels.roi_align(x, b, counts, **a),
-                tv and ("torchvision roi_align",
-                        lambda x, r: tv.roi_align(x, r, p, s, sr, aligned=True)))
-    if op == "ROIPooling.max":
-        a = dict(pooled_height=p, pooled_width=p, spatial_scale=s)
-        return (lambda x, b, r: kernels.roi_pool(x, b, counts, **a),
-                tv and ("torchvision roi_pool", lambda x, r: tv.roi_pool(x, r, p, s)))
+        rois = _rois5(feed["boxes"], np.repeat(np.arange(len(feed["boxes_num"])),
+                                               feed["boxes_num"]))
+        a = attrs
+        return ("torchvision roi_align", rois, lambda x, r: tv.roi_align(
+            x, r, (a["pooled_height"], a["pooled_width"]), a["spatial_scale"],
+            a["sampling_ratio"], aligned=bool(a["aligned"])))
+    if op == "RoiAlign" and attrs.get("mode", "avg") == "avg":
+        a = attrs
+        rois = _rois5(feed["rois"], feed["batch_indices"])
+        aligned = a.get("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+        return ("torchvision roi_align", rois, lambda x, r: tv.roi_align(
+            x, r, (a["output_height"], a["output_width"]), a["spatial_scale"],
+            a["sampling_ratio"], aligned=aligned))
+    if op == "ROIPooling" and attrs.get("method") == "max":
+        a = attrs
+        return ("torchvision roi_pool", feed["rois"], lambda x, r: tv.roi_pool(
+            x, r, (a["pooled_h"], a["pooled_w"]), a["spatial_scale"]))
     if op == "PSROIPool":
-        a = dict(output_channels=w["output_channels"], pooled_height=p, pooled_width=p,
-                 spatial_scale=s)
-        return (lambda x, b, r: kernels.psroi_pool(x, b, counts, **a),
-                tv and ("torchvision ps_roi_pool", lambda x, r: tv.ps_roi_pool(x, r, p, s)))
-    a = dict(pooled_h=p, pooled_w=p, spatial_scale=s, method="bilinear")  # no GPU peer
-    return lambda x, b, r: kernels.roi_pooling(x, r, **a), None
+        a = attrs
+        rois = _rois5(feed["rois"], np.repeat(np.arange(len(feed["rois_num"])),
+                                              feed["rois_num"]))
+        return ("torchvision ps_roi_pool", rois, lambda x, r: tv.ps_roi_pool(
+            x, r, (a["pooled_height"], a["pooled_width"]), a["spatial_scale"]))
+    return None
 
 
-def kernel_rows(names, repeat: int):
-    import cupy
-
+def fpn_kernels(w: dict, op: str):
+    """W7 (FPN, 4 levels): (inputs [boxes or rois, *levels], features, kernel(*inputs), and
+    torchvision's MultiScaleRoIAlign as fn(feats on torch) or None), the inputs
+    ``bench.make_fpn_inputs`` makes (those of ``bench.cases``)."""
+    from ort_roi import ops
     from ort_roi.cli import bench
 
-    torch, _ = _torchvision()
-    rows = []
-    for name, w in bench.workloads().items():
-        if names and not any(n in (name, name.split("_")[0]) for n in names):
-            continue
-        for op in w.get("ops", []) if "strides" not in w else []:
-            if op not in GPU_OPS:
-                continue
-            X, boxes, counts = bench.make_inputs(w, normalized=op == "ROIPooling.bilinear")
-            batch = np.repeat(np.arange(w["N"]), counts).astype(np.float32)
-            rois = np.concatenate([batch[:, None], boxes], 1)
-            Xg, bg, rg = cupy.asarray(X), cupy.asarray(boxes), cupy.asarray(rois)
-            ours, peer = _ours_and_peer(w, op, X, boxes, counts, rois)
-            row = dict(workload=name, op=op, ours_s=gpu_time(lambda: ours(Xg, bg, rg), repeat))
-            y = cupy.asnumpy(ours(Xg, bg, rg))
-            row["vs_numpy_max_abs_diff"] = float(np.abs(y - ours(X, boxes, rois)).max())
-            if peer is not None:
-                xt, rt = torch.as_tensor(Xg, device="cuda"), torch.as_tensor(rg, device="cuda")
-                tp = gpu_time(lambda: peer[1](xt, rt), repeat)
-                diff = float(np.abs(y - peer[1](xt, rt).cpu().numpy()).max())
-                row.update(peer=peer[0], peer_s=tp, ratio=tp / row["ours_s"], max_abs_diff=diff)
-            rows.append(row)
-            print(row, flush=True)
-    return rows
+    feats, boxes = bench.make_fpn_inputs(w)
+    P, sr, strides = w["pooled"], w["sampling_ratio"], w["strides"]
+    L = len(feats)
+    if op == "ExperimentalDetectronROIFeatureExtractor":
+        inputs = [boxes, *feats]
+        fn = lambda b, *f: ops.roi_feature_extractor(  # noqa: E731
+            b, *f, output_size=P, sampling_ratio=sr, aligned=w["aligned"],
+            pyramid_scales=strides)[0]
+    else:
+        inputs = [np.concatenate([np.zeros((len(boxes), 1), np.float32), boxes], 1), *feats]
+        fn = lambda r, *f: ops.multi_level_roi_align(  # noqa: E731
+            r, *f, output_height=P, output_width=P, sampling_ratio=sr, aligned=w["aligned"],
+            featmap_strides=[float(s) for s in strides])
+    return inputs, tuple(range(1, L + 1)), fn, boxes
 
 
-def fpn_rows(names, repeat: int):
-    """W7 (FPN, 4 levels, 1000 boxes): both multi-level kernels with the maps on the device,
-    our RoIAlign on the finest level alone with the same boxes (the per-box reference) and
-    torchvision's MultiScaleRoIAlign (its own level rule, the same amount of work)."""
-    import cupy
+def kernel_row(w: dict, op: str, ours, backend: Backend, repeat: int, row: dict,
+               skipped: list, warmup: bool = True) -> None:
+    """The kernel half of a row (see the module doc), into ``row['kernel']``."""
+    from ort_roi import ops
+    from ort_roi.spec import DOMAIN
 
-    from ort_roi import ops as kernels
-    from ort_roi.cli import bench
-
-    torch, tv = _torchvision()
-    rows = []
-    for name, w in bench.workloads().items():
-        if "strides" not in w or (names and not any(n in (name, name.split("_")[0])
-                                                    for n in names)):
-            continue
-        feats, boxes = bench.make_fpn_inputs(w)
-        fg = [cupy.asarray(f) for f in feats]
-        P, sr, strides = w["pooled"], w["sampling_ratio"], w["strides"]
-        rois = np.concatenate([np.zeros((len(boxes), 1), np.float32), boxes], 1)
-        runs = {
-            "ExperimentalDetectronROIFeatureExtractor": lambda: kernels.roi_feature_extractor(
-                boxes, *fg, output_size=P, sampling_ratio=sr, aligned=1,
-                pyramid_scales=strides)[0],
-            "MMCVMultiLevelRoiAlign": lambda: kernels.multi_level_roi_align(
-                rois, *fg, output_height=P, output_width=P, sampling_ratio=sr, aligned=1,
-                featmap_strides=[float(s) for s in strides]),
-            "RoIAlign, level 0 only": lambda: kernels.roi_align(
-                fg[0], boxes, np.array([len(boxes)]), pooled_height=P, pooled_width=P,
-                spatial_scale=1 / strides[0], sampling_ratio=sr),
-        }
-        if tv is not None:
+    torch, tv = _torch_cuda() if backend.name == "cupy" else (None, "backend numpy")
+    peer = None
+    if hasattr(ours, "feed"):  # one registered op (bench's _Ours): its own kernel and inputs
+        spec = ops.spec(ours.op)
+        fn = ops.kernel((DOMAIN, ours.op))
+        inputs = [ours.feed[i.name] for i in spec.inputs]
+        features = spec.features
+        attrs = dict(ours.attrs)
+        call = lambda *xs: fn(*xs, **attrs)  # noqa: E731
+        if torch is not None:
+            peer = tv_peer(ours.op, ours.feed, attrs, tv)
+    elif "strides" in w:  # W7: the multi-level kernels
+        inputs, features, call, boxes = fpn_kernels(w, op)
+        if torch is not None:
             from collections import OrderedDict
 
-            pool = tv.MultiScaleRoIAlign([f"p{i}" for i in range(len(fg))], P, sr)
-            fmap = OrderedDict((f"p{i}", torch.as_tensor(f, device="cuda"))
-                               for i, f in enumerate(fg))
-            tb = [torch.as_tensor(boxes, device="cuda")]
             H, W = w["image"]
-            runs["torchvision MultiScaleRoIAlign"] = lambda: pool(fmap, tb, [(H, W)])
-        for op, fn in runs.items():
-            row = dict(workload=name, op=op, s=gpu_time(fn, repeat), R=len(boxes))
-            rows.append(row)
-            print(row, flush=True)
-    return rows
+            pool = tv.MultiScaleRoIAlign([f"p{i}" for i in range(len(features))], w["pooled"],
+                                         w["sampling_ratio"])
+            peer = ("torchvision MultiScaleRoIAlign (its own level rule)", boxes,
+                    lambda fs, b: pool(OrderedDict((f"p{i}", f) for i, f in enumerate(fs)),
+                                       [b], [(H, W)]))
+    else:
+        skipped.append(dict(workload=row["workload"], op=op, what="kernel", why=GRAPH_ONLY))
+        return
+    dev = [backend.to_device(x) if i in features else x for i, x in enumerate(inputs)]
+    t, y = backend.time(lambda: call(*dev), repeat, warmup)
+    k = dict(backend=backend.name, s=t)
+    y = backend.to_host(_first(y))
+    host_y = np.asarray(_first(call(*inputs))) if backend.name == "cupy" else y
+    k["vs_numpy_max_abs_diff"] = float(np.abs(y - host_y).max()) if y.size else 0.0
+    if peer is None and backend.name == "cupy" and torch is not None:
+        skipped.append(dict(workload=row["workload"], op=op, what="GPU peer",
+                            why="torchvision has no such op"))
+    if peer is not None:
+        name, rois, pfn = peer
+        rt = torch.as_tensor(backend.xp.asarray(rois), device="cuda")
+        if "strides" in w:
+            ft = [torch.as_tensor(dev[i], device="cuda") for i in features]
+            run = lambda: pfn(ft, rt)  # noqa: E731
+        else:
+            xt = torch.as_tensor(dev[features[0]], device="cuda")
+            run = lambda: pfn(xt, rt)  # noqa: E731
+        t, yp = backend.time(run, repeat, warmup)
+        k.update(peer=name, peer_s=t, ratio=t / k["s"])
+        yp = yp.cpu().numpy()
+        k["peer_max_abs_diff"] = (float(np.abs(yp - y).max()) if yp.shape == y.shape and y.size
+                                  and "strides" not in w else None)
+        if "strides" not in w:  # the same op on host tensors, the copies included
+            x_host, r_host = inputs[features[0]], rois
+
+            def host():
+                return pfn(torch.from_numpy(x_host).cuda(),
+                           torch.from_numpy(r_host).cuda()).cpu().numpy()
+            k["peer_host_s"] = wall_time(host, repeat, warmup)[0]
+    row["kernel"] = k
 
 
-def session_rows(names, repeat: int):
-    """Through onnxruntime: the cupy backend, the numpy backend, torchvision with copies."""
-    import cupy
-
+def session_row(ours, backend: Backend, repeat: int, row: dict, warmup: bool = True) -> None:
+    """The session half of a row: ``ours`` (bench.cases' runner of the row's graph in a plain
+    onnxruntime session) on the numpy backend and, with cupy, on the cupy backend."""
     import ort_roi
-    from ort_roi.cli import bench
 
-    torch, _ = _torchvision()
-    rows = []
-    for name, w in bench.workloads().items():
-        if names and not any(n in (name, name.split("_")[0]) for n in names):
-            continue
-        for op in w["ops"] if "strides" not in w else []:
-            if name.startswith("W6") or op not in GPU_OPS:
-                continue
-            ours_sess, _ = bench.cases(w, op)
-            X, boxes, counts = bench.make_inputs(w, normalized=op == "ROIPooling.bilinear")
-            batch = np.repeat(np.arange(w["N"]), counts).astype(np.float32)
-            rois = np.concatenate([batch[:, None], boxes], 1)
-            row = dict(workload=name, op=op)
-            try:
-                assert ort_roi.set_backend("cupy") == "cupy"
-                row["ort_cupy_s"] = wall_time(ours_sess, repeat)
-                y = ours_sess()
-            finally:
-                ort_roi.set_backend("numpy")
-            row["ort_numpy_s"] = wall_time(ours_sess, max(3, repeat // 4))
-            y_np = ours_sess()
-            row["cupy_vs_numpy_max_abs_diff"] = float(np.abs(y - y_np).max())
+    s = {}
+    ort_roi.set_backend("numpy")
+    s["numpy_s"], y_np = wall_time(ours, repeat, warmup)
+    if backend.name == "cupy":
+        try:
+            assert ort_roi.set_backend("cupy") == "cupy"
+            s["cupy_s"], y = wall_time(ours, repeat, warmup)
+        finally:
+            ort_roi.set_backend("numpy")
+        s["cupy_vs_numpy_max_abs_diff"] = float(np.abs(y - y_np).max()) if y.size else 0.0
+        if hasattr(ours, "feed"):
+            from ort_roi import ops
+
+            spec = ops.spec(ours.op)
+            xs = [ours.feed[spec.inputs[i].name] for i in spec.features]
+            cupy = backend.xp
 
             def copies():
-                cupy.asarray(X)
+                for x in xs:
+                    cupy.asarray(x)
                 cupy.asnumpy(cupy.empty(y.shape, y.dtype))
-            row["copies_s"] = wall_time(copies, repeat)
-            _, peer = _ours_and_peer(w, op, X, boxes, counts, rois)
-            if peer is not None:
-                def tv_host():
-                    out = peer[1](torch.from_numpy(X).cuda(), torch.from_numpy(rois).cuda())
-                    return out.cpu().numpy()
-                row.update(peer=peer[0], peer_host_s=wall_time(tv_host, repeat))
-            rows.append(row)
-            print(row, flush=True)
-    return rows
+            s["copies_s"] = wall_time(copies, repeat, warmup)[0]
+    row["session"] = s
 
 
 def _ms(s) -> str:
     return "-" if s is None else f"{s * 1e3:.3f} ms"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("workloads", nargs="*")
-    ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--json")
-    ap.add_argument("--skip-tests", action="store_true")
-    args = ap.parse_args()
-    if not args.skip_tests:
-        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu",
-                            os.path.join(ROOT, "tests")])
-        if r.returncode:
-            return r.returncode
-    import cupy
+def _x(r) -> str:
+    return "-" if r is None else f"{r:.2f}x"
 
-    dev = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    print(f"device: {dev}, CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}, "
-          f"CuPy {cupy.__version__}")
-    krows = kernel_rows(args.workloads, args.repeat)
-    frows = fpn_rows(args.workloads, args.repeat)
-    srows = session_rows(args.workloads, max(5, args.repeat // 2))
-    print(f"\nKernel time ({dev}; arrays on the device)\n")
-    print("| workload | op | ort_roi (CuPy) | peer | peer time | peer / ort_roi | max abs diff |")
-    print("|---|---|---|---|---|---|---|")
-    for r in krows:
-        print(f"| {r['workload']} | {r['op']} | {_ms(r['ours_s'])} | {r.get('peer', '-')} "
-              f"| {_ms(r.get('peer_s'))} | {r.get('ratio', float('nan')):.2f}x "
-              f"| {r.get('max_abs_diff', float('nan')):.1e} |")
-    if frows:
-        print(f"\nFPN (W7, kernel time, {dev})\n")
-        print("| op | time | per box |")
-        print("|---|---|---|")
-        for r in frows:
-            print(f"| {r['op']} | {_ms(r['s'])} | {r['s'] / r['R'] * 1e6:.2f} us |")
-    print(f"\nThrough onnxruntime ({dev}; host arrays in and out)\n")
-    print("| workload | op | ort_roi cupy | ort_roi numpy | copies alone | torchvision (copies "
-          "incl.) | torchvision / ort_roi cupy |")
-    print("|---|---|---|---|---|---|---|")
-    for r in srows:
-        p = r.get("peer_host_s")
-        print(f"| {r['workload']} | {r['op']} | {_ms(r['ort_cupy_s'])} | {_ms(r['ort_numpy_s'])} "
-              f"| {_ms(r['copies_s'])} | {_ms(p)} | "
-              f"{(p / r['ort_cupy_s']) if p else float('nan'):.2f}x |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(device=dev, kernel=krows, fpn=frows, session=srows), f, indent=1)
-    return 0
+
+def _e(d) -> str:
+    return "-" if d is None else f"{d:.1e}"
+
+
+def markdown(results: dict) -> str:
+    """The results as markdown tables (kernel, session, skipped, errors)."""
+    dev, b = results["device"], results["backend"]
+    out = [f"Kernel time ({dev}; backend {b}, feature maps on the device; median of "
+           f"{results['repeat']} after a warm-up; peer / ort_roi > 1: ort_roi faster)", "",
+           "| workload | op | ort_roi | vs NumPy kernel | peer | peer time | peer / ort_roi "
+           "| peer max abs diff | peer, host tensors |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results["rows"]:
+        k = r.get("kernel")
+        if k:
+            out.append(f"| {r['workload']} | {r['op']} | {_ms(k['s'])} | "
+                       f"{_e(k['vs_numpy_max_abs_diff'])} | {k.get('peer', '-')} | "
+                       f"{_ms(k.get('peer_s'))} | {_x(k.get('ratio'))} | "
+                       f"{_e(k.get('peer_max_abs_diff'))} | {_ms(k.get('peer_host_s'))} |")
+    out += ["", f"Through onnxruntime ({dev}; host arrays in and out, session_options())", "",
+            "| workload | op | numpy backend | cupy backend | numpy / cupy | cupy vs numpy "
+            "| copies alone |", "|---|---|---|---|---|---|---|"]
+    for r in results["rows"]:
+        s = r.get("session")
+        if s:
+            c = s.get("cupy_s")
+            out.append(f"| {r['workload']} | {r['op']} | {_ms(s['numpy_s'])} | {_ms(c)} | "
+                       f"{_x(s['numpy_s'] / c if c else None)} | "
+                       f"{_e(s.get('cupy_vs_numpy_max_abs_diff'))} | {_ms(s.get('copies_s'))} |")
+    if results["skipped"]:
+        out += ["", "Skipped", "", "| workload | op | what | why |", "|---|---|---|---|"]
+        out += [f"| {s['workload']} | {s['op']} | {s['what']} | {s['why']} |"
+                for s in results["skipped"]]
+    if results["errors"]:
+        out += ["", "Errors", "", "| workload | op | error |", "|---|---|---|"]
+        out += [f"| {e['workload']} | {e['op']} | {e['error']} |" for e in results["errors"]]
+    return "\n".join(out) + "\n"
+
+
+def _write(results: dict, json_path: str | None, md_path: str | None) -> None:
+    for p in (json_path, md_path):
+        if p and os.path.dirname(p):
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=1)
+    if md_path:
+        with open(md_path, "w") as f:
+            f.write(markdown(results))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("workloads", nargs="*", help="W1 W2 ... (default: all)")
+    ap.add_argument("--backend", choices=("cupy", "numpy"), default="cupy",
+                    help="cupy (the GPU, the default) or numpy (the tool on a CPU)")
+    ap.add_argument("--repeat", type=int, default=20, help="timed calls per time (median)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="every row once: one call each, no warm-up (checks the tool)")
+    ap.add_argument("--out", "--json", dest="out",
+                    help="write the results here as JSON (and as markdown beside it, .md)")
+    ap.add_argument("--md", help="write the markdown tables here (default: --out with .md)")
+    args = ap.parse_args(argv)
+    repeat, warmup = (1, False) if args.dry_run else (args.repeat, True)
+    md = args.md or (os.path.splitext(args.out)[0] + ".md" if args.out else None)
+
+    from ort_roi.cli import bench
+
+    try:
+        todo = bench.plan(args.workloads)
+    except ValueError as e:
+        print(f"gpu_bench: {e}", file=sys.stderr)
+        return 2
+    if args.backend == "cupy":
+        from ort_roi.kernels.device import gpu_available
+
+        ok, why = gpu_available()
+        if not ok:
+            print(f"gpu_bench: the cupy backend cannot run here ({why}); --backend numpy "
+                  f"runs the tool on the CPU", file=sys.stderr)
+            return 2
+    backend = Backend(args.backend)
+    results = dict(device=backend.device, backend=backend.name, repeat=repeat,
+                   machine=bench.machine(), rows=[], skipped=[], errors=[])
+    if backend.name == "cupy":
+        torch, why = _torch_cuda()
+        results["machine"]["torch"] = torch.__version__ if torch else why
+        if torch is None:
+            results["skipped"].append(dict(workload="*", op="*", what="GPU peers", why=why))
+    print(f"gpu_bench: {len(todo)} rows on {backend.device}; {bench.describe(results['machine'])}",
+          flush=True)
+    for wname, w, op in todo:
+        row = dict(workload=wname, op=op)
+        t0 = time.perf_counter()
+        try:
+            ours, _ = bench.cases(w, op)  # the bench's inputs and graph (its CPU peers unused)
+            kernel_row(w, op, ours, backend, repeat, row, results["skipped"], warmup)
+            session_row(ours, backend, max(1, repeat // 2), row, warmup)
+        except Exception as e:  # noqa: BLE001 - one row's failure: reported, the rest run
+            results["errors"].append(dict(workload=wname, op=op,
+                                          error=f"{type(e).__name__}: {e}".replace("\n", " ")))
+            traceback.print_exc()
+        for part in ("kernel", "session"):  # a NaN difference: an output the bridge filled
+            for key in ("vs_numpy_max_abs_diff", "cupy_vs_numpy_max_abs_diff"):
+                d = row.get(part, {}).get(key)
+                if d is not None and not np.isfinite(d):
+                    results["errors"].append(dict(workload=wname, op=op, error=(
+                        f"{part}: {key} = {d} (an op failed: see the log's ort_roi errors)")))
+        row["wall_s"] = round(time.perf_counter() - t0, 3)
+        results["rows"].append(row)
+        print(json.dumps(row), flush=True)
+        _write(results, args.out, md)
+    print()
+    print(markdown(results))
+    _write(results, args.out, md)
+    return 1 if results["errors"] else 0
 
 
 if __name__ == "__main__":

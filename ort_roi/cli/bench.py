@@ -418,11 +418,22 @@ def describe(info: dict) -> str:
             f"{info['numpy']}, onnxruntime {info['onnxruntime']}, ort_roi {info['ort_roi']}")
 
 
-def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
-        log=print) -> dict:
-    """Run the benchmark; returns the JSON-able results."""
-    info = machine()
-    results = {**info, "repeat": repeat, "rows": []}
+def plan(names: list[str] | None = None, scaling: bool = False) -> list[tuple[str, dict, str]]:
+    """The bench's rows: every (workload, op) pair of workloads.json, expanded as timed.
+
+    Args:
+        names: workloads by W number or full name, any case (None or empty: all).
+        scaling: also W2 with R = 100, 1000, 4000.
+
+    Returns:
+        ``(row name, workload, op)`` per row, what ``cases(workload, op)`` takes: the
+        CropAndResize workloads a row per (R, crop side), the per-level ones (W8) a row per
+        level (op "RoiAlign", the workload's ``row`` the level's) and a stage per pooler (the
+        workload's ``pooler``).
+
+    Raises:
+        ValueError: an unknown workload name.
+    """
     ws = workloads()
 
     def named(k: str, name: str) -> bool:  # W1 or W1_faster_rcnn_c4, any case
@@ -447,12 +458,21 @@ def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
             else:
                 todo += [(f"{k} {p}", dict(v, pooler=p), op)
                          for p in dict.fromkeys(r["pooler"] for r in v["rows"])]
-    log(f"ort-roi bench on {describe(info)}")
-    log(RATIO.format(repeat=repeat) + "\n")
     if scaling:
         for r in (100, 1000, 4000):
             todo.append((f"W2_R{r}", dict(ws["W2_mask_rcnn_p2"], R=r), "RoIAlign"))
             todo.append((f"W2_R{r}", dict(ws["W2_mask_rcnn_p2"], R=r), "ROIPooling.max"))
+    return todo
+
+
+def run(names: list[str] | None = None, repeat: int = 5, scaling: bool = False,
+        log=print) -> dict:
+    """Run the benchmark; returns the JSON-able results."""
+    todo = plan(names, scaling)
+    info = machine()
+    results = {**info, "repeat": repeat, "rows": []}
+    log(f"ort-roi bench on {describe(info)}")
+    log(RATIO.format(repeat=repeat) + "\n")
     skipped = set()  # peers said to be skipped (once)
     for wname, w, op in todo:
         ours, peers = cases(w, op)

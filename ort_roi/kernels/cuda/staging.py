@@ -132,12 +132,15 @@ def to_host(y) -> np.ndarray:
     the next call on this thread), after the stream's work; elsewhere a fresh array.
 
     Args:
-        y: a CuPy array.
+        y: a CuPy array, or a NumPy one (an output a kernel computed on the host, such as
+            ROIFeatureExtractor's rois_out: handed back as it is).
     Returns:
         A C-contiguous NumPy array of y's dtype and shape.
     """
     import cupy
 
+    if isinstance(y, np.ndarray) and type(y).__module__ != "cupy":  # already on the host
+        return np.ascontiguousarray(y)
     p = _pool()
     if not p.depth or y.nbytes > PINNED_MAX or not _pinned_available():
         return np.ascontiguousarray(cupy.asnumpy(y))
