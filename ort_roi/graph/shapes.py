@@ -98,12 +98,36 @@ def annotate(model: onnx.ModelProto) -> int:
         return 0
     if not any(_ours(n) for n in iter_nodes(model.graph)):
         return 0
-    work = onnx.ModelProto()
-    work.CopyFrom(model)
+    work = _without_weights(model)
     _strip(work.graph)
     try:
         inferred = shape_inference.infer_shapes(work, strict_mode=False)
-    except Exception:  # noqa: BLE001 - a model > 2 GB, an op onnx cannot infer: no types
+    except Exception:  # noqa: BLE001 - an op onnx cannot infer (strict elsewhere): no types
         return 0
     return _copy_types(model.graph, inferred.graph)
+
+
+#: Initializers with more elements than this go to inference as typed inputs, without data
+#: (weights); smaller ones (shapes, counts, scales) keep their values.
+SMALL = 1024
+
+
+def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose large initializers are graph inputs of the same type and
+    shape: inference reads no weights (torchvision's 167 MB Faster R-CNN: 3.0 s with them,
+    0.4-0.8 s without, 2 busy cores) and a model over 2 GB still fits a protobuf."""
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    g = work.graph
+    del g.initializer[:]
+    inputs = {i.name for i in g.input}
+    for t in model.graph.initializer:
+        n = 1
+        for d in t.dims:
+            n *= d
+        if n <= SMALL:
+            g.initializer.add().CopyFrom(t)
+        elif t.name not in inputs:
+            g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return work
 
