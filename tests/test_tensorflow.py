@@ -12,12 +12,18 @@ ort_roi::CropAndResize node, and the graph then equals TensorFlow:
   NCHW map included: converted, its outputs within 1e-5 of TensorFlow's;
 - a Loop or contrib node that reads like tf2onnx's but is not, exactly, stays, with a note
   naming it and the difference;
+- the layer after the crops (tools/make_tf_graphs.py --layers -> tests/goldens/tf2onnx_layers.npz:
+  crop_and_resize -> a Conv2D / MaxPool at opsets 11, 13, 17, both forms), which tf2onnx leaves
+  half converted below opset 14 (the Loop form) or converts from a wrong shape (the contrib
+  form): converted, the crops bit for bit TF's and the layer within 1e-5 relative, the repair
+  in the report; where the graph's shapes do not pin TF's layer, it stays, with a note;
 - live (the ``tensorflow`` extra): tf2onnx's graphs now equal the committed ones, and random
   cases exported now convert and equal TensorFlow.
 """
 
 import os
 import sys
+import warnings
 
 import numpy as np
 import onnx
@@ -277,3 +283,151 @@ def test_tf2onnx_graphs_converted_equal_tensorflow_live(tf, seed):
         assert [m[2] for m in done.moved] == [OP] and done.notes == []
         got = ours(conv, inputs)[0]
         np.testing.assert_array_equal(got, tf_layout(form, want))
+
+
+# the layers after the crops: tools/make_tf_graphs.py --layers -> tests/goldens/tf2onnx_layers.npz
+# (crop_and_resize [R, 7, 6] of a 16-channel map -> a layer; outputs the crops and the layer's)
+
+LAYERS = os.path.join(HERE, "goldens", "tf2onnx_layers.npz")
+LAYER_OPSETS = (11, 13, 17)
+#: (case, form) whose layer convert repairs wherever tf2onnx got it wrong (the Loop form below
+#: opset 14, the contrib form at every opset): the graph's declared output shapes, or
+#: tf2onnx's code alone (a 1x1 kernel: SAME and VALID agree; VALID: no pads, and a group that
+#: cannot fit the channels), leave one reading.
+REPAIRED = [(c, f) for c in ("conv_same", "conv_valid_s2", "maxpool_same") for f in FORMS] + [
+    ("conv1x1_mean", "loop")]
+#: (case, form) whose layer stays with a note where tf2onnx got it wrong: its output is averaged
+#: away, so nothing in the graph tells SAME from VALID (the Loop form) or SAME from an explicit
+#: padding equal to the pads tf2onnx computed from the wrong shape (the contrib form; a 1x1
+#: kernel too: SAME's pads for a 6 x 16 input are [0, 0, 1, 0]).
+LEFT = [("conv_same_mean", "loop"), ("conv_same_mean", "contrib"), ("conv1x1_mean", "contrib")]
+
+
+@pytest.fixture(scope="module")
+def layers():
+    with np.load(LAYERS) as d:
+        return {k: d[k] for k in d.files}
+
+
+def _layer_feed(layers, case: str) -> dict:
+    return {k: layers[f"{case}:{k}"] for k in ("image", "boxes", "box_indices")}
+
+
+def _quiet_convert(model: onnx.ModelProto):
+    """``convert(report=True)``, its notes (also warned) not shown."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ort_roi.convert(model, report=True)
+
+
+def _relative(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max())
+
+
+def _broken(form: str, opset: int) -> bool:
+    """Where tf2onnx 1.17 writes the layer after the crops wrong."""
+    return form == "contrib" or opset < 14
+
+
+@pytest.mark.parametrize("opset", LAYER_OPSETS)
+@pytest.mark.parametrize("case, form", REPAIRED)
+def test_layer_after_the_crops_converted_equals_tensorflow(layers, case, form, opset):
+    """tf2onnx's Conv2D / MaxPool after crop_and_resize: below opset 14 the Loop form's is
+    half converted (NHWC crops read as NCHW, TF's HWIO kernel, no padding: onnxruntime fails
+    or pools the wrong axes), the contrib form's is converted from a wrong shape at every
+    opset (group crop_height // C_in, SAME pads for a crop_width x C input). Converted, the
+    graph runs in a plain session: the crops bit for bit TF's, the layer within 1e-5
+    (relative) of TF's; the report names the repaired node."""
+    model = graph(layers, f"{case}:{form}{opset}")
+    feed = _layer_feed(layers, case)
+    conv, done = _quiet_convert(model)
+    crops, out = ours(conv, feed)
+    np.testing.assert_array_equal(crops, layers[f"{case}:crops"])
+    want = layers[f"{case}:expected"]
+    assert out.shape == want.shape
+    assert _relative(out, want) <= 1e-5
+    assert done.moved[0][2] == OP
+    repaired = done.moved[1:]
+    if not _broken(form, opset):
+        assert repaired == [] and done.notes == []
+        return
+    layer = "MaxPool" if case.startswith("maxpool") else "Conv"
+    assert [m[1:] for m in repaired] == [(f"onnx::{layer} as tf2onnx wrote it after "
+                                          f"crop_and_resize", repaired[0][2])]
+    assert repaired[0][2].startswith(f"onnx::{layer} of TF's")
+    assert len(done.notes) == 1 and f"node {repaired[0][0]!r} ({layer})" in done.notes[0]
+    assert "Repaired as" in done.notes[0]
+    try:  # what onnxruntime makes of tf2onnx's graph
+        native_out = native(model, feed)[1]
+    except Exception:  # noqa: BLE001 (it refuses it: channels, group 0)
+        return
+    assert native_out.shape != want.shape or _relative(native_out, want) > 1e-3
+
+
+def test_loop_form_conv_repair_says_why(layers):
+    """Below opset 14 the note says what tf2onnx left (and why) and which reading convert
+    took: SAME, the one whose output shape is the [R, 7, 6, 8] tf2onnx declared."""
+    conv, done = _quiet_convert(graph(layers, "conv_same:loop13"))
+    (note,) = done.notes
+    assert "tf2onnx did not finish converting TF's Conv2D" in note
+    assert "HWIO kernel" in note and "below opset 14" in note
+    assert "Repaired as TF's Conv2D on NHWC crops, padding SAME" in note
+    assert "agree with the rest of the graph" in note
+    nodes = [n for n in conv.graph.node if n.op_type in ("Conv", "Transpose")]
+    assert [n.op_type for n in nodes] == ["Transpose", "Conv", "Transpose"]
+    attrs = {a.name: helper.get_attribute_value(a) for a in nodes[1].attribute}
+    assert attrs["pads"] == [1, 1, 1, 1] and attrs["group"] == 1
+    w = next(t for t in conv.graph.initializer if t.name == nodes[1].input[1])
+    assert list(w.dims) == [8, 16, 3, 3]  # OIHW
+
+
+@pytest.mark.parametrize("opset", LAYER_OPSETS)
+@pytest.mark.parametrize("case, form", LEFT)
+def test_layer_the_graph_does_not_pin_stays_with_a_note(layers, case, form, opset):
+    """A Conv2D SAME whose output is averaged away: no shape in the graph tells SAME from
+    VALID (the Loop form) or SAME from an explicit padding equal to tf2onnx's wrong pads (the
+    contrib form), so the node stays as tf2onnx wrote it, with a note naming it, the cause,
+    its readings and the way out. (The Loop form from opset 14: tf2onnx wrote it right, no
+    note, equal to TF.)"""
+    model = graph(layers, f"{case}:{form}{opset}")
+    if not _broken(form, opset):
+        conv, done = _quiet_convert(model)
+        assert [m[2] for m in done.moved] == [OP] and done.notes == []
+        out = ours(conv, _layer_feed(layers, case))[1]
+        assert _relative(out, layers[f"{case}:expected"]) <= 1e-5
+        return
+    conv, done = _quiet_convert(model)
+    assert [m[2] for m in done.moved] == [OP]
+    (note,) = done.notes
+    assert note.startswith("node 'Conv2D' (Conv): ")
+    assert "the graph's shapes do not tell them apart; left as it is" in note
+    if form == "loop":
+        assert "padding SAME; TF's Conv2D on NHWC crops, padding VALID" in note
+        assert "TF's Conv2D with data_format NCHW" not in note  # (7 rows: not 16 channels)
+        assert "export at opset 14 or higher" in note
+    else:
+        assert "padding EXPLICIT" in note and "export without extra_opset com.microsoft" in note
+    before = next(n for n in model.graph.node if n.op_type == "Conv")
+    after = next(n for n in conv.graph.node if n.op_type == "Conv")
+    assert after == before
+
+
+
+@pytest.mark.parametrize("case, form, opset", [("conv_same", "loop", 11),
+                                               ("conv_same", "loop", 13),
+                                               ("conv_same", "contrib", 17),
+                                               ("maxpool_same", "loop", 13)])
+def test_layer_graphs_converted_equal_tensorflow_live(tf, layers, case, form, opset):
+    """Live: tf2onnx's graph now is the committed one (its ops), and converted it equals TF
+    now."""
+    from make_tf_graphs import layer_inputs, layer_model
+
+    model, f = layer_model(case, opset, form == "contrib")
+    assert ops(model) == ops(graph(layers, f"{case}:{form}{opset}"))
+    inputs = layer_inputs()
+    crops, want = (t.numpy() for t in f(**inputs))
+    conv, done = _quiet_convert(model)
+    got_crops, got = ours(conv, inputs)
+    np.testing.assert_array_equal(got_crops, crops)
+    assert _relative(got, want) <= 1e-5
+    assert len(done.moved) == 2

@@ -25,6 +25,18 @@ tf.image.crop_and_resize (bilinear, extrapolation 0, float32; image, boxes and b
 of dynamic shape) at its default opset, as a Loop ("tf2onnx_crop_and_resize_loop_<crop>.onnx")
 and with extra_opset com.microsoft ("..._contrib_<crop>.onnx"), one pair per crop side of
 those workloads (tf2onnx writes the crop size as a constant).
+
+    python tools/make_tf_graphs.py --layers [--out tests/goldens]
+
+writes tests/goldens/tf2onnx_layers.npz: TF models of crop_and_resize followed by a layer
+(``LAYERS``: a Conv2D SAME with bias and ReLU, a Conv2D VALID of stride 2, a 1x1 Conv2D, a
+MaxPool SAME, a Conv2D SAME whose output is averaged away), each returning the crops and the
+layer's output, exported by tf2onnx at opsets 11, 13 and 17 as a Loop ("<case>:loop<opset>")
+and with extra_opset com.microsoft ("<case>:contrib<opset>"), with the inputs ("<case>:image",
+"<case>:boxes", "<case>:box_indices") and TensorFlow's outputs ("<case>:crops",
+"<case>:expected"): below opset 14 tf2onnx leaves the Loop form's layer half converted, and the
+contrib form's at every opset converted from a wrong shape (graph/tensorflow.py,
+``repair_layers``).
 """
 
 from __future__ import annotations
@@ -72,6 +84,101 @@ def tf2onnx_graph(crop_height: int, crop_width: int, method: str, extrapolation_
     return model
 
 
+#: The layer cases of ``--layers``: name -> (TF's layer over the crops, from seeded weights).
+LAYER_OPSETS = (11, 13, 17)
+LAYERS_NAME = "tf2onnx_layers.npz"
+#: The crops of the layer cases: 7 x 6 of a 16-channel map (crop height, width and channels
+#: all differ, so a layout read wrong cannot pass for the right one).
+LAYER_CROP, LAYER_CHANNELS = (7, 6), 16
+
+
+def layer_fn(case: str):
+    """TF's layer of ``case`` over the crops [R, 7, 6, 16] (seeded weights)."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(sum(map(ord, case)))
+    c = LAYER_CHANNELS
+
+    def w(*shape):  # (a NumPy array: a constant of the traced graph, not a capture)
+        return (rng.standard_normal(shape) / np.sqrt(np.prod(shape[:-1]))).astype(np.float32)
+
+    if case == "conv_same":
+        k, b = w(3, 3, c, 8), w(8)
+        return lambda x: tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, k, 1, "SAME"), b))
+    if case == "conv_valid_s2":
+        k = w(3, 3, c, 8)
+        return lambda x: tf.nn.conv2d(x, k, 2, "VALID")
+    if case == "conv1x1_mean":
+        k = w(1, 1, c, 8)
+        return lambda x: tf.reduce_mean(tf.nn.conv2d(x, k, 1, "SAME"), [1, 2])
+    if case == "maxpool_same":
+        return lambda x: tf.nn.max_pool2d(x, 3, 2, "SAME")
+    if case == "conv_same_mean":
+        k = w(3, 3, c, 8)
+        return lambda x: tf.reduce_mean(tf.nn.conv2d(x, k, 1, "SAME"), [1, 2])
+    raise ValueError(case)
+
+
+LAYERS = ("conv_same", "conv_valid_s2", "conv1x1_mean", "maxpool_same", "conv_same_mean")
+
+
+def layer_model(case: str, opset: int, contrib: bool):
+    """(tf2onnx's graph of crop_and_resize -> the case's layer, outputs (crops, layer), the
+    tf.function). Inputs: image [N, H, W, 16], boxes [R, 4], box_indices [R]."""
+    import tensorflow as tf
+    import tf2onnx
+
+    sig = (tf.TensorSpec([None, None, None, LAYER_CHANNELS], tf.float32, name="image"),
+           tf.TensorSpec([None, 4], tf.float32, name="boxes"),
+           tf.TensorSpec([None], tf.int32, name="box_indices"))
+    layer = layer_fn(case)
+
+    @tf.function(input_signature=sig)
+    def f(image, boxes, box_indices):
+        crops = tf.image.crop_and_resize(image, boxes, box_indices, list(LAYER_CROP))
+        return tf.identity(crops, name="crops"), tf.identity(layer(crops), name="out")
+
+    extra = [tf2onnx.utils.make_opsetid("com.microsoft", 1)] if contrib else None
+    model, _ = tf2onnx.convert.from_function(f, input_signature=sig, opset=opset,
+                                             extra_opset=extra)
+    model.doc_string = ""
+    return model, f
+
+
+def layer_inputs() -> dict:
+    """The layer cases' inputs: 2 images 12 x 15, 6 boxes (three ending at 1.0)."""
+    rng = np.random.default_rng(20261126)
+    image = (rng.integers(-64, 64, (2, 12, 15, LAYER_CHANNELS)) / 8).astype(np.float32)
+    boxes = np.sort(rng.uniform(0, 1, (6, 2, 2)), axis=1)
+    boxes = np.stack([boxes[:, 0, 0], boxes[:, 0, 1], boxes[:, 1, 0], boxes[:, 1, 1]], 1)
+    boxes[::2, 2] = 1.0
+    return dict(image=image, boxes=boxes.astype(np.float32),
+                box_indices=np.array([0, 1, 1, 0, 0, 1], np.int32))
+
+
+def write_layers(out: str) -> None:
+    """tests/goldens/tf2onnx_layers.npz (``--layers``)."""
+    import tensorflow as tf
+    import tf2onnx
+
+    arrays, inputs = {}, layer_inputs()
+    for case in LAYERS:
+        for opset in LAYER_OPSETS:
+            for form, contrib in (("loop", False), ("contrib", True)):
+                model, f = layer_model(case, opset, contrib)
+                arrays[f"{case}:{form}{opset}"] = as_bytes(model)
+        crops, expected = f(**inputs)
+        for k, v in inputs.items():
+            arrays[f"{case}:{k}"] = v
+        arrays[f"{case}:crops"], arrays[f"{case}:expected"] = crops.numpy(), expected.numpy()
+    arrays["meta"] = np.array(json.dumps(dict(tensorflow=tf.__version__,
+                                              tf2onnx=tf2onnx.__version__,
+                                              opsets=LAYER_OPSETS)))
+    path = os.path.join(out, LAYERS_NAME)
+    np.savez_compressed(path, **arrays)
+    print(f"{path}: {len(LAYERS)} cases, {os.path.getsize(path)} bytes")
+
+
 def small_model(method: str):
     """(the tf.function of tools/tf_e2e.py's model, small), its input."""
     _, fn = tf_e2e.build(size=64, channels=8, crop=14, top=32, hidden=8, seed=7, method=method)
@@ -107,9 +214,15 @@ def main() -> None:
     ap.add_argument("--bench", action="store_true",
                     help="write the bench's tf2onnx graphs into --data instead")
     ap.add_argument("--data", default=os.path.join(HERE, "..", "ort_roi", "data"))
+    ap.add_argument("--layers", action="store_true",
+                    help="write tests/goldens/tf2onnx_layers.npz (crop_and_resize -> a layer) "
+                         "into --out instead")
     args = ap.parse_args()
     if args.bench:
         write_bench_graphs(args.data)
+        return
+    if args.layers:
+        write_layers(args.out)
         return
     import tensorflow as tf
     import tf2onnx
