@@ -5,6 +5,7 @@ GluonCV's Faster R-CNN (and FPN) for the end-to-end numbers.
     /tmp/mxvenv/bin/python tools/mxnet_graphs.py ops [--out tests/goldens/mxnet]
     /tmp/mxvenv/bin/python tools/mxnet_graphs.py gluoncv [--out /tmp/mxnet_e2e]
     python tools/mxnet_graphs.py compare [--out /tmp/mxnet_e2e]     # the dev venv (ort_roi)
+    MXNET_PYTHON=/tmp/mxvenv/bin/python python tools/mxnet_graphs.py precision  # the dev venv
 
 Runs in an MXNet venv (MXNet needs NumPy < 1.24; ort_roi is not imported here):
 
@@ -43,6 +44,13 @@ feature maps) and MXNet's detections ("ids", "scores", "bboxes").
 and maps) in onnxruntime: natively restamped 15 (what onnx 1.10.2 gives) and 16, natively at
 its own stamp, and converted by ort_roi; it prints the RoI features' and detections'
 differences from MXNet's and the median time of 5 runs.
+
+``precision`` (the dev venv; it runs ``precision-mxnet`` in the MXNet venv named by
+``--mxnet-python`` / MXNET_PYTHON) measures the converted graphs against MXNet at realistic
+magnitudes: contrib.ROIAlign as GluonCV's Faster R-CNN C4 head uses it (a 38 x 50 map at
+stride 16, 14 x 14, sample_ratio 2, 300 proposals of 16 .. 600 px) and GluonCV's FPN stage (two
+512 x 640 images, strides 4 .. 32, 7 x 7, 400 proposals), feature maps N(0, 1) and N(0, 100);
+it prints max |diff|, max |MXNet|, their ratio and the difference in float32 ulps.
 """
 
 from __future__ import annotations
@@ -201,22 +209,152 @@ def _fpn(rng):
     x = [rng.standard_normal((2, 2, int(side) // s, int(side) // s)).astype(np.float32)
          for s in strides]
     data = {"fpn:rois": rois, **{f"fpn:feat{i}": v for i, v in enumerate(x)}}
-    # MXNet's roi_level (the internal squeeze) and each box at its level
-    level_sym = sym.get_internals()["squeeze0_output"]
-    args = {"rois": mx.nd.array(rois), **{f"feat{i}": mx.nd.array(v) for i, v in enumerate(x)}}
-    level = level_sym.eval(ctx=mx.cpu(), **{k: v for k, v in args.items()
-                                            if k in level_sym.list_arguments()})[0].asnumpy()
-    expected = np.zeros((len(rois), 2, 7, 7), np.float32)
-    for i, s in enumerate(strides):
-        pooled, _ = _mx_roi_align(x[i], rois, (7, 7), 1.0 / s, 2)
-        expected[level == i + 2] = pooled[level == i + 2]
-    whole = sym.eval(ctx=mx.cpu(), **args)[0].asnumpy()
+    expected, level, whole = _fpn_expected(sym, rois, x, strides)
     data["fpn:expected"] = expected
     data["fpn:levels"] = level
     data["fpn:stale"] = np.array(int(np.count_nonzero(whole != expected)))
     print("fpn levels:", np.unique(level, return_counts=True),
           "MXNet's whole-stage run differs in", int(data["fpn:stale"]), "values")
     return sym, data
+
+
+def _fpn_expected(sym, rois: np.ndarray, x: list, strides) -> tuple:
+    """(MXNet's ROIAlign of each box at its level (``roi_level`` as MXNet computes it, the
+    internal squeeze), zero where the batch index is negative; the levels; MXNet's run of the
+    whole stage)."""
+    import mxnet as mx
+
+    level_sym = sym.get_internals()["squeeze0_output"]
+    args = {"rois": mx.nd.array(rois), **{f"feat{i}": mx.nd.array(v) for i, v in enumerate(x)}}
+    level = level_sym.eval(ctx=mx.cpu(), **{k: v for k, v in args.items()
+                                            if k in level_sym.list_arguments()})[0].asnumpy()
+    expected = np.zeros((len(rois), x[0].shape[1], 7, 7), np.float32)
+    for i, s in enumerate(strides):
+        pooled, _ = _mx_roi_align(x[i], rois, (7, 7), 1.0 / s, 2)
+        expected[level == i + 2] = pooled[level == i + 2]
+    return expected, level, sym.eval(ctx=mx.cpu(), **args)[0].asnumpy()
+
+
+# -- precision at realistic magnitudes ----------------------------------------------------------
+
+#: The feature scales ``precision`` measures at: N(0, 1) (the goldens' maps) and N(0, 100) (a
+#: detector's maps after ReLU stages reach |x| of several hundred).
+PRECISION_STDS = (1.0, 100.0)
+
+
+def _proposals(rng, n: int, images: int, h: float, w: float) -> np.ndarray:
+    """n rois [batch, x1, y1, x2, y2] as a detector's proposals: sides 16 .. 600 px
+    (log-uniform), clipped to an h x w image."""
+    c = rng.uniform(0, 1, (n, 2)) * [w, h]
+    wh = np.exp(rng.uniform(np.log(16), np.log(600), (n, 2)))
+    b = np.concatenate([c - wh / 2, c + wh / 2], 1)
+    b = np.clip(b, 0, [w - 1, h - 1, w - 1, h - 1])
+    return np.concatenate([rng.integers(0, images, (n, 1)), b], 1).astype(np.float32)
+
+
+def precision_mxnet(out_dir: str) -> None:
+    """``precision-mxnet`` (the MXNet venv): MXNet's contrib.ROIAlign and GluonCV's FPN stage
+    at realistic magnitudes, their mx2onnx graphs (stamp 19) into ``<out>/precision.npz``."""
+    import mxnet as mx
+    from gluoncv.model_zoo.rcnn.faster_rcnn.faster_rcnn import FasterRCNN
+
+    rng = np.random.default_rng(20261126)
+    data: dict[str, np.ndarray] = {}
+    tmp = os.path.join(out_dir, "_tmp.onnx")
+    for std in PRECISION_STDS:
+        # GluonCV's Faster R-CNN C4 head: one 600 x 800 image at stride 16, 14 x 14,
+        # sample_ratio 2, 300 proposals
+        case = f"c4_std{std:g}"
+        x = (rng.standard_normal((1, 32, 38, 50)) * std).astype(np.float32)
+        rois = _proposals(rng, 300, 1, 600, 800)
+        sym = mx.sym.contrib.ROIAlign(mx.sym.var("x"), mx.sym.var("rois"), (14, 14), 1 / 16,
+                                      sample_ratio=2, name="roialign0")
+        data[f"{case}:x"], data[f"{case}:rois"] = x, rois
+        data[f"{case}:expected"], _ = _mx_roi_align(x, rois, (14, 14), 1 / 16, 2)
+        shapes = {"x": x.shape, "rois": rois.shape}
+        for k in (15, 19):
+            data[f"{case}:opset{k}"] = np.frombuffer(export(sym, shapes, tmp, k), np.uint8)
+        # GluonCV's FPN RoI stage: two 512 x 640 images, strides 4 .. 32, 7 x 7, 400 proposals
+
+        class Stage:  # what _pyramid_roi_feats reads of the network
+            _min_stage, _max_stage = 2, 5
+
+        case, strides = f"fpn_std{std:g}", (4, 8, 16, 32)
+        with mx.name.NameManager():  # (names counted afresh: _fpn_expected reads squeeze0)
+            sym = FasterRCNN._pyramid_roi_feats(Stage(), mx.sym, [mx.sym.var(f"feat{i}")
+                                                                  for i in range(4)],
+                                                mx.sym.var("rois"), (7, 7), strides)
+        x = [(rng.standard_normal((2, 16, 512 // s, 640 // s)) * std).astype(np.float32)
+             for s in strides]
+        rois = _proposals(rng, 400, 2, 512, 640)
+        data[f"{case}:rois"] = rois
+        data.update({f"{case}:feat{i}": v for i, v in enumerate(x)})
+        data[f"{case}:expected"], data[f"{case}:levels"], _ = _fpn_expected(sym, rois, x,
+                                                                             strides)
+        shapes = {"rois": rois.shape, **{f"feat{i}": v.shape for i, v in enumerate(x)}}
+        for k in (15, 19):
+            data[f"{case}:opset{k}"] = np.frombuffer(
+                export(sym, {a: shapes[a] for a in sym.list_arguments()}, tmp, k), np.uint8)
+    os.remove(tmp)
+    np.savez_compressed(os.path.join(out_dir, "precision.npz"), **data)
+
+
+def ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How many float32 values lie between a and b (elementwise; 0: equal)."""
+    def ordered(v):
+        i = np.ascontiguousarray(v, np.float32).view(np.int32).astype(np.int64)
+        return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+    return np.abs(ordered(a) - ordered(b))
+
+
+def precision(out_dir: str, mxnet_python: str) -> None:
+    """``precision`` (the dev venv): runs ``precision-mxnet`` in the MXNet venv, then converts
+    each graph with ort_roi and prints its difference from MXNet: max |diff|, max |MXNet|,
+    their ratio, max |diff| in float32 ulps of max |MXNet| (the spacing of the largest
+    value), and the largest elementwise ulp distance among the values of at least 1 % of max
+    |MXNet| (near zero an absolute difference of one rounding of a large term is many ulps of
+    a small result). Also onnxruntime's own RoiAlign (stamp 15: MXNet's geometry) for scale."""
+    import subprocess
+    import warnings
+
+    import onnx
+    import onnxruntime as ort
+
+    import ort_roi
+
+    os.makedirs(out_dir, exist_ok=True)
+    subprocess.run([mxnet_python, os.path.abspath(__file__), "precision-mxnet", "--out",
+                    out_dir], check=True)
+    with np.load(os.path.join(out_dir, "precision.npz")) as d:
+        data = {k: d[k] for k in d.files}
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    cases = sorted({k.split(":")[0] for k in data})
+    print(f"ort_roi {ort_roi.__version__}, onnxruntime {ort.__version__}; MXNet 1.9.1 "
+          f"contrib.ROIAlign / GluonCV _pyramid_roi_feats (CPU)")
+    print(f"{'case':>12} {'runner':>22} {'max|MXNet|':>11} {'max|diff|':>10} {'rel':>9} "
+          f"{'ulps@max':>9} {'ulps>=1%':>9}")
+    for case in cases:
+        want = data[f"{case}:expected"]
+        for label, stamp, convert in (("ort_roi (converted)", 19, True),
+                                      ("onnxruntime (stamp 15)", 15, False)):
+            m = onnx.load_from_string(data[f"{case}:opset{stamp}"].tobytes())
+            if convert:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    m = ort_roi.convert(m)
+            feed = {i.name: data[f"{case}:{i.name}"] for i in m.graph.input
+                    if f"{case}:{i.name}" in data}
+            sess = ort.InferenceSession(m.SerializeToString(),
+                                        ort_roi.session_options(so) if convert else so,
+                                        providers=["CPUExecutionProvider"])
+            got = sess.run(None, feed)[0]
+            diff = np.abs(got.astype(np.float64) - want)
+            top = float(np.abs(want).max())
+            big = np.abs(want) >= 0.01 * top
+            print(f"{case:>12} {label:>22} {top:11.4g} {diff.max():10.3g} "
+                  f"{diff.max() / top:9.2g} {diff.max() / np.spacing(np.float32(top)):9.2f} "
+                  f"{int(ulps(got[big], want[big]).max()):9d}")
 
 
 #: The GluonCV models of the end-to-end check, with the image they are run on (H, W).
@@ -450,8 +588,12 @@ def compare(out_dir: str, models=MODELS, runs: int = 5) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("part", choices=("ops", "gluoncv", "compare"))
+    p.add_argument("part", choices=("ops", "gluoncv", "compare", "precision",
+                                    "precision-mxnet"))
     p.add_argument("--out", default=None)
+    p.add_argument("--mxnet-python", default=os.environ.get("MXNET_PYTHON",
+                                                            "/tmp/mxvenv/bin/python"),
+                   help="the MXNet venv's python (precision; default $MXNET_PYTHON)")
     a = p.parse_args()
     if a.part == "ops":
         out = a.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
@@ -460,6 +602,10 @@ def main() -> None:
         ops(out)
     elif a.part == "gluoncv":
         gluoncv(a.out or "/tmp/mxnet_e2e")
+    elif a.part == "precision-mxnet":
+        precision_mxnet(a.out or "/tmp/mxnet_precision")
+    elif a.part == "precision":
+        precision(a.out or "/tmp/mxnet_precision", a.mxnet_python)
     else:
         compare(a.out or "/tmp/mxnet_e2e")
 
