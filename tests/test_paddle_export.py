@@ -254,3 +254,68 @@ def test_import_ort_roi_does_not_import_paddle():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def _flatten_heads():
+    import paddle
+    from paddle.vision import ops
+
+    class FlattenHead(paddle.nn.Layer):
+        """RoI heads as Paddle writes them: pooled -> flatten -> linear, in the forms
+        paddle2onnx writes as a Reshape with 0 / x's dims and -1 (flatten(1),
+        flatten(start, stop), reshape([0, -1]), reshape([0, C, -1])) and one it does not
+        (reshape([-1, C*h*w]))."""
+
+        def __init__(self):
+            super().__init__()
+            self.fc = paddle.nn.Linear(C * 3 * 2, 5)
+
+        def forward(self, x, boxes, boxes_num):
+            a = ops.roi_align(x, boxes, boxes_num, (3, 2), 0.5, sampling_ratio=2, aligned=True)
+            p = ops.roi_pool(x, boxes, boxes_num, (2, 3), 0.5)
+            return (self.fc(paddle.flatten(a, 1)), paddle.flatten(p, start_axis=1, stop_axis=-1),
+                    paddle.flatten(a, 2, 3), paddle.reshape(p, [0, -1]),
+                    paddle.reshape(p, [0, C, -1]), paddle.reshape(p, [-1, C * 6]))
+
+    return FlattenHead
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+def test_flatten_after_roi_ops_on_zero_rows(tmp_path, capsys, opset):
+    """paddle2onnx writes flatten / reshape([0, -1]) as Reshapes whose -1 onnxruntime cannot
+    infer on 0 rows (``Input shape:{0,12,3,2}, requested shape:{0,-1}``); export-paddle
+    computes it (or writes Flatten(axis=1)) and says so. Equal to Paddle with no boxes at all
+    ([0, C*h*w]) and with boxes: bit for bit but the linear layer's matmul."""
+    import paddle
+
+    paddle.seed(0)
+    prefix, out = str(tmp_path / "flatten"), tmp_path / "flatten.onnx"
+    spec = [paddle.static.InputSpec([None, C, 10, 12], "float32", "x"),
+            paddle.static.InputSpec([None, 4], "float32", "boxes"),
+            paddle.static.InputSpec([None], "int32", "boxes_num")]
+    paddle.jit.save(_flatten_heads()(), prefix, input_spec=spec)
+    assert cli(["export-paddle", prefix, str(out), "--opset", str(opset)]) == 0
+    summary = capsys.readouterr().out
+    assert "repaired: paddle2onnx's Reshape to a shape with 0 / x's dims and -1" in summary
+    assert summary.rstrip().endswith("x5"), summary  # reshape([-1, C*6]) needed nothing
+    model = onnx.load(str(out))
+    assert [n.op_type for n in model.graph.node if n.doc_string] == [
+        "Flatten", "Flatten", "Reshape", "Flatten", "Reshape"]
+    sess = ort.InferenceSession(str(out), ort_roi.session_options())
+    rng = np.random.default_rng(4)
+    empty = {"x": rng.standard_normal((2, C, 10, 12)).astype(np.float32),
+             "boxes": np.zeros((0, 4), np.float32), "boxes_num": np.zeros(2, np.int32)}
+    for feeds in (empty, _inputs((2, 3), seed=5)):
+        got, want = sess.run(None, feeds), _paddle(prefix, feeds)
+        r = len(feeds["boxes"])
+        assert [g.shape for g in got] == [w.shape for w in want] == [
+            (r, 5), (r, C * 6), (r, C, 6), (r, C * 6), (r, C, 6), (r, C * 6)]
+        _compare(got, want, [AVG, EXACT, AVG, EXACT, EXACT, EXACT])
+    # where paddle2onnx's graph runs (boxes), the repaired one is that graph bit for bit
+    raw, answer = run_paddle2onnx(prefix, opset)
+    raw = rewrite_stand_ins(raw, answer["rois"], answer["outputs"])
+    plain = ort.InferenceSession(raw.SerializeToString(), ort_roi.session_options())
+    feeds = _inputs((3, 1), seed=6)
+    _compare(sess.run(None, feeds), plain.run(None, feeds), [EXACT] * 6)
+    with pytest.raises(Exception, match=r"requested shape:\{0,"):
+        plain.run(None, empty)

@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 
 from ..export.paddle import PYTHON_ENV, paddle_export
+from ..graph.paddle import REPAIRED
 
 
 def cmd_export_paddle(args: argparse.Namespace) -> int:
@@ -24,8 +25,11 @@ def cmd_export_paddle(args: argparse.Namespace) -> int:
         return 1
     ops = Counter(f"{n.domain or 'onnx'}::{n.op_type}" for n in model.graph.node
                   if n.domain == "ort_roi" or n.op_type in ("RoiAlign", "MaxRoiPool"))
+    repaired = Counter(n.doc_string[len(REPAIRED):] for n in model.graph.node
+                       if n.doc_string.startswith(REPAIRED))
     print(f"{args.path_prefix} -> {args.output}: {len(model.graph.node)} nodes, RoI nodes: "
-          + (", ".join(f"{k} x{v}" for k, v in sorted(ops.items())) or "none"))
+          + (", ".join(f"{k} x{v}" for k, v in sorted(ops.items())) or "none")
+          + "".join(f"; repaired: {k} x{v}" for k, v in sorted(repaired.items())))
     return 0
 
 

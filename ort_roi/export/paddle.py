@@ -39,7 +39,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..errors import RoiOpError
 from ..graph import builders, shapes
 from ..graph.nodes import opset
-from ..graph.paddle import fuse_fpn_stages
+from ..graph.paddle import empty_safe_reshapes, fuse_fpn_stages
 from ..spec import DOMAIN, OPSET_VERSION
 
 #: The child script (run by path: it needs paddle and paddle2onnx, not ort_roi).
@@ -88,6 +88,7 @@ def paddle_export(path_prefix: str | os.PathLike, f: str | os.PathLike | None = 
     model, answer = run_paddle2onnx(path_prefix, opset_version, python=python, timeout=timeout)
     model = rewrite_stand_ins(model, answer["rois"], answer["outputs"], standard=standard,
                               cuts=answer.get("cuts", ()), n_counts=answer.get("counts", 0))
+    empty_safe_reshapes(model)  # paddle2onnx's flatten / reshape([0, -1]): none on 0 rows
     if fuse and not standard:  # PaddleDetection's FPN RoI stage -> one DistributeRoIAlign_L{L}
         for note in fuse_fpn_stages(model)[1]:
             warnings.warn(f"paddle_export: {note}", stacklevel=2)

@@ -22,6 +22,11 @@ the first difference.
 The Add of zero maps -0.0 to +0.0 in the rois RoIAlign reads; RoIAlign computes the same from
 either (x * scale - offset is -offset for both, and a sample at -0.0 reads what one at 0.0
 does), so the fused op, which reads the rois before the chain, is bit for bit the stage.
+
+``empty_safe_reshapes``: paddle2onnx writes Paddle's ``flatten`` and ``reshape(x, [0, -1])``
+as a Reshape whose -1 onnxruntime cannot infer when x has no rows (a RoI head on an image
+without boxes); export-paddle computes that dimension from x's Shape (or writes
+``Flatten(axis=1)``) and marks the node (``REPAIRED``).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from ..errors import node_label
 from ..ops import spec as spec_of
 from ..spec import DOMAIN, MAX_LEVELS
 from .builders import make_node
-from .nodes import node_attrs, opset
+from .nodes import given_attrs, node_attrs, opset
 from .toolkit import GraphIndex, NoMatch, check_attrs, splice
 
 EXPORTER = "export-paddle"
@@ -221,3 +226,188 @@ def fuse_fpn_stages(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]],
             else:
                 break  # no Gather of this Distribute left to fuse
     return moved, notes
+
+
+#: The mark export-paddle leaves on a node it wrote in place of one of paddle2onnx's that
+#: breaks (the node's doc_string starts with it; the export's summary counts them).
+REPAIRED = "ort_roi export-paddle repaired: "
+_BIG = (1 << 63) - 1  # a Slice's "to the end"
+_ZERO_ROWS = ("paddle2onnx's Reshape to a shape with 0 / x's dims and -1 (flatten, "
+              "reshape([0, -1])), which onnxruntime refuses on 0 rows")
+
+
+def _through_casts(g: GraphIndex, name: str) -> str:
+    """Back through Identity nodes and Casts to int64 (paddle2onnx's ``auto.cast``)."""
+    while True:
+        n = g.producer.get(name)
+        if n is None or not _default(n) or n.op_type not in ("Identity", "Cast"):
+            return name
+        if n.op_type == "Cast" and given_attrs(n).get("to") != onnx.TensorProto.INT64:
+            return name
+        name = n.input[0]
+
+
+def _shape_slice(g: GraphIndex, name: str, x: str) -> tuple[int, int | None] | None:
+    """(start, end) of a ``Slice(Shape(x), [start], [end])`` (end None: to the end) or of
+    ``Shape(x)`` itself, x's dims start..end; else None."""
+    n = g.producer.get(_through_casts(g, name))
+    if n is None or not _default(n):
+        return None
+    if n.op_type == "Shape":
+        return (0, None) if n.input[0] == x and not n.attribute else None
+    if n.op_type != "Slice" or n.attribute or len(n.input) < 3:
+        return None
+    src = g.producer.get(_through_casts(g, n.input[0]))
+    if src is None or src.op_type != "Shape" or src.input[0] != x or src.attribute:
+        return None
+    vals = [g.const(i) if i else None for i in n.input[1:]]
+    if any(v is None or v.size != 1 for v in vals):
+        return None
+    start, end = int(vals[0].ravel()[0]), int(vals[1].ravel()[0])
+    if len(vals) > 2 and int(vals[2].ravel()[0]) not in (0, -1):  # axes
+        return None
+    if len(vals) > 3 and int(vals[3].ravel()[0]) != 1:  # steps
+        return None
+    if start < 0 or end < start:
+        return None
+    return start, (None if end >= (1 << 31) - 1 else end)
+
+
+def _shape_entries(g: GraphIndex, name: str, x: str) -> list[tuple] | None:
+    """A Reshape's shape input as entries: ("c", v) a constant, ("d", i) x's dim i, ("tail",
+    i) x's dims i.. (last only); None when it is not made of constants and slices of
+    Shape(x) concatenated."""
+    name = _through_casts(g, name)
+    n = g.producer.get(name)
+    if n is not None and _default(n) and n.op_type == "Concat":
+        parts = list(n.input)
+    else:
+        parts = [name]
+    out: list[tuple] = []
+    for p in parts:
+        if out and out[-1][0] == "tail":
+            return None
+        c = g.const(_through_casts(g, p))
+        if c is not None:
+            if c.ndim > 1 or c.dtype.kind not in "iu":
+                return None
+            out += [("c", int(v)) for v in c.ravel()]
+            continue
+        s = _shape_slice(g, p, x)
+        if s is None:
+            return None
+        out += [("tail", s[0])] if s[1] is None else [("d", i) for i in range(*s)]
+    return out
+
+
+def _empty_safe(g: GraphIndex, node: onnx.NodeProto,
+                onnx_opset: int) -> list[onnx.NodeProto] | None:
+    """The nodes to put in place of a Reshape whose shape holds a -1 beside dims copied from
+    its input x (0s, or x's own dims from its Shape), which can be 0: onnxruntime cannot
+    infer a -1 when the other dims' product is 0 and refuses it. The -1 is computed from x's
+    Shape instead: the product of the dims nothing copies, divided by the constants, equal
+    to onnxruntime's -1 wherever that is defined; the shape x's first dim and a -1 becomes
+    Flatten(axis=1). None: not such a Reshape."""
+    if len(node.input) != 2 or given_attrs(node).get("allowzero", 0) or onnx_opset < 10:
+        return None
+    x = node.input[0]
+    entries = _shape_entries(g, node.input[1], x)
+    if entries is None or entries.count(("c", -1)) != 1:
+        return None
+    k = entries.index(("c", -1))
+    lead = [("d", i) if e == ("c", 0) else e for i, e in enumerate(entries[:k])]
+    after = entries[k + 1:]
+    if any(e != ("d", i) and not (e[0] == "c" and e[1] > 0) for i, e in enumerate(lead)):
+        return None  # before the -1: x's dims where they stand, and positive constants
+    if all(e[0] == "c" for e in after):
+        if any(v <= 0 for _, v in after):
+            return None
+        j = end = None  # the -1 stands for x's dims from k on
+    elif after[0][1] < k or any(e[0] == "c" or e[1] != after[0][1] + m or
+                                (e[0] == "tail" and m < len(after) - 1)
+                                for m, e in enumerate(after)):
+        return None  # after the -1: neither constants nor one run of x's dims
+    else:
+        j = after[0][1]
+        end = None if after[-1][0] == "tail" else after[-1][1] + 1
+    if all(e[0] == "c" for e in lead + after):
+        return None  # nothing copied: the other dims' product is never 0
+    pre = f"{node.name or node.output[0]}/empty_safe"
+    doc = REPAIRED + _ZERO_ROWS
+    if lead == [("d", 0)] and not after:
+        return [helper.make_node("Flatten", [x], list(node.output), name=pre + "/Flatten",
+                                 axis=1, doc_string=doc)]
+    inits: list[onnx.TensorProto] = []
+    shape = pre + "/shape"
+    nodes = [helper.make_node("Shape", [x], [shape], name=shape)]
+
+    def const(values: list[int]) -> str:
+        t = numpy_helper.from_array(np.array(values, np.int64), f"{pre}/c{len(inits)}")
+        inits.append(t)
+        return t.name
+
+    def dims(start: int, stop: int | None) -> str:
+        out = f"{pre}/dims_{start}_{'end' if stop is None else stop}"
+        nodes.append(helper.make_node("Slice", [shape, const([start]),
+                                                const([_BIG if stop is None else stop])],
+                                      [out], name=out))
+        return out
+
+    def concat(parts: list[str], tag: str) -> str:
+        if len(parts) == 1:
+            return parts[0]
+        nodes.append(helper.make_node("Concat", parts, [f"{pre}/{tag}"], name=f"{pre}/{tag}",
+                                      axis=0))
+        return f"{pre}/{tag}"
+
+    # the dims nothing copies: where the lead has constants, k.. (up to the run after the
+    # -1, and beyond its end)
+    free = [dims(i, i + 1) for i, e in enumerate(lead) if e[0] == "c"] + [dims(k, j)]
+    if end is not None:
+        free.append(dims(end, None))
+    nodes.append(helper.make_node("ReduceProd", [concat(free, "free")], [pre + "/prod"],
+                                  name=pre + "/prod", keepdims=1))
+    inferred = pre + "/prod"
+    divisor = int(np.prod([v for kind, v in lead + after if kind == "c"]))
+    if divisor != 1:
+        nodes.append(helper.make_node("Div", [inferred, const([divisor])], [pre + "/inferred"],
+                                      name=pre + "/inferred"))
+        inferred = pre + "/inferred"
+    parts: list[str] = []
+    for i, e in enumerate(lead):  # x's dims where they stand, the constants as they are
+        parts.append(dims(i, i + 1) if e[0] == "d" else const([e[1]]))
+    parts.append(inferred)
+    if after:
+        parts.append(const([v for _, v in after]) if j is None else dims(j, end))
+    new_shape = concat(parts, "new_shape")
+    extra = {"allowzero": 1} if onnx_opset >= 14 else {}  # every dim literal (a 0 is a 0)
+    nodes.append(helper.make_node("Reshape", [x, new_shape], list(node.output),
+                                  name=pre + "/Reshape", doc_string=doc, **extra))
+    g.graph.initializer.extend(inits)
+    return nodes
+
+
+def empty_safe_reshapes(model: onnx.ModelProto) -> int:
+    """Rewrite, in place, the main graph's Reshapes that paddle2onnx writes for Paddle's
+    ``flatten(start, stop)`` (``Concat(Shape(x)[:start], [-1], Shape(x)[stop + 1:])``) and
+    ``reshape(x, [0, ..., -1, ...])`` (a constant shape with 0s before a -1), which
+    onnxruntime refuses on a tensor with no rows (``Input shape:{0,8,7,7}, requested
+    shape:{0,-1}``: a RoI head on an image without boxes), where Paddle returns [0, C*h*w]:
+    the -1 is computed from x's Shape (``_empty_safe``; from opset 14 with allowzero=1, so
+    that a 0 is a 0), or the Reshape becomes ``Flatten(axis=1)``. Each new Reshape or
+    Flatten carries ``REPAIRED`` in its doc_string. Bit for bit the same values wherever
+    onnxruntime ran the Reshape before.
+
+    Returns:
+        How many Reshapes were rewritten.
+    """
+    onnx_opset = opset(model) or 1
+    count = 0
+    for node in [n for n in model.graph.node if n.op_type == "Reshape" and _default(n)]:
+        g = GraphIndex(model.graph, onnx_opset, EXPORTER)
+        new = _empty_safe(g, node, onnx_opset)
+        if new is None:
+            continue
+        splice(model, node, new, [i for n in new for i in n.input])
+        count += 1
+    return count
