@@ -26,11 +26,9 @@ SUMMARY="$OUT_DIR/summary.log"
 : >"$SUMMARY"
 STATUS=0
 # the exact-path tests (the live parts skip without Paddle); EXACT_TESTS="..." to name others
-EXACT="tests/test_proposals.py tests/test_crop_and_resize.py tests/test_goldens.py
-       tests/test_multilevel.py tests/test_paddle_stage.py"
-[ -f tests/test_libm.py ] && EXACT="tests/test_libm.py $EXACT"
-EXACT="${EXACT_TESTS:-$EXACT}"
-LOWERED="X86_V4 AVX512_ICL AVX512_SPR"
+# (CI's lists: .ci/exact-tests, .ci/npy-baseline)
+EXACT="${EXACT_TESTS:-$(cat .ci/exact-tests)}"
+LOWERED="$(cat .ci/npy-baseline)"
 
 step() {  # step NAME SECONDS COMMAND...: run it time-limited, tee its output, record it
     local name=$1 limit=$2
