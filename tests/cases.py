@@ -485,6 +485,9 @@ def form_cases() -> list[tuple[str, dict]]:
         elif f.op_type.startswith("DistributeRoIAlign_L"):
             import paddle_stage_cases
             cases = [c for c in paddle_stage_cases.cases() if c["op"] == f.op_type][:2]
+        elif f.op_type.startswith("CollectFpnProposals_L"):
+            import proposal_cases
+            cases = [c for c in proposal_cases.collect_cases() if c["op"] == f.op_type][:2]
         elif f.op_type == "GenerateProposals" or f.op_type.startswith("DistributeFpnProposals_L"):
             import proposal_cases
             cases = [c for c in proposal_cases.cases() + proposal_cases.definition_only_cases()

@@ -1,9 +1,10 @@
 """Cases of GenerateProposals and DistributeFpnProposals_L{L} (Paddle's generate_proposals and
 distribute_fpn_proposals): random and tied scores, 1-3 images, pixel_offset 0 / 1, eta < 1,
 pre_nms_top_n below and above the anchors, no NMS, images left without boxes, float64, expf
-arguments glibc rounds differently from the double exponential, level boundaries. Each:
-dict(name, op, inputs (in the op's input order), attrs). tools/make_proposal_goldens.py runs
-them through Paddle."""
+arguments glibc rounds differently from the double exponential, level boundaries; and of
+CollectFpnProposals_L{L} (collect_fpn_proposals: ties within and across levels and images,
+empty levels, post_nms_topN below and above the total). Each: dict(name, op, inputs (in the
+op's input order), attrs). tools/make_proposal_goldens.py runs them through Paddle."""
 
 from __future__ import annotations
 
@@ -152,3 +153,98 @@ def definition_only_cases() -> list[dict]:
 
 def cases() -> list[dict]:
     return generate_cases() + distribute_cases()
+
+
+# --- collect_fpn_proposals ---------------------------------------------------------------------
+
+def collect(name: str, counts, post_nms_topN: int, *, dtype=np.float32, ties=False,
+            seed=0, scores=None) -> dict:
+    """CollectFpnProposals_L{L}: counts[l] the rois of level l per image; scores random (with
+    ``ties`` a few values, equal within and across levels and images), or ``scores`` (one
+    list per level)."""
+    rng = np.random.default_rng(seed)
+    L = len(counts)
+    rois, sc, nums = [], [], []
+    for i, c in enumerate(counts):
+        c = np.asarray(c, np.int32)
+        R = int(c.sum())
+        xy = rng.uniform(0, 600, (R, 2))
+        rois.append(np.concatenate([xy, xy + rng.uniform(1, 300, (R, 2))], 1).astype(dtype))
+        s = rng.random((R, 1))
+        if ties:
+            s = np.round(s * 4) / 4
+        if scores is not None:
+            s = np.asarray(scores[i], np.float64).reshape(R, 1)
+        sc.append(s.astype(dtype))
+        nums.append(c)
+    inputs = {f"rois_{i}": r for i, r in enumerate(rois)}
+    inputs.update({f"scores_{i}": s for i, s in enumerate(sc)})
+    inputs.update({f"rois_num_{i}": n for i, n in enumerate(nums)})
+    return dict(name=name, op=f"CollectFpnProposals_L{L}", inputs=inputs,
+                attrs=dict(post_nms_topN=post_nms_topN))
+
+
+def collect_levels(case: dict) -> tuple[list, list, list]:
+    """A collect case's inputs as Paddle's lists: (multi_rois, multi_scores, multi_rois_num)."""
+    x = list(case["inputs"].values())
+    L = len(x) // 3
+    return x[:L], x[L:2 * L], x[2 * L:]
+
+
+def paddle_defined(case: dict) -> bool:
+    """Whether Paddle's kernel answers the case as written: it steps at most one image per roi
+    (an image past the first with no rois in a level, followed by one with rois, is handed the
+    next roi), and it counts rois per image by the changes of image along the kept list (an
+    image past the first with none kept shifts the counts and reads past its count vector)."""
+    from ort_roi.definitions.collect import collect_fpn_proposals_outputs
+
+    _, _, nums = collect_levels(case)
+    for c in nums:
+        c = [int(v) for v in c]
+        if any(v == 0 and any(c[k + 1:]) for k, v in enumerate(c) if k >= 1):
+            return False
+    n = len(nums[0])
+    _, got = collect_fpn_proposals_outputs(*case["inputs"].values(), **case["attrs"])
+    return n == 0 or all(got[1:])
+
+
+def collect_cases() -> list[dict]:
+    """Cases Paddle's kernel answers as written (``paddle_defined``)."""
+    tie = [[0.5, 0.25, 0.5], [0.5, 0.5], [0.25, 0.5, 0.5, 0.5]]
+    return [
+        collect("collect_L4_one_image", [[30], [20], [10], [5]], 40),
+        collect("collect_L5_two_images_ties", [[12, 9], [7, 8], [5, 4], [3, 2], [1, 1]], 30,
+                ties=True, seed=1),
+        collect("collect_L4_topn_above_total", [[6, 5], [4, 4], [2, 3], [1, 1]], 1000,
+                ties=True, seed=2),
+        collect("collect_L4_empty_level", [[10, 6], [0, 0], [4, 3], [2, 2]], 15, seed=3),
+        collect("collect_L3_three_images_float64", [[6, 5, 7], [4, 3, 2], [2, 1, 1]], 20,
+                dtype=np.float64, ties=True, seed=4),
+        collect("collect_L2_first_image_empty_in_a_level", [[0, 5], [3, 4]], 8, seed=5),
+        collect("collect_L1", [[9, 7]], 12, ties=True, seed=6),
+        collect("collect_L6", [[8, 6], [6, 5], [4, 4], [3, 2], [2, 1], [1, 1]], 25,
+                ties=True, seed=7),
+        collect("collect_topn_0", [[5], [3]], 0, seed=8),
+        collect("collect_no_rois", [[0], [0], [0]], 10, seed=9),
+        collect("collect_all_equal", [[3, 2], [2, 3], [1, 1]], 9,
+                scores=[[0.5] * 5, [0.5] * 5, [0.5] * 2], seed=10),
+        collect("collect_equal_across_levels", [[2, 1], [1, 1], [1, 3]], 6, scores=tie,
+                seed=11),
+        collect("collect_signed_zero_and_inf", [[3, 2], [2, 2]], 7,
+                scores=[[0.0, -0.0, np.inf, -np.inf, 0.0], [-0.0, np.inf, 1.0, -np.inf]],
+                seed=12),
+        collect("collect_float64_topn_equals_total", [[7, 3], [2, 6]], 18, dtype=np.float64,
+                seed=13),
+        collect("collect_no_image", [[], []], 5, seed=14),
+    ]
+
+
+def collect_definition_only_cases() -> list[dict]:
+    """Cases Paddle's kernel does not answer as written (``paddle_defined``; README, deliberate
+    divergences): an image left with no roi among the kept (Paddle reads past its counts),
+    an empty image before others in a level (Paddle hands the next roi to the empty image)."""
+    return [
+        collect("collect_second_image_none_kept", [[3, 2], [2, 1]], 3,
+                scores=[[0.9, 0.8, 0.7, 0.1, 0.2], [0.6, 0.5, 0.3]], seed=20),
+        collect("collect_middle_image_empty_in_a_level", [[2, 0, 2], [1, 1, 1]], 7, seed=21),
+    ]

@@ -188,9 +188,15 @@ ATTRS["MultiLevelRoiAlign_L2"] = dict(output_height=2, output_width=2, stride_0=
 ATTRS["ROIFeatureExtractor_L2"] = dict(output_size=2, scale_0=4, scale_1=8)
 ATTRS["PyramidRoIAlign_L2"] = dict(output_height=2, output_width=2, spatial_scale_0=0.25,
                                    spatial_scale_1=0.125)
+ATTRS["CollectFpnProposals_L2"] = dict(post_nms_topN=3)
 
 
 def _two_levels(op, dtype=np.float32):
+    if op == "CollectFpnProposals_L2":  # rois_0, rois_1, scores_0, scores_1, the counts
+        return [np.array([[0, 0, 12, 12], [4, 4, 40, 30], [1, 2, 3, 4]], dtype),
+                np.array([[0, 0, 50, 60], [8, 8, 9, 9]], dtype),
+                np.array([[0.5], [0.25], [0.75]], dtype), np.array([[0.5], [1.0]], dtype),
+                np.array([2, 1], np.int64), np.array([1, 1], np.int64)]
     X = np.arange(2 * 8 * 8 * 10, dtype=dtype).reshape(2, 8, 8, 10) / 10
     boxes = np.array([[0, 0, 12, 12], [4, 4, 40, 30]], dtype)
     if op == "MultiLevelRoiAlign_L2":
@@ -231,6 +237,30 @@ CATALOGUE += [
         _set(1, lambda a: np.array([0, 1, 1], a.dtype)), ("'levels'", "[R] = [2]", "[3]")),
     Bad("spatial_scale 0", "PyramidRoIAlign_L2", None, ("spatial_scale_1", "> 0", "0"),
         {"spatial_scale_1": 0.0}),
+]
+# Paddle's collect_fpn_proposals (what export-paddle writes), two levels
+CATALOGUE += [
+    Bad("rois trailing dim", "CollectFpnProposals_L2", _set(1, lambda a: a[:, :3]),
+        ("'rois_1'", "[R_1, 4]", "[2, 3]")),
+    Bad("rois rank 1", "CollectFpnProposals_L2", _set(0, lambda a: a.ravel()),
+        ("'rois_0'", "[R_0, 4]", "[12]")),
+    Bad("scores of the wrong length", "CollectFpnProposals_L2", _set(3, lambda a: a[:1]),
+        ("'scores_1'", "[R_1, 1] = [2, 1]", "[1, 1]")),
+    Bad("scores [R]", "CollectFpnProposals_L2", _set(2, lambda a: a.ravel()),
+        ("'scores_0'", "[R_0, 1] = [3, 1]", "[3]")),
+    Bad("NaN score", "CollectFpnProposals_L2", _set(3, _rois_cell(1, 0, np.nan)),
+        ("'scores_1'", "score 1 is NaN")),
+    Bad("counts wrong length", "CollectFpnProposals_L2",
+        _set(5, lambda a: np.array([1, 1, 0], a.dtype)), ("'rois_num_1'", "[N] = [2]", "[3]")),
+    Bad("counts negative", "CollectFpnProposals_L2",
+        _set(4, lambda a: np.array([-1, 4], a.dtype)), ("'rois_num_0'", "negative", "-1")),
+    Bad("counts not summing to R", "CollectFpnProposals_L2",
+        _set(4, lambda a: np.array([2, 2], a.dtype)), ("'rois_num_0'", "R_0 = 3", "[2, 2]")),
+    Bad("counts huge, cancelling", "CollectFpnProposals_L2",
+        _set(5, lambda a: np.array([2**63 - 1, 2**63 - 1], np.int64)),
+        ("'rois_num_1'", "R_1 = 2", str(2**63 - 1))),
+    Bad("post_nms_topN negative", "CollectFpnProposals_L2", None,
+        ("post_nms_topN", ">= 0", "-1"), {"post_nms_topN": -1}),
 ]
 
 

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Generate tests/goldens/proposals.npz from Paddle's generate_proposals and
-distribute_fpn_proposals (paddle.vision.ops, CPU).
+distribute_fpn_proposals (paddle.vision.ops, CPU), and tests/goldens/collect_fpn_proposals.npz
+from its collect_fpn_proposals (``paddle._C_ops``: Paddle 3 has no Python API for it).
 
-    python tools/make_proposal_goldens.py [--out tests/goldens]
+    python tools/make_proposal_goldens.py [proposals|collect] [--out tests/goldens]
 
 Needs paddle (pip install -e '.[parity]': paddlepaddle 3.3.1). Each case of
-tests/proposal_cases.py runs through Paddle's CPU kernels; the file holds, per case, its inputs
-("name:scores", ...), the op, attributes and Paddle's version (JSON, "name:meta") and Paddle's
-outputs in the order of the ort_roi node's outputs ("name:out0", "name:out1", ...), so
-tests/test_proposals.py checks ort_roi against Paddle without it.
+tests/proposal_cases.py (its collect_cases() for the second file) runs through Paddle's CPU
+kernels; the file holds, per case, its inputs ("name:scores", ...), the op, attributes and
+Paddle's version (JSON, "name:meta") and Paddle's outputs in the order of the ort_roi node's
+outputs ("name:out0", "name:out1", ...), so tests/test_proposals.py and
+tests/test_collect_fpn_proposals.py check ort_roi against Paddle without it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ def paddle_outputs(case: dict) -> list[np.ndarray]:
     a = case["attrs"]
     x = case["inputs"]
     with paddle.base.dygraph.guard(paddle.CPUPlace()):
+        if case["op"].startswith("CollectFpnProposals_L"):
+            rois, scores, nums = proposal_cases.collect_levels(case)
+            out = paddle._C_ops.collect_fpn_proposals(
+                [t(r) for r in rois], [t(s) for s in scores], [t(n) for n in nums],
+                a["post_nms_topN"])
+            return [o.numpy() for o in out]
         if case["op"] == "GenerateProposals":
             out = paddle.vision.ops.generate_proposals(
                 t(x["scores"]), t(x["bbox_deltas"]), t(x["im_shape"]), t(x["anchors"]),
@@ -50,12 +58,27 @@ def paddle_outputs(case: dict) -> list[np.ndarray]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap.add_argument("suite", nargs="*", choices=sorted(SUITES), default=sorted(SUITES),
+                    help="which file(s) to write (default: both)")
     ap.add_argument("--out", default=os.path.join(HERE, "..", "tests", "goldens"))
     args = ap.parse_args()
+    for suite in args.suite:
+        write(suite, *SUITES[suite], args.out)
+
+
+#: suite -> (file name, its cases)
+SUITES = {"proposals": ("proposals.npz", proposal_cases.cases),
+          "collect": ("collect_fpn_proposals.npz", proposal_cases.collect_cases)}
+
+
+def write(suite: str, filename: str, make_cases, out: str) -> None:
     import paddle
 
     arrays = {}
-    cases = proposal_cases.cases()
+    cases = make_cases()
+    bad = [c["name"] for c in cases if suite == "collect" and not proposal_cases.paddle_defined(c)]
+    if bad:  # Paddle's kernel does not answer these as written: no golden of them
+        raise SystemExit(f"cases Paddle's collect_fpn_proposals does not answer: {bad}")
     for case in cases:
         n = case["name"]
         outs = paddle_outputs(case)
@@ -66,7 +89,7 @@ def main() -> None:
         arrays[f"{n}:meta"] = np.array(json.dumps(dict(
             op=case["op"], attrs=case["attrs"], inputs=list(case["inputs"]), outputs=len(outs),
             paddle=paddle.__version__)))
-    path = os.path.join(args.out, "proposals.npz")
+    path = os.path.join(out, filename)
     np.savez_compressed(path, **arrays)
     print(f"{path}: {len(cases)} cases, {os.path.getsize(path)} bytes")
 

@@ -181,3 +181,113 @@ def std_nth_element(v: list, nth: int, comp: Callable[[Any, Any], bool]) -> None
         else:
             last = cut
     insertion_sort(v, first, last, comp)
+
+
+# --- std::stable_sort (bits/stl_algo.h) --------------------------------------------------------
+# Paddle's collect_fpn_proposals sorts with it, by a comparator that is not a strict weak order
+# (a.score >= b.score): the order it leaves equal scores in is what the merge steps below make
+# of it. With the temporary buffer libstdc++ gets (half the range, rounded up: operator new
+# does not fail here), the sort is __stable_sort_adaptive; GCC 8 to 14 make the same calls.
+
+CHUNK = 7  # _S_chunk_size
+
+
+def _move_merge(src: list, first1: int, last1: int, first2: int, last2: int, dst: list,
+                result: int, comp) -> int:
+    """std::__move_merge: src[first1:last1] and src[first2:last2] merged into dst[result:];
+    an element of the second run goes first only when comp(second, first)."""
+    while first1 != last1 and first2 != last2:
+        if comp(src[first2], src[first1]):
+            dst[result] = src[first2]
+            first2 += 1
+        else:
+            dst[result] = src[first1]
+            first1 += 1
+        result += 1
+    for i in range(first1, last1):
+        dst[result] = src[i]
+        result += 1
+    for i in range(first2, last2):
+        dst[result] = src[i]
+        result += 1
+    return result
+
+
+def _merge_sort_loop(src: list, first: int, last: int, dst: list, result: int, step: int,
+                     comp) -> None:
+    """std::__merge_sort_loop: runs of ``step`` merged pairwise from src into dst."""
+    two = 2 * step
+    while last - first >= two:
+        result = _move_merge(src, first, first + step, first + step, first + two, dst, result,
+                             comp)
+        first += two
+    step = min(last - first, step)
+    _move_merge(src, first, first + step, first + step, last, dst, result, comp)
+
+
+def _merge_sort_with_buffer(v: list, first: int, last: int, buf: list, comp) -> None:
+    """std::__merge_sort_with_buffer: insertion-sorted chunks of 7, then merges of doubling
+    runs between v and the buffer."""
+    length = last - first
+    f = first
+    while last - f >= CHUNK:  # __chunk_insertion_sort
+        insertion_sort(v, f, f + CHUNK, comp)
+        f += CHUNK
+    insertion_sort(v, f, last, comp)
+    step = CHUNK
+    while step < length:
+        _merge_sort_loop(v, first, last, buf, 0, step, comp)
+        step *= 2
+        _merge_sort_loop(buf, 0, length, v, first, step, comp)
+        step *= 2
+
+
+def _merge_adaptive(v: list, first: int, middle: int, last: int, buf: list, comp) -> None:
+    """std::__merge_adaptive with a buffer that holds the shorter run: forward
+    (__move_merge_adaptive) when the first run is not longer, else backward
+    (__move_merge_adaptive_backward)."""
+    len1, len2 = middle - first, last - middle
+    if len1 <= len2:
+        buf[:len1] = v[first:middle]
+        first1, last1, first2, result = 0, len1, middle, first
+        while first1 != last1 and first2 != last:
+            if comp(v[first2], buf[first1]):
+                v[result] = v[first2]
+                first2 += 1
+            else:
+                v[result] = buf[first1]
+                first1 += 1
+            result += 1
+        v[result:result + last1 - first1] = buf[first1:last1]
+        return
+    buf[:len2] = v[middle:last]
+    if len2 == 0:
+        return
+    last1, last2, result = middle - 1, len2 - 1, last  # v[first:middle], buf[:len2]
+    while True:
+        if comp(buf[last2], v[last1]):
+            result -= 1
+            v[result] = v[last1]
+            if last1 == first:
+                v[result - last2 - 1:result] = buf[:last2 + 1]  # move_backward
+                return
+            last1 -= 1
+        else:
+            result -= 1
+            v[result] = buf[last2]
+            if last2 == 0:
+                return
+            last2 -= 1
+
+
+def std_stable_sort(v: list, comp: Callable[[Any, Any], bool]) -> None:
+    """std::stable_sort(v.begin(), v.end(), comp), in place: __stable_sort_adaptive with a
+    buffer of half the range (each half merge-sorted through it, then the halves merged)."""
+    first, last = 0, len(v)
+    if first == last:
+        return
+    middle = first + (last - first + 1) // 2
+    buf: list = [None] * (middle - first)
+    _merge_sort_with_buffer(v, first, middle, buf, comp)
+    _merge_sort_with_buffer(v, middle, last, buf, comp)
+    _merge_adaptive(v, first, middle, last, buf, comp)

@@ -175,8 +175,9 @@ def rewrite_stand_ins(model: onnx.ModelProto, rois: list[dict], n_outputs: int, 
             the cut ops).
         standard: standard ONNX nodes instead of ort_roi's.
         cuts: the child's records of the ops it cut out (generate_proposals,
-            distribute_fpn_proposals, multiclass_nms3): ``op``, ``attrs``, ``inputs`` (index
-            of each input among the outputs after the counts, or None), ``outputs`` (the
+            distribute_fpn_proposals, multiclass_nms3, collect_fpn_proposals): ``op``,
+            ``attrs``, ``inputs`` (index of each input among the outputs after the counts, a
+            list of them for a vector input, or None), ``outputs`` (the
             graph input standing for each result; a list for a vector result; None unused),
             ``ranks`` (of the inputs).
         n_counts: the count outputs (those before the cut ops' inputs).
@@ -229,7 +230,8 @@ def _join_cuts(graph: onnx.GraphProto, cuts: Sequence[dict], fetched: list[str],
     nodes: list[onnx.NodeProto] = []
     joined: set[str] = set()
     for k, cut in enumerate(cuts):
-        ins = [None if i is None else fetched[i] for i in cut["inputs"]]
+        ins = [None if i is None else [fetched[j] for j in i] if isinstance(i, list)
+               else fetched[i] for i in cut["inputs"]]  # a list: a vector input's elements
         outs = cut["outputs"]
         pre = f"paddle_{cut['op']}_{k}"
         if standard and cut["op"] != "multiclass_nms3":
@@ -240,6 +242,8 @@ def _join_cuts(graph: onnx.GraphProto, cuts: Sequence[dict], fetched: list[str],
             nodes.append(_generate_proposals(cut["attrs"], ins, outs, pre))
         elif cut["op"] == "distribute_fpn_proposals":
             nodes += _distribute(cut["attrs"], ins, outs, pre)
+        elif cut["op"] == "collect_fpn_proposals":
+            nodes += _collect(cut["attrs"], ins, outs, pre)
         else:
             nodes += _multiclass_nms3(cut["attrs"], ins, outs, cut["ranks"], pre)
         joined.update(n for o in outs for n in (o if isinstance(o, list) else [o]) if n)
@@ -281,6 +285,23 @@ def _distribute(a: dict, ins: list, outs: list, pre: str) -> list[onnx.NodeProto
                 domain=DOMAIN, min_level=int(a["min_level"]), max_level=int(a["max_level"]),
                 refer_level=int(a["refer_level"]), refer_scale=int(a["refer_scale"]),
                 pixel_offset=int(a["pixel_offset"]))]
+
+
+def _collect(a: dict, ins: list, outs: list, pre: str) -> list[onnx.NodeProto]:
+    """``ort_roi::CollectFpnProposals_L{L}``: inputs the L levels' rois, their scores, their
+    counts per image (int32, as Paddle's kernel reads them); outputs fpn_rois [K, 4],
+    rois_num [N] int32."""
+    rois, scores, nums = ins
+    if nums is None:
+        raise RoiOpError(_OP, "op 'collect_fpn_proposals'", "has no multi_level_rois_num input "
+                         "(ort_roi's CollectFpnProposals needs the per-image counts)")
+    L = len(rois)
+    casts = [helper.make_node("Cast", [n], [f"{pre}/rois_num_{i}"], to=TensorProto.INT32)
+             for i, n in enumerate(nums)]
+    top = a["post_nms_topn"] if "post_nms_topn" in a else a["post_nms_topN"]
+    return casts + [helper.make_node(
+        f"CollectFpnProposals_L{L}", list(rois) + list(scores) + [c.output[0] for c in casts],
+        _names(outs, pre), name=pre, domain=DOMAIN, post_nms_topN=int(top))]
 
 
 def _multiclass_nms3(a: dict, ins: list, outs: list, ranks: list,

@@ -30,8 +30,16 @@ ROI_OPS = ("pd_op.roi_align", "pd_op.roi_pool", "pd_op.psroi_pool")
 #: the program (its outputs become graph inputs named CUT.format(k, j), its inputs extra
 #: outputs) and the caller joins the two ends with the node.
 CUT_OPS = ("pd_op.generate_proposals", "pd_op.distribute_fpn_proposals",
-           "pd_op.multiclass_nms3")
+           "pd_op.multiclass_nms3", "pd_op.collect_fpn_proposals")
 CUT = "ort_roi_cut_{}_{}"
+#: Results of CUT_OPS whose dtype in the program is not the kernel's (Paddle 3.3's
+#: generate_proposals declares rpn_rois_num float32; its kernel writes int32): (op, result) ->
+#: the dtype their stand-in input gets.
+RESULT_DTYPES = {("pd_op.generate_proposals", 2): "int32"}
+#: Results of CUT_OPS whose first dimension the program declares fixed and the kernel does not
+#: keep (collect_fpn_proposals' fpn_rois: [post_nms_topN, 4] declared, min(post_nms_topN,
+#: rois) rows written): their stand-in input's first dimension is left open.
+OPEN_ROWS = {("pd_op.collect_fpn_proposals", 0)}
 #: Ops paddle2onnx does not export that the child rewrites into ops it does (``broadcasts``).
 REWRITTEN = {"pd_op.broadcast_tensors"}
 #: Ops of every program that paddle2onnx handles itself (not in its supported list).
@@ -121,25 +129,34 @@ def stand_ins(paddle, program) -> tuple[list, list]:
 
 def cut_outs(paddle, program) -> tuple[list, list, list]:
     """Cut each CUT_OPS op out of the program: its results (and the elements of its vector
-    results) become ``pd_op.data`` inputs, its inputs are fetched. Returns the records, the
-    new feeds and the values to fetch."""
+    results) become ``pd_op.data`` inputs, its inputs (each element of a vector input: a
+    ``builtin.combine``'s operands, collect_fpn_proposals' levels) are fetched. Returns the
+    records, the new feeds and the values to fetch."""
     cuts, feeds, fetches = [], [], []
     for op in [o for o in all_ops(program.global_block()) if o.name() in CUT_OPS]:
         k = len(cuts)
         attrs = {a: v for a, v in op.attrs().items() if a not in ("stop_gradient", "struct_name")}
-        ins, ranks = [], []
+        ins, ranks, combines = [], [], []
         for i in range(op.num_operands()):
             v = op.operand_source(i)
             if v is None or not v.initialized():
                 ins.append(None)
                 ranks.append(None)
                 continue
+            combine = v.get_defining_op()
+            if combine is not None and combine.name() == "builtin.combine":  # a vector input
+                parts = [combine.operand_source(j) for j in range(combine.num_operands())]
+                ins.append(list(range(len(fetches), len(fetches) + len(parts))))
+                ranks.append([len(p.shape) for p in parts])
+                fetches += parts
+                combines.append(combine)
+                continue
             ins.append(len(fetches))
             ranks.append(len(v.shape))
             fetches.append(v)
         paddle.pir.set_insertion_point(op)
         outs, dead = [], [op]
-        for r in op.results():
+        for j, r in enumerate(op.results()):
             users = r.all_used_ops()
             if users and all(u.name() == "builtin.split" for u in users):  # a vector result
                 split = users[0]
@@ -149,21 +166,29 @@ def cut_outs(paddle, program) -> tuple[list, list, list]:
                 outs.append(group)
                 dead[:0] = users
             elif users:
-                outs.append(_feed(paddle, r, CUT.format(k, len(feeds)), feeds))
+                outs.append(_feed(paddle, r, CUT.format(k, len(feeds)), feeds,
+                                  RESULT_DTYPES.get((op.name(), j)),
+                                  (op.name(), j) in OPEN_ROWS))
             else:
                 outs.append(None)
         for d in dead:
             d.get_parent_block().remove_op(d)
+        for c in combines:  # its vector fed only the cut op
+            if c.result(0).use_empty():
+                c.get_parent_block().remove_op(c)
         cuts.append({"op": op.name().split(".", 1)[1], "attrs": attrs, "inputs": ins,
                      "outputs": outs, "ranks": ranks})
     paddle.pir.reset_insertion_point_to_end()
     return cuts, feeds, [paddle.assign(v) for v in fetches]
 
 
-def _feed(paddle, value, name: str, feeds: list):
+def _feed(paddle, value, name: str, feeds: list, dtype=None, open_rows: bool = False):
     if value.use_empty():
         return None
-    data = paddle.static.data(name, list(value.shape), value.dtype)
+    shape = list(value.shape)
+    if open_rows:
+        shape[0] = -1
+    data = paddle.static.data(name, shape, dtype or value.dtype)
     # read through a copy: paddle2onnx 2.1 names an output computed from a graph input
     # after that input (a program output bbox_num + 1 came out as the cut's input itself)
     value.replace_all_uses_with(paddle.assign(data))

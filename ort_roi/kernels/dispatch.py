@@ -46,6 +46,7 @@ TABLE: dict[str, Step] = {
     "generate_proposals": Step(cpu.generate_proposals, None, ()),
     "distribute_fpn_proposals": Step(cpu.distribute_fpn_proposals, None, ()),
     "fpn_levels": Step(cpu.fpn_levels, None, ()),
+    "collect_fpn_proposals": Step(cpu.collect_fpn_proposals, None, ()),
 }
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..spec import DOMAIN, NodeForm, Op, OpSpec
-from . import (caffe2_roi_align, crop_and_resize, distribute_fpn_proposals, distribute_roi_align,
+from . import (caffe2_roi_align, collect_fpn_proposals, crop_and_resize,
+               distribute_fpn_proposals, distribute_roi_align,
                generate_proposals,
                heatmaps_to_keypoints, mmcv_roi_align, mmcv_roi_align_rotated,
                multi_level_roi_align, onnx_roi_align, paste_masks, psroi_pool,
@@ -34,7 +35,8 @@ ENTRIES: tuple[Op, ...] = (
     torchvision_ps_roi_pool.ENTRY, pyramid_roi_align.ENTRY, heatmaps_to_keypoints.ENTRY,
     paste_masks.ENTRY, multi_level_roi_align.ENTRY, mmcv_roi_align.ENTRY,
     mmcv_roi_align_rotated.ENTRY, caffe2_roi_align.ENTRY, crop_and_resize.ENTRY,
-    generate_proposals.ENTRY, distribute_fpn_proposals.ENTRY, distribute_roi_align.ENTRY,
+    generate_proposals.ENTRY, collect_fpn_proposals.ENTRY, distribute_fpn_proposals.ENTRY,
+    distribute_roi_align.ENTRY,
 )
 
 #: The ops of the ort_roi domain its own graphs are built from (the product's four).
@@ -152,6 +154,7 @@ def spec(name: str, domain: str = DOMAIN) -> OpSpec:
 
 
 from .caffe2_roi_align import caffe2_roi_align  # noqa: E402
+from .collect_fpn_proposals import collect_fpn_proposals  # noqa: E402
 from .crop_and_resize import crop_and_resize  # noqa: E402
 from .distribute_fpn_proposals import distribute_fpn_proposals  # noqa: E402
 from .distribute_roi_align import distribute_roi_align  # noqa: E402
@@ -172,7 +175,7 @@ from .torchvision_ps_roi_align import torchvision_ps_roi_align  # noqa: E402
 from .torchvision_ps_roi_pool import torchvision_ps_roi_pool  # noqa: E402
 
 __all__ = ["ENTRIES", "FORMS", "SPECS", "all_specs", "define", "entry", "form", "kernel",
-           "spec", "caffe2_roi_align", "crop_and_resize", "distribute_fpn_proposals", "distribute_roi_align", "generate_proposals", "heatmaps_to_keypoints", "mmcv_roi_align",
+           "spec", "caffe2_roi_align", "collect_fpn_proposals", "crop_and_resize", "distribute_fpn_proposals", "distribute_roi_align", "generate_proposals", "heatmaps_to_keypoints", "mmcv_roi_align",
            "mmcv_roi_align_rotated", "multi_level_roi_align", "onnx_roi_align", "paste_masks",
            "psroi_pool", "pyramid_roi_align", "roi_align", "roi_feature_extractor", "roi_pool",
            "roi_pooling", "torchvision_ps_roi_align", "torchvision_ps_roi_pool"]

@@ -3,6 +3,7 @@ over every core: the strategies each step may take are named in strategies.py.""
 
 from .align import align, align_levels, align_max
 from .bilinear import bilinear_pool
+from .collect import collect_fpn_proposals
 from .crop_and_resize import crop_bilinear, crop_nearest
 from .max_pool import max_pool
 from .ps_align import ps_align
@@ -14,4 +15,5 @@ from .rotated import align_rotated
 
 __all__ = ["align", "align_levels", "align_max", "bilinear_pool", "crop_bilinear",
            "crop_nearest", "max_pool", "ps_align", "pool_bins", "distribute_fpn_proposals",
-           "fpn_levels", "generate_proposals", "align_rotated", "keypoints", "paste_masks"]
+           "fpn_levels", "generate_proposals", "align_rotated", "keypoints", "paste_masks",
+           "collect_fpn_proposals"]
