@@ -1,6 +1,7 @@
-"""PaddleDetection's Faster R-CNN FPN and Mask R-CNN FPN (ResNet-18, random seeded weights with a
-trained model's load: tools/paddledet_e2e.py) through ort_roi.paddle_export into a plain
-onnxruntime session: their detections (and masks) equal Paddle Inference's on the same image."""
+"""PaddleDetection's Faster R-CNN FPN, Cascade R-CNN FPN and Mask R-CNN FPN (ResNet-18, random
+seeded weights with a trained model's load: tools/paddledet_e2e.py) through
+ort_roi.paddle_export into a plain onnxruntime session: their detections (and masks) equal
+Paddle Inference's on the same image."""
 
 from __future__ import annotations
 
@@ -54,6 +55,29 @@ def test_faster_rcnn_fpn_detections_equal_paddle_inference(e2e, tmp_path):
         assert got[1].dtype == want[1].dtype == np.int32
         np.testing.assert_array_equal(got[1], want[1])
         assert got[0].shape == want[0].shape and got[0].shape[0] > 50
+        np.testing.assert_array_equal(got[0][:, 0], want[0][:, 0])  # labels
+        np.testing.assert_allclose(got[0][:, 1:], want[0][:, 1:], rtol=0, atol=1e-4)
+
+
+def test_cascade_rcnn_fpn_detections_equal_paddle_inference(e2e, tmp_path):
+    """Cascade R-CNN: three box stages, each pooling the previous stage's boxes through the
+    FPN levels (a CascadeHead patch for Paddle 3.3: tools/paddledet_e2e.py), each fused."""
+    prefix = e2e.build(str(tmp_path / "cascade_rcnn_r18_fpn"), depth=18, pre_nms_top_n=300,
+                       post_nms_top_n=300, calibrate=(256, 320), arch="cascade_rcnn")
+    model = ort_roi.paddle_export(prefix, prefix + ".onnx")
+    kinds = sorted(n.op_type for n in model.graph.node if n.domain == "ort_roi")
+    assert kinds == ["DistributeRoIAlign_L4"] * 3 + ["GenerateProposals"] * 5
+    # each stage's CascadeTwoFCHead flattens its pooled rois: Flatten, empty-safe
+    assert sum(n.op_type == "Flatten" for n in model.graph.node) == 3
+    sess = ort.InferenceSession(prefix + ".onnx", ort_roi.session_options())
+    run, why = e2e.paddle_predictor(prefix, mkldnn=False, threads=2)
+    assert run is not None, why
+    for size, seed in (((256, 320), 0), ((224, 288), 1)):
+        f = e2e.feeds(size, seed)
+        got, want = sess.run(None, f), run(f)
+        np.testing.assert_array_equal(got[1], want[1])
+        # keep_top_k rows and the row PaddleDetection's export_onnx post-processing appends
+        assert got[0].shape == want[0].shape == (101, 6)
         np.testing.assert_array_equal(got[0][:, 0], want[0][:, 0])  # labels
         np.testing.assert_allclose(got[0][:, 1:], want[0][:, 1:], rtol=0, atol=1e-4)
 

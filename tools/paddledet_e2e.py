@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""PaddleDetection's Faster R-CNN FPN (and Mask R-CNN FPN) end to end: Paddle Inference against
-onnxruntime running the model ``ort-roi export-paddle`` wrote.
+"""PaddleDetection's Faster R-CNN FPN (and Mask R-CNN, Cascade R-CNN, Cascade Mask R-CNN FPN) end
+to end: Paddle Inference against onnxruntime running the model ``ort-roi export-paddle`` wrote.
 
     pip install --no-deps paddledet==2.6.0
     pip install pyyaml typeguard tqdm scipy shapely terminaltables pycocotools \\
         opencv-python-headless requests six matplotlib scikit-learn pandas  # -c your pins
-    python tools/paddledet_e2e.py [--arch faster_rcnn|mask_rcnn] [--depth 50] [--size 480 640]
+    python tools/paddledet_e2e.py [--arch faster_rcnn|mask_rcnn|cascade_rcnn|cascade_mask_rcnn]
+                                  [--depth 50] [--size 480 640]
                                   [--repeat 5] [--profile] [--probe] [--images N]
                                   [--out DIR] [--json FILE]
 
@@ -26,6 +27,10 @@ mask_rcnn_r50_fpn_1x_coco on the same pieces (``MASK_CONFIG``: MaskHead with Mas
 mask logits, MaskPostProcess pasting the label's sigmoid onto the image with grid_sample and
 thresholding it at 0.5; outputs bbox, bbox_num, mask [K, H, W] int32); its calibration also
 sets each class's mask logits to mean 0 and std 2 on the image, so that every mask crosses 0.5.
+``--arch cascade_rcnn`` builds cascade_rcnn_r50_fpn_1x_coco (``CASCADE_CONFIG``: CascadeHead's
+three stages, each a CascadeTwoFCHead on RoIAlign 7 x 7 of the previous stage's boxes through
+the FPN levels; each stage's classifier and regressor get the load above, calibrated stage by
+stage), ``cascade_mask_rcnn`` adds Mask R-CNN's mask head and paste on its final boxes.
 Either is saved as PaddleDetection's
 ``tools/export_model.py ... export_onnx=True`` saves it (``paddle.jit.save`` of the traced
 model, inputs image / im_shape / scale_factor, one image; PaddleDetection's documented route
@@ -47,9 +52,10 @@ both in one process, interleaved (each round in a fresh random order; the median
 rounds' ratios), with ``--profile`` onnxruntime's profile by op type.
 
 paddledet 2.6.0 needs these patches under Paddle 3.3.1 (applied here, in this process, to
-copies of the functions; the installed package is not touched): ``RPNHead._gen_proposal`` and
-``BBoxPostProcess.get_pred`` index 0-D tensors (``shape(x)[0]``, ``scale_factor[0][0]``); and
-``ops.multiclass_nms`` builds the op with the old static API, which PIR refuses.
+copies of the functions; the installed package is not touched): ``RPNHead._gen_proposal``,
+``CascadeHead._get_rois_from_boxes`` and ``BBoxPostProcess.get_pred`` index 0-D tensors
+(``shape(x)[0]``, concatenated; ``scale_factor[0][0]``); and ``ops.multiclass_nms`` builds
+the op with the old static API, which PIR refuses.
 """
 
 from __future__ import annotations
@@ -118,7 +124,33 @@ MaskFeat: {num_convs: 4, out_channel: 256}
 MaskAssigner: {mask_resolution: 28}
 MaskPostProcess: {binary_thresh: 0.5}
 """
-ARCHS = {"faster_rcnn": CONFIG, "mask_rcnn": MASK_CONFIG}
+#: PaddleDetection's cascade_rcnn_r50_fpn_1x_coco on the same pieces: CascadeHead, three
+#: stages (CascadeTwoFCHead 1024 each, class-agnostic deltas weighted 10/10/5/5, 20/20/10/10,
+#: 30/30/15/15), each pooling its boxes through the FPN levels (RoIAlign 7x7), the next stage
+#: on the previous one's boxes; the three stages' softmax averaged, the last stage's boxes
+#: decoded with prior_box_var 30/30/15/15.
+CASCADE_CONFIG = CONFIG.replace("architecture: FasterRCNN", "architecture: CascadeRCNN").replace(
+    "FasterRCNN: {backbone: ResNet, neck: FPN, rpn_head: RPNHead, bbox_head: BBoxHead,",
+    "CascadeRCNN: {backbone: ResNet, neck: FPN, rpn_head: RPNHead, bbox_head: CascadeHead,"
+).replace("BBoxHead:\n  head: TwoFCHead", "CascadeHead:\n  head: CascadeTwoFCHead").replace(
+    "use_random: true}\nTwoFCHead: {out_channel: 1024}",
+    "use_random: true, cascade_iou: [0.5, 0.6, 0.7]}\nCascadeTwoFCHead: {out_channel: 1024}"
+).replace("decode: RCNNBox", "decode: {name: RCNNBox, prior_box_var: [30.0, 30.0, 15.0, 15.0]}")
+#: PaddleDetection's cascade_mask_rcnn_r50_fpn_1x_coco: CASCADE_CONFIG with MASK_CONFIG's mask
+#: head and post-processing on the final boxes.
+CASCADE_MASK_CONFIG = CASCADE_CONFIG.replace(
+    "CascadeRCNN: {backbone: ResNet, neck: FPN, rpn_head: RPNHead, bbox_head: CascadeHead,\n"
+    "             bbox_post_process: BBoxPostProcess}",
+    "CascadeRCNN: {backbone: ResNet, neck: FPN, rpn_head: RPNHead, bbox_head: CascadeHead,\n"
+    "             mask_head: MaskHead, bbox_post_process: BBoxPostProcess,\n"
+    "             mask_post_process: MaskPostProcess}") + MASK_CONFIG[MASK_CONFIG.index(
+        "\nMaskHead:") + 1:]
+ARCHS = {"faster_rcnn": CONFIG, "mask_rcnn": MASK_CONFIG, "cascade_rcnn": CASCADE_CONFIG,
+         "cascade_mask_rcnn": CASCADE_MASK_CONFIG}
+#: the architectures with a mask head (outputs bbox, bbox_num, mask)
+MASKED = ("mask_rcnn", "cascade_mask_rcnn")
+TITLES = {"faster_rcnn": "Faster R-CNN", "mask_rcnn": "Mask R-CNN",
+          "cascade_rcnn": "Cascade R-CNN", "cascade_mask_rcnn": "Cascade Mask R-CNN"}
 
 
 def _repatch(owner, name: str, edits: list[tuple[str, str]]) -> None:
@@ -140,13 +172,14 @@ def _repatch(owner, name: str, edits: list[tuple[str, str]]) -> None:
 
 
 def import_ppdet():
-    """ppdet with the three patches for Paddle 3.3.1 (see the module's doc)."""
+    """ppdet with the four patches for Paddle 3.3.1 (see the module's doc)."""
     try:
         import pkg_resources  # noqa: F401 - ppdet.model_zoo imports it (setuptools < 81)
     except ImportError:
         sys.modules["pkg_resources"] = types.ModuleType("pkg_resources")
     import ppdet  # noqa: F401
     from ppdet.modeling import ops, post_process
+    from ppdet.modeling.heads import cascade_head
     from ppdet.modeling.proposal_generator import rpn_head
 
     if getattr(ops, "_ort_roi_patched", False):
@@ -154,6 +187,8 @@ def import_ppdet():
     _repatch(rpn_head.RPNHead, "_gen_proposal", [(
         "output_rois_num = paddle.shape(onnx_topk_rois)[0]",
         "output_rois_num = paddle.shape(onnx_topk_rois)[0:1]")])
+    _repatch(cascade_head.CascadeHead, "_get_rois_from_boxes", [(
+        "paddle.shape(r)[0] for r in rois", "paddle.shape(r)[0:1] for r in rois")])
     _repatch(post_process.BBoxPostProcess, "get_pred", [(
         "scale_factor[0][0], scale_factor[0][1]", "scale_factor[0][0:1], scale_factor[0][1:2]")])
     _repatch(ops, "multiclass_nms", [("    if in_dynamic_mode():", """\
@@ -173,10 +208,12 @@ def build(prefix: str, depth: int = 50, pre_nms_top_n: int = 1000,
     """The model (see the module's doc), saved under ``prefix`` (PREFIX.json and
     PREFIX.pdiparams); returns prefix. ``calibrate``: an image size (H, W) on whose
     ``feeds`` image the box head's class logits are scaled to std 1 and its deltas to std
-    0.5 (one dygraph forward; Mask R-CNN's mask logits too, each class's to mean 0 and std
+    0.5 (one dygraph forward, one per stage in order for Cascade R-CNN; Mask R-CNN's mask
+    logits too, each class's to mean 0 and std
     2 over its 28 x 28 masks, so that its masks hold both sides of 0.5), or None for the
-    fixed load. ``arch``: ``faster_rcnn`` (outputs bbox, bbox_num) or ``mask_rcnn`` (bbox,
-    bbox_num, mask: [K, H, W] int32 0/1 on the image). ``keep_top_k``: MultiClassNMS's (the
+    fixed load. ``arch``: ``faster_rcnn`` or ``cascade_rcnn`` (outputs bbox, bbox_num),
+    ``mask_rcnn`` or ``cascade_mask_rcnn`` (bbox, bbox_num, mask: [K, H, W] int32 0/1 on the
+    image). ``keep_top_k``: MultiClassNMS's (the
     detections kept, so the masks computed: PaddleDetection's configs say 100)."""
     import paddle
 
@@ -201,25 +238,28 @@ def build(prefix: str, depth: int = 50, pre_nms_top_n: int = 1000,
         rpn.rpn_rois_delta.weight.set_value(paddle.zeros_like(rpn.rpn_rois_delta.weight))
         rpn.rpn_rois_delta.bias.set_value(paddle.zeros_like(rpn.rpn_rois_delta.bias))
         rpn.rpn_rois_score.weight.set_value(rpn.rpn_rois_score.weight * 0.1)
-        cls = model.bbox_head.bbox_score
-        cls.weight.set_value(cls.weight * 0.1)
-        bias = np.full(cls.bias.shape, -4.0, np.float32)
-        bias[1] = 2.0
-        cls.bias.set_value(paddle.to_tensor(bias))
+        head = model.bbox_head  # Cascade R-CNN's: a classifier and a regressor per stage
+        stages = (list(zip(head.bbox_score_list, head.bbox_delta_list))
+                  if hasattr(head, "bbox_score_list") else [(head.bbox_score, head.bbox_delta)])
+        for cls, _ in stages:
+            cls.weight.set_value(cls.weight * 0.1)
+            bias = np.full(cls.bias.shape, -4.0, np.float32)
+            bias[1] = 2.0
+            cls.bias.set_value(paddle.to_tensor(bias))
         if calibrate:  # the box head's logits and deltas at a trained model's scale
-            fc = []
-            hook = model.bbox_head.head.register_forward_post_hook(
-                lambda layer, inputs, out: fc.append(out))
             f = feeds(calibrate)
-            model({k: paddle.to_tensor(v) for k, v in f.items()})
-            hook.remove()
-            x = fc[0]
-            reg = model.bbox_head.bbox_delta
-            for layer, std in ((cls, 1.0), (reg, 0.5)):
-                w = layer.weight
-                got = float(paddle.matmul(x, w).std())
-                w.set_value(w * (std / got))
-            if arch == "mask_rcnn":  # on the final boxes of the calibrated box head
+            for k, (cls, reg) in enumerate(stages):  # in order: a stage's boxes feed the next
+                fc = []
+                hook = head.head.register_forward_post_hook(
+                    lambda layer, inputs, out: fc.append(out))
+                model({key: paddle.to_tensor(v) for key, v in f.items()})
+                hook.remove()
+                x = fc[k]
+                for layer, std in ((cls, 1.0), (reg, 0.5)):
+                    w = layer.weight
+                    got = float(paddle.matmul(x, w).std())
+                    w.set_value(w * (std / got))
+            if arch in MASKED:  # on the final boxes of the calibrated box head
                 logits = []
                 hook = model.mask_head.mask_fcn_logits.register_forward_post_hook(
                     lambda layer, inputs, out: logits.append(out))
@@ -438,8 +478,9 @@ def interleaved(runners: dict, repeat: int, seed: int = 0) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", default="faster_rcnn", choices=sorted(ARCHS),
-                    help="faster_rcnn, or mask_rcnn (its masks compared pixel by pixel and, "
-                         "before the 0.5 threshold, through --probe)")
+                    help="faster_rcnn, cascade_rcnn, or mask_rcnn / cascade_mask_rcnn (their "
+                         "masks compared pixel by pixel and, before the 0.5 threshold, through "
+                         "--probe)")
     ap.add_argument("--depth", type=int, default=50, choices=(18, 34, 50, 101))
     ap.add_argument("--size", type=int, nargs=2, default=(480, 640), metavar=("H", "W"))
     ap.add_argument("--repeat", type=int, default=5)
@@ -449,7 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--images", type=int, default=1,
                     help="compare on this many seeded images (seeds 0..N-1; timed on seed 0)")
     ap.add_argument("--probe", action="store_true",
-                    help="mask_rcnn: the masks before the threshold from both (mask_probe)")
+                    help="mask_rcnn, cascade_mask_rcnn: the masks before the threshold "
+                         "from both (mask_probe)")
     ap.add_argument("--no-calibrate", action="store_true",
                     help="keep the box head's load fixed (x 0.1) instead of scaling its class "
                          "logits to std 1 and its deltas to std 0.5 on the image")
@@ -467,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     build(prefix, args.depth, calibrate=None if args.no_calibrate else tuple(args.size),
           arch=args.arch)
-    title = {"faster_rcnn": "Faster R-CNN", "mask_rcnn": "Mask R-CNN"}[args.arch]
+    title = TITLES[args.arch]
     res: dict = {"model": f"{title} R{args.depth}-FPN", "size": list(args.size),
                  "build_s": round(time.perf_counter() - t, 1)}
     path = prefix + ".onnx"
@@ -488,13 +530,13 @@ def main(argv: list[str] | None = None) -> int:
     want = paddle_run(f)
     got = sess.run(None, f)
     res["detections"] = compare(got, want)
-    if args.probe and args.arch == "mask_rcnn":
+    if args.probe and args.arch in MASKED:
         res["mask_probe"] = mask_probe(prefix, path, f, out, args.threads, reference=want)
     for seed in range(1, args.images):
         fs = feeds(tuple(args.size), seed)
         ws = paddle_run(fs)
         more = {"seed": seed, "detections": compare(sess.run(None, fs), ws)}
-        if args.probe and args.arch == "mask_rcnn":
+        if args.probe and args.arch in MASKED:
             more["mask_probe"] = mask_probe(prefix, path, fs, out, args.threads, reference=ws)
         res.setdefault("more_images", []).append(more)
     res.update(interleaved({"ort": lambda: sess.run(None, f), "paddle": lambda: paddle_run(f)},
