@@ -29,6 +29,19 @@ TYPES: dict[str, tuple[np.dtype, ...]] = {
 #: the bridge declares no variable number of inputs).
 MAX_LEVELS = 6
 
+#: The largest output side an attribute may ask for (pooled / output / crop sizes, output
+#: channels): detectors pool 7 to 56, TF OD API crops 7 to 33; a side past this is a broken
+#: graph (CropAndResize's MAX_CROP_SIDE).
+MAX_OUTPUT_SIDE = 1 << 16
+#: The most elements one output may have: 8 GiB of float32, indices within int32 on the GPU
+#: (CropAndResize's MAX_OUTPUT_ELEMENTS). The attributes' own product (one box, one channel)
+#: is checked when they are resolved, R and C with them by the kernel (``check_output_size``),
+#: both before anything is allocated.
+MAX_OUTPUT_ELEMENTS = (1 << 31) - 1
+#: The largest fixed sampling_ratio: samples per bin side (a ratio past this multiplies a
+#: rotated box's work and index arrays beyond any use; adaptive grids follow the boxes).
+MAX_SAMPLING_RATIO = 1 << 20
+
 
 @dataclass(frozen=True)
 class Attr:
@@ -39,6 +52,7 @@ class Attr:
     default: Any = None
     min: float | None = None  # lower bound
     min_exclusive: bool = False  # True: value > min, False: value >= min
+    max: float | None = None  # upper bound (value <= max)
     choices: tuple = ()
     doc: str = ""
 
@@ -72,6 +86,9 @@ class Attr:
                 rel = ">" if self.min_exclusive else ">="
                 raise RoiOpError(op, f"attribute '{self.name}'",
                                  f"must be {rel} {self.min:g}, got {value!r}")
+        if self.max is not None and value > self.max:
+            raise RoiOpError(op, f"attribute '{self.name}'",
+                             f"must be <= {self.max!r}, got {value!r}")
         return value
 
 
@@ -222,7 +239,34 @@ class OpSpec:
                 raise RoiOpError(self.name, f"attribute '{a.name}'", "is required but missing")
             else:
                 out[a.name] = a.default
+        self._check_output_size(out)
         return out
+
+    def output_size_attrs(self) -> tuple[str, ...]:
+        """The attributes that size each box's output.
+
+        Returns:
+            The pooled sizes (``pooled``) and ``channels_attr``, each named once.
+        """
+        names = (self.pooled or ()) + ((self.channels_attr,) if self.channels_attr else ())
+        return tuple(dict.fromkeys(names))
+
+    def _check_output_size(self, values: Mapping[str, Any]) -> None:
+        """Each output-size attribute <= MAX_OUTPUT_SIDE, and (the same attribute counted as
+        often as ``pooled`` names it) their product <= MAX_OUTPUT_ELEMENTS: RoiOpError naming
+        them and their values before a kernel allocates anything."""
+        names = self.output_size_attrs()
+        for name in names:
+            if values[name] > MAX_OUTPUT_SIDE:
+                raise RoiOpError(self.name, f"attribute '{name}'",
+                                 f"must be <= {MAX_OUTPUT_SIDE}, got {values[name]!r}")
+        sizes = list(self.pooled or ()) + ([self.channels_attr] if self.channels_attr else [])
+        n = int(np.prod([values[k] for k in sizes], dtype=object)) if sizes else 1
+        if n > MAX_OUTPUT_ELEMENTS:
+            raise RoiOpError(self.name, f"attribute '{names[0]}'",
+                             f"{' * '.join(sizes)} = "
+                             f"{' * '.join(str(values[k]) for k in sizes)} = {n} output "
+                             f"elements a box, more than {MAX_OUTPUT_ELEMENTS}")
 
     @property
     def key(self) -> tuple[str, str]:
@@ -262,7 +306,7 @@ def spatial_scale_attr(default: float | None = 1.0, doc: str = SCALE_DOC) -> Att
 
 def sampling_ratio_attr(default: int, least: int | None = None) -> Attr:
     """The sampling_ratio attribute (<= 0 or 0: adaptive)."""
-    return Attr("sampling_ratio", int, default, min=least,
+    return Attr("sampling_ratio", int, default, min=least, max=MAX_SAMPLING_RATIO,
                 doc="samples per bin side; " + ("0" if least == 0 else "<= 0")
                 + ": adaptive ceil(roi size / pooled size)")
 

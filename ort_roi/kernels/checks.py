@@ -8,7 +8,7 @@ import functools
 import numpy as np
 
 from ..errors import RoiOpError
-from ..spec import TYPES
+from ..spec import MAX_LEVELS, MAX_OUTPUT_ELEMENTS, TYPES
 from .dispatch import host, is_cupy
 
 
@@ -138,6 +138,24 @@ def check_box_sizes(op: str, name: str, boxes: np.ndarray, spatial_scale,
                          f"({boxes[r].tolist()} x {shown!r}{at})")
 
 
+def check_output_size(spec, attrs: dict, R: int, C: int) -> None:
+    """A pooling op's output [R, C, *its pooled sizes] at most MAX_OUTPUT_ELEMENTS, checked
+    before anything is allocated (each box's part, the attributes alone, was checked when
+    they were resolved): RoiOpError naming the boxes input (or, where one box's output is
+    already too large, the attributes) and the shape."""
+    sizes = [attrs[k] for k in spec.pooled]
+    n = R * C * int(np.prod(sizes, dtype=object))
+    if n <= MAX_OUTPUT_ELEMENTS:
+        return
+    names = spec.output_size_attrs()
+    where = (f"input '{spec.boxes.name}'" if n // max(R, 1) <= MAX_OUTPUT_ELEMENTS
+             else f"attribute '{names[0]}'")
+    raise RoiOpError(spec.name, where,
+                     f"the output [R, C, {', '.join(spec.pooled)}] = "
+                     f"{[R, C, *sizes]} would have {n} elements, more than "
+                     f"{MAX_OUTPUT_ELEMENTS}")
+
+
 def check_channels_per_bin(op: str, C: int, ph: int, pw: int) -> None:
     """torchvision's position-sensitive ops: X's channels a multiple of PH * PW."""
     if C % (ph * pw):
@@ -195,6 +213,20 @@ def check_batch_rois(op: str, name: str, rois, X: np.ndarray, cols: int = 5):
     rois = check_boxes(op, name, rois, X, cols)
     batch = batch_from_column(op, name, rois[:, 0], X.shape[0])
     return rois, batch, np.ascontiguousarray(rois[:, 1:])
+
+
+def check_level_count(op: str, min_level: int, max_level: int, L: int | None = None,
+                      what: str = "the op's levels") -> int:
+    """The levels min_level .. max_level of a multi-level op: L of them (None: 1 to
+    MAX_LEVELS). Returns their number; RoiOpError naming both attributes and their values."""
+    n = max_level - min_level + 1
+    if not 1 <= n <= MAX_LEVELS or (L is not None and n != L):
+        want = f"{L}" if L is not None else f"1 to {MAX_LEVELS}"
+        raise RoiOpError(op, "attribute 'max_level'",
+                         f"max_level - min_level + 1 must be {want} ({what}), got max_level = "
+                         f"{max_level}, min_level = {min_level}: {max_level} - {min_level} + 1 "
+                         f"= {n}")
+    return n
 
 
 def level_spec(specs: dict, L: int, node: str):

@@ -11,7 +11,7 @@ from ..definitions.align import caffe2_roi_align as definition
 from ..errors import RoiOpError
 from ..geometry import align_bins, roi_align_geometry
 from ..kernels.checks import batch_from_column, check_box_sizes, check_boxes, check_features, \
-    quiet
+    check_output_size, quiet
 from ..kernels.dispatch import compute, host
 from ..spec import Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, sampling_ratio_attr, \
     spatial_scale_attr
@@ -70,6 +70,7 @@ def caffe2_roi_align(X: np.ndarray, rois: np.ndarray, *, order: str = "NCHW",
         batch = batch_from_column(op, "rois", rois[:, 0], X.shape[0])
         boxes = np.ascontiguousarray(rois[:, 1:])
     check_box_sizes(op, "rois", boxes, a["spatial_scale"])
+    check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
     ph, pw, sr = a["pooled_h"], a["pooled_w"], a["sampling_ratio"]
     bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw, sr)
     return compute("align", X, batch, *bins, ph, pw, sr)

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..definitions.proposals import distribute_fpn_proposals_outputs as definition
 from ..errors import RoiOpError
-from ..kernels.checks import int_vector, quiet
+from ..kernels.checks import check_level_count, int_vector, quiet
 from ..kernels.dispatch import compute, host
 from ..spec import COUNTS_DOC, DOMAIN, MAX_LEVELS, TYPES, Attr, Dims, Input, NodeForm, Op, \
     OpSpec, Output
@@ -21,23 +21,13 @@ def _level_count(spec: OpSpec) -> int:
     return (len(spec.outputs) - 1) // 2
 
 
-def _check_levels(op: str, L: int | None, min_level: int, max_level: int) -> int:
-    n = max_level - min_level + 1
-    if not 1 <= n <= MAX_LEVELS or (L is not None and n != L):
-        want = f"{L}" if L is not None else f"1 to {MAX_LEVELS}"
-        raise RoiOpError(op, "attribute 'max_level'",
-                         f"max_level - min_level + 1 must be {want} (the op's levels), got "
-                         f"{max_level} - {min_level} + 1 = {n}")
-    return n
-
-
 def level_shapes(spec: OpSpec, dims: Sequence[Dims], attrs: Mapping[str, Any],
                  values: Mapping[int, np.ndarray]) -> list[list]:
     """L x [R_l, 4], L x [N], [R, 1]; RoiOpError where known shapes or the levels contradict
     the op."""
     L = _level_count(spec)
     if attrs.get("min_level") is not None and attrs.get("max_level") is not None:
-        _check_levels(spec.name, L, attrs["min_level"], attrs["max_level"])
+        check_level_count(spec.name, attrs["min_level"], attrs["max_level"], L)
     rois, num = dims[0], dims[1]
     if rois is not None and (len(rois) != 2 or (isinstance(rois[1], int) and rois[1] != 4)):
         raise RoiOpError(spec.name, "input 'fpn_rois'",
@@ -106,7 +96,7 @@ def distribute_fpn_proposals(fpn_rois: np.ndarray, rois_num: np.ndarray, *, min_
         int32, restore_index [R, 1] int32), a tuple of 2L + 1 arrays. Raises RoiOpError on bad
         input.
     """
-    L = _check_levels("DistributeFpnProposals", None, int(min_level), int(max_level))
+    L = check_level_count("DistributeFpnProposals", int(min_level), int(max_level))
     spec = SPECS[L]
     op = spec.name
     a = spec.resolve(dict(min_level=min_level, max_level=max_level, refer_level=refer_level,

@@ -14,18 +14,11 @@ import numpy as np
 from ..definitions.paddle_stage import distribute_roi_align_levels as definition
 from ..errors import RoiOpError
 from ..geometry import align_bins, level_scales, roi_align_geometry
-from ..kernels.checks import batch_from_counts, check_box_sizes, check_boxes, check_levels, \
-    level_spec, per_level, quiet
+from ..kernels.checks import batch_from_counts, check_box_sizes, check_boxes, check_level_count, \
+    check_levels, check_output_size, level_spec, per_level, quiet
 from ..kernels.dispatch import compute
 from ..spec import COUNTS_DOC, DOMAIN, MAX_LEVELS, Attr, Dims, Input, NodeForm, Op, OpSpec, \
     Output, level_inputs, pooled_attr, pooled_shapes, sampling_ratio_attr
-
-
-def _check_levels(op: str, L: int, min_level: int, max_level: int) -> None:
-    if max_level - min_level + 1 != L:
-        raise RoiOpError(op, "attribute 'max_level'",
-                         f"max_level - min_level + 1 must be {L} (the op's feature maps), got "
-                         f"{max_level} - {min_level} + 1 = {max_level - min_level + 1}")
 
 
 def stage_shapes(spec: OpSpec, dims: Sequence[Dims], attrs: Mapping[str, Any],
@@ -33,7 +26,8 @@ def stage_shapes(spec: OpSpec, dims: Sequence[Dims], attrs: Mapping[str, Any],
     """[R, C, PH, PW] (R of fpn_rois, C of feat_0); RoiOpError where the levels or known shapes
     contradict the op."""
     if attrs.get("min_level") is not None and attrs.get("max_level") is not None:
-        _check_levels(spec.name, len(spec.features), attrs["min_level"], attrs["max_level"])
+        check_level_count(spec.name, attrs["min_level"], attrs["max_level"], len(spec.features),
+                          "the op's feature maps")
     if dims[1] is not None and len(dims[1]) != 1:
         raise RoiOpError(spec.name, "input 'rois_num'",
                          f"must have rank 1 [N], got rank {len(dims[1])}")
@@ -119,10 +113,11 @@ def distribute_roi_align(fpn_rois: np.ndarray, rois_num: np.ndarray, *feats: np.
                           pooled_height=pooled_height, pooled_width=pooled_width,
                           sampling_ratio=sampling_ratio, aligned=aligned,
                           **{f"spatial_scale_{i}": v for i, v in enumerate(scales)}))
-    _check_levels(op, L, a["min_level"], a["max_level"])
+    check_level_count(op, a["min_level"], a["max_level"], L, "the op's feature maps")
     X = check_levels(op, feats)
     rois = np.ascontiguousarray(check_boxes(op, "fpn_rois", fpn_rois, X[0], 4))
     batch = batch_from_counts(op, "rois_num", rois_num, X[0].shape[0], rois.shape[0])
+    check_output_size(spec, a, rois.shape[0], X[0].shape[1])
     level = compute("fpn_levels", rois, a["min_level"], a["max_level"], a["refer_level"],
                     a["refer_scale"], bool(a["pixel_offset"])) - a["min_level"]
     scale = level_scales([a[f"spatial_scale_{i}"] for i in range(L)], level, rois.dtype)

@@ -13,7 +13,7 @@ import numpy as np
 from ..definitions.align import mmcv_roi_align as definition
 from ..geometry import MMCV_EMPTY_MAX, align_bins, roi_align_geometry
 from ..kernels.checks import batch_from_column, check_box_sizes, check_boxes, check_features, \
-    quiet
+    check_output_size, quiet
 from ..kernels.dispatch import compute
 from ..spec import Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, sampling_ratio_attr, \
     spatial_scale_attr
@@ -67,6 +67,7 @@ def mmcv_roi_align(input: np.ndarray, rois: np.ndarray, *, output_height: int = 
     batch = batch_from_column(op, "rois", rois[:, 0], X.shape[0])
     boxes = np.ascontiguousarray(rois[:, 1:])
     check_box_sizes(op, "rois", boxes, a["spatial_scale"])
+    check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
     ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
     bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw, sr)
     if a["mode"] == "avg":

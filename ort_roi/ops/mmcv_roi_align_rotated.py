@@ -15,7 +15,7 @@ import numpy as np
 
 from ..definitions.rotated import mmcv_roi_align_rotated as definition
 from ..geometry import rotated_rows
-from ..kernels.checks import batch_from_column, check_boxes, check_features, \
+from ..kernels.checks import batch_from_column, check_boxes, check_features, check_output_size, \
     check_rotated_sizes, quiet
 from ..kernels.dispatch import compute
 from ..spec import Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, sampling_ratio_attr, \
@@ -73,6 +73,7 @@ def mmcv_roi_align_rotated(input: np.ndarray, rois: np.ndarray, *, output_height
     batch = batch_from_column(op, "rois", rois[:, 0], X.shape[0])
     ph, pw = a["output_height"], a["output_width"]
     check_rotated_sizes(op, rois, a["spatial_scale"], bool(a["aligned"]))
+    check_output_size(SPEC, a, rois.shape[0], X.shape[1])
     rows = rotated_rows(rois, batch, a["spatial_scale"], ph, pw, a["sampling_ratio"],
                         bool(a["aligned"]), bool(a["clockwise"]))
     return compute("align_rotated", X, rows, ph, pw)

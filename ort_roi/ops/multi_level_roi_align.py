@@ -14,8 +14,8 @@ import numpy as np
 from ..definitions.multilevel import multi_level_roi_align_levels as definition
 from ..geometry import FLT_MAX, LEGACY, MMDEPLOY_ALIGNED, align_bins, level_scales, \
     mmdeploy_levels, mmdeploy_rescale
-from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, level_spec, \
-    per_level, quiet
+from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, check_output_size, \
+    level_spec, per_level, quiet
 from ..kernels.dispatch import compute
 from ..spec import BATCH_ROIS, DOMAIN, MAX_LEVELS, Attr, NodeForm, Op, OpSpec, Output, \
     level_inputs, pooled_attr, sampling_ratio_attr
@@ -84,6 +84,7 @@ def multi_level_roi_align(rois, *feats, output_height: int = 7, output_width: in
     op = spec.name
     X = check_levels(op, feats)
     _, batch, boxes = check_batch_rois(op, "rois", rois, X[0])
+    check_output_size(spec, a, boxes.shape[0], X[0].shape[1])
     level = mmdeploy_levels(boxes, a["finest_scale"], L)
     if a["roi_scale_factor"] > 0:
         boxes = mmdeploy_rescale(boxes, a["roi_scale_factor"])

@@ -16,7 +16,7 @@ import numpy as np
 from ..definitions.align import onnx_roi_align as definition
 from ..geometry import MMCV_EMPTY_MAX, align_bins, onnx_geometry
 from ..kernels.checks import batch_from_indices, check_box_sizes, check_boxes, check_features, \
-    quiet
+    check_output_size, quiet
 from ..kernels.dispatch import compute
 from ..spec import DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, \
     sampling_ratio_attr, spatial_scale_attr
@@ -78,6 +78,7 @@ def onnx_roi_align(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *
     rois = check_boxes(op, "rois", rois, X, 4)
     batch = batch_from_indices(op, "batch_indices", batch_indices, X.shape[0], rois.shape[0])
     check_box_sizes(op, "rois", rois, a["spatial_scale"])
+    check_output_size(SPEC, a, rois.shape[0], X.shape[1])
     ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
     bins = align_bins(rois, a["spatial_scale"], onnx_geometry(a["coordinate_transformation_mode"]),
                       ph, pw, sr)

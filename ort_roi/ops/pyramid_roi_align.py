@@ -8,8 +8,8 @@ import numpy as np
 
 from ..definitions.torchvision import pyramid_roi_align_levels as definition
 from ..geometry import align_bins, level_scales, roi_align_geometry
-from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, int_vector, \
-    level_spec, per_level, quiet
+from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, check_output_size, \
+    int_vector, level_spec, per_level, quiet
 from ..kernels.dispatch import compute
 from ..spec import BATCH_ROIS, DOMAIN, MAX_LEVELS, Attr, Input, NodeForm, Op, OpSpec, Output, \
     level_inputs, pooled_attr, sampling_ratio_attr
@@ -74,6 +74,7 @@ def pyramid_roi_align(rois, levels, *feats, output_height: int = 1, output_width
     level = int_vector(op, "levels", levels, rois.shape[0], "[R] = [{}] (one level per box)")
     scale = [a[f"spatial_scale_{i}"] for i in range(L)]
     check_box_sizes(op, "rois", boxes, max(scale))
+    check_output_size(spec, a, boxes.shape[0], X[0].shape[1])
     level = np.where((level >= 0) & (level < L), level, L).astype(np.intp)  # L: no level
     ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
     bins = align_bins(boxes, level_scales(scale, level, boxes.dtype),

@@ -7,7 +7,7 @@ import numpy as np
 from ..definitions.align import roi_align as definition
 from ..geometry import align_bins, roi_align_geometry
 from ..kernels.checks import batch_from_counts, check_box_sizes, check_boxes, check_features, \
-    quiet
+    check_output_size, quiet
 from ..kernels.dispatch import compute
 from ..spec import COUNTS_DOC, DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, \
     sampling_ratio_attr, spatial_scale_attr
@@ -65,6 +65,7 @@ def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
     boxes = check_boxes(op, "boxes", boxes, X, 4)
     batch = batch_from_counts(op, "boxes_num", boxes_num, X.shape[0], boxes.shape[0])
     check_box_sizes(op, "boxes", boxes, a["spatial_scale"])
+    check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
     ph, pw, sr = a["pooled_height"], a["pooled_width"], a["sampling_ratio"]
     bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw, sr)
     return compute("align", X, batch, *bins, ph, pw, sr)

@@ -11,11 +11,11 @@ import numpy as np
 
 from ..definitions.multilevel import roi_feature_extractor_levels as definition
 from ..geometry import LEGACY, OPENVINO_ALIGNED, align_bins, level_scales, openvino_levels
-from ..kernels.checks import check_box_sizes, check_boxes, check_levels, level_spec, \
-    per_level, quiet
+from ..kernels.checks import check_box_sizes, check_boxes, check_levels, check_output_size, \
+    level_spec, per_level, quiet
 from ..kernels.dispatch import compute
-from ..spec import DOMAIN, MAX_LEVELS, Attr, Input, NodeForm, Op, OpSpec, Output, level_inputs, \
-    pooled_attr
+from ..spec import DOMAIN, MAX_LEVELS, MAX_SAMPLING_RATIO, Attr, Input, NodeForm, Op, OpSpec, \
+    Output, level_inputs, pooled_attr
 
 
 def _spec(L: int) -> OpSpec:
@@ -29,7 +29,8 @@ def _spec(L: int) -> OpSpec:
         inputs=(Input("rois", "T", "[R, 4]", "rows [x1, y1, x2, y2] (image 0)"),)
         + level_inputs(L),
         attrs=(pooled_attr("output_size", 7, "output height and width"),
-               Attr("sampling_ratio", int, 2, doc="samples per bin side; <= 0: adaptive"),
+               Attr("sampling_ratio", int, 2, max=MAX_SAMPLING_RATIO,
+                    doc="samples per bin side; <= 0: adaptive"),
                Attr("aligned", int, 0, choices=(0, 1), doc="1: half-pixel offset"))
         + tuple(Attr(f"scale_{i}", int, None, min=1, doc=f"stride of level {i} (pyramid_scales)")
                 for i in range(L)),
@@ -70,6 +71,7 @@ def roi_feature_extractor(rois, *feats, output_size: int = 7, sampling_ratio: in
     op = spec.name
     X = check_levels(op, feats, batch=1)
     boxes = check_boxes(op, "rois", rois, X[0], 4)
+    check_output_size(spec, a, boxes.shape[0], X[0].shape[1])
     level = openvino_levels(boxes, L)
     scale = [float(np.float32(1) / np.float32(a[f"scale_{i}"])) for i in range(L)]  # 1.0f / s
     check_box_sizes(op, "rois", boxes, max(scale))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.pooling import roi_pool as definition
-from ..kernels.checks import batch_from_counts, check_boxes, check_features, quiet
+from ..kernels.checks import batch_from_counts, check_boxes, check_features, check_output_size, \
+    quiet
 from ..kernels.dispatch import compute
 from ..spec import COUNTS_DOC, DOMAIN, Input, NodeForm, Op, OpSpec, Output, pooled_attr, \
     spatial_scale_attr
@@ -48,6 +49,7 @@ def roi_pool(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
     X = check_features(op, X)
     boxes = check_boxes(op, "boxes", boxes, X, 4)
     batch = batch_from_counts(op, "boxes_num", boxes_num, X.shape[0], boxes.shape[0])
+    check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
     return compute("max_pool", X, batch, boxes, a["pooled_height"], a["pooled_width"],
                    a["spatial_scale"])
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.pooling import roi_pooling as definition
-from ..kernels.checks import batch_from_column, check_boxes, check_features, quiet
+from ..kernels.checks import batch_from_column, check_boxes, check_features, check_output_size, \
+    quiet
 from ..kernels.dispatch import compute
 from ..spec import DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, \
     spatial_scale_attr, SCALE_DOC
@@ -56,6 +57,7 @@ def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_h: int, pooled_w: int
     X = check_features(op, X)
     rois = check_boxes(op, "rois", rois, X, 5)
     batch = batch_from_column(op, "rois", rois[:, 0], X.shape[0])
+    check_output_size(SPEC, a, rois.shape[0], X.shape[1])
     if a["method"] == "max":
         return compute("max_pool", X, batch, rois[:, 1:], a["pooled_h"], a["pooled_w"],
                        a["spatial_scale"])

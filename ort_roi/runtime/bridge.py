@@ -16,6 +16,7 @@ Three things the stock bridge gets wrong are handled here (see the README):
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping
@@ -26,7 +27,7 @@ from .. import forksafe
 from ..errors import RoiOpError
 from ..kernels import device
 from ..ops import FORMS, kernel
-from ..spec import DOMAIN, TYPES, Attr, OpSpec
+from ..spec import DOMAIN, MAX_OUTPUT_ELEMENTS, TYPES, Attr, OpSpec
 from . import locate
 
 log = logging.getLogger("ort_roi")
@@ -239,6 +240,8 @@ def _fallback(spec: OpSpec, feed, text: Mapping[str, str], dtype: np.dtype) -> t
     out = []
     for shape, o in zip(shapes, spec.outputs):
         shape = [dim(d) for d in shape]
+        if math.prod(shape) > MAX_OUTPUT_ELEMENTS:  # an output the kernel would refuse too
+            shape = [0] * len(shape)
         fill = np.nan if o.dtype(dtype).kind == "f" else 0
         try:
             out.append(np.full(shape, fill, o.dtype(dtype)))
@@ -250,8 +253,11 @@ def _fallback(spec: OpSpec, feed, text: Mapping[str, str], dtype: np.dtype) -> t
 def _run(k_id: int, feed, text: Mapping[str, str]):
     spec, dtype, kernel = _KERNELS[k_id]
     try:
-        ys = device.call(kernel, feed, spec.features, **parse_attrs(spec, text))
+        attrs = parse_attrs(spec, text)
+        ys = device.call(kernel, feed, spec.features, **attrs)
         if len(ys) != len(spec.outputs):
+            # attributes that contradict the op (its levels, ...): its shape rule names them
+            spec.output_shapes([getattr(f, "shape", None) for f in feed], attrs)
             raise RoiOpError(spec.name, "attributes", f"give {len(ys)} outputs; the node "
                              f"declares {len(spec.outputs)}")
         ys = tuple(np.ascontiguousarray(y, dtype=o.dtype(dtype))
