@@ -463,3 +463,252 @@ def test_paste_masks_without_channels_is_refused_naming_op_input_and_shape(R, ca
     assert "input 'masks'" in caplog.text and "at least one channel" in caplog.text
     ok = dict(feed, masks=np.ones((R, 1, 4, 4), np.float32))
     assert plain.run(None, ok)[0].shape == (R, 5, 6)  # and the session keeps working
+
+
+# -- attributes that size the output or its work: refused before anything is allocated -------
+
+def _forms():
+    from ort_roi.ops import FORMS
+
+    return [f for f in FORMS if f.registered]
+
+
+def _made_with(spec):
+    """Attributes a node of ``spec`` is valid with: its required ones filled, its levels
+    (min_level .. max_level) as many as the op has."""
+    from ort_roi.spec import MAX_LEVELS
+
+    values = {a.name: a.choices[0] if a.choices else {int: 2, float: 0.25, str: "x"}[a.type]
+              for a in spec.attrs if a.required}
+    for k in range(MAX_LEVELS):
+        if "max_level" in values:
+            values["max_level"] = values["min_level"] + k
+        try:
+            spec.output_shapes([None] * len(spec.inputs), spec.resolve(values))
+            return values
+        except ort_roi.RoiOpError:
+            continue
+    raise AssertionError(f"no valid attributes for {spec.name}")
+
+
+def _bounded(spec):
+    """(attribute, its limit) for every attribute of ``spec`` that sizes its output or work."""
+    from ort_roi.spec import MAX_OUTPUT_SIDE
+
+    out = {name: MAX_OUTPUT_SIDE for name in spec.output_size_attrs()}
+    out.update({a.name: a.max for a in spec.attrs if a.max is not None})
+    return sorted(out.items())
+
+
+HUGE = [(f, name, limit) for f in _forms() for name, limit in _bounded(f.spec)]
+
+
+def test_every_op_that_pools_has_bounded_attributes():
+    """The audit's reach: every registered op with an output grid (or channels, or a fixed
+    sampling grid) has its bounded attributes; the ops without any size their outputs from
+    their inputs alone."""
+    bounded = {f.spec.name for f, _, _ in HUGE}
+    for f in _forms():
+        if f.spec.pooled:
+            assert f.spec.name in bounded, f.spec.name
+    assert {"CropAndResize", "PSROIPool", "DistributeRoIAlign_L2", "RoIAlign",
+            "MMCVRoIAlignRotated", "ROIFeatureExtractor_L6"} <= bounded
+
+
+@pytest.mark.parametrize("form, name, limit", HUGE,
+                         ids=[f"{f.domain}::{f.op_type}.{n}" for f, n, _ in HUGE])
+def test_huge_attributes_are_refused_at_creation_naming_them(form, name, limit):
+    """Trust, round 3 (3): DistributeRoIAlign with pooled 100000 x 100000 failed at run with
+    "kernel: internal error MemoryError: Unable to allocate 745. GiB". Every op's attribute
+    that sizes the output or multiplies the work is bounded: the front door refuses the node
+    at creation, naming the attribute and its value, before anything large is allocated."""
+    import time
+    import tracemalloc
+
+    m = builders.single_op_model(form.op_type, domain=form.domain, **_made_with(form.spec))
+    m.graph.node[0].name = "huge"
+    for value in (limit + 1, 2**31 - 1):
+        for a in m.graph.node[0].attribute:
+            if a.name == name:
+                a.i = value
+        tracemalloc.start()
+        t = time.perf_counter()
+        try:
+            with pytest.raises(ort_roi.RoiOpError) as e:
+                ort_roi.InferenceSession(m)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        msg = str(e.value)
+        assert f"{form.spec.name} (node 'huge'): attribute '{name}'" in msg, msg
+        assert f"must be <= {limit}, got {value}" in msg, msg
+        assert time.perf_counter() - t < 10 and peak < 64 << 20, (time.perf_counter() - t, peak)
+
+
+PAIRS = [f for f in _forms() if f.spec.pooled and f.spec.pooled[0] != f.spec.pooled[1]]
+
+
+@pytest.mark.parametrize("form", PAIRS, ids=[f"{f.domain}::{f.op_type}" for f in PAIRS])
+def test_pooled_sizes_whose_product_is_huge_are_refused_naming_both(form):
+    """Each side within its limit, one box's output [PH, PW] (times output_channels) past
+    MAX_OUTPUT_ELEMENTS: refused at creation naming both attributes and their values."""
+    h, w = form.spec.pooled
+    m = builders.single_op_model(form.op_type, domain=form.domain, **_made_with(form.spec))
+    for a in m.graph.node[0].attribute:
+        if a.name in (h, w):
+            a.i = 50000
+    with pytest.raises(ort_roi.RoiOpError) as e:
+        ort_roi.InferenceSession(m)
+    msg = str(e.value)
+    for fragment in (f"attribute '{h}'", f"{h} * {w}", "50000 * 50000", "output elements a box",
+                     "more than 2147483647"):
+        assert fragment in msg, (fragment, msg)
+
+
+TOTAL = [k for k in ATTRS if k in POOLED or k.startswith(("RoI", "ROIPooling"))
+         or k.endswith("RoiAlign_L2") or k.startswith(("ROIFeatureExtractor", "Pyramid"))]
+TOTAL += ["MMCVRoiAlign", "DistributeRoIAlign_L2"]  # (not in the catalogue)
+
+
+def _total_case(key):
+    """(op, domain, attributes, a valid feed: 2 boxes, 8 channels) of a TOTAL entry."""
+    if key == "MMCVRoiAlign":
+        return key, "mmdeploy", dict(output_height=2, output_width=2), good_feed("ROIPooling")
+    if key == "DistributeRoIAlign_L2":
+        X = np.arange(2 * 8 * 8 * 10, dtype=np.float32).reshape(2, 8, 8, 10) / 10
+        feed = [np.array([[0, 0, 12, 12], [4, 4, 40, 30]], np.float32),
+                np.array([1, 1], np.int64), X, X[:, :, :4, :5]]
+        return key, "ort_roi", dict(min_level=2, max_level=3, spatial_scale_0=0.25,
+                                    spatial_scale_1=0.125), feed
+    return (*node_of(key), ATTRS[key], good_feed(key))
+
+
+@pytest.mark.parametrize("side", [16000, 40000])
+@pytest.mark.parametrize("key", TOTAL)
+def test_an_output_too_large_for_its_boxes_and_channels_is_refused_before_allocating(
+        key, side, caplog):
+    """Each box and channel's [PH, PW] within the limit, the output [R, C, PH, PW] past it:
+    the kernel refuses it before allocating, naming the boxes (side 16000: one box's C
+    channels fit) or the attribute (40000: one box is already too large) and the shape; a
+    plain session logs it and returns an empty output at once; the front door raises it, and
+    both sessions keep working."""
+    import time
+    import tracemalloc
+
+    op, domain, attrs, feed = _total_case(key)
+    spec = ort_roi.ops.form(domain, op).spec
+    sides = dict.fromkeys(spec.pooled, side)  # 2 boxes, 8 channels
+    m = builders.single_op_model(op, dtype=np.float32, count_dtype=np.int64, domain=domain,
+                                 **attrs)
+    for a in m.graph.node[0].attribute:
+        if a.name in sides:
+            a.i = sides[a.name]
+    where = f"input '{spec.boxes.name}'" if side == 16000 else f"attribute '{spec.pooled[0]}'"
+    n = 2 * 8 * side * side
+    good = builders.single_op_model(op, dtype=np.float32, count_dtype=np.int64, domain=domain,
+                                    **attrs)
+    ort_roi.InferenceSession(good)  # the ops registered, outside the measurement
+    tracemalloc.start()
+    try:
+        t = time.perf_counter()
+        with pytest.raises(ort_roi.RoiOpError) as e:
+            sess = ort_roi.InferenceSession(m)
+            sess.run(None, dict(zip(_names(sess), feed)))
+        plain = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                     providers=["CPUExecutionProvider"])
+        with caplog.at_level(logging.ERROR, logger="ort_roi"):
+            y = plain.run(None, dict(zip(_names(plain), feed)))[0]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - t < 20 and peak < 64 << 20, (time.perf_counter() - t, peak)
+    assert y.size == 0 and f"{op} (node" in str(e.value)
+    with pytest.raises(ort_roi.RoiOpError) as direct:  # the kernel called without ONNX
+        ort_roi.ops.kernel(spec)(*feed, **{**attrs, **sides})
+    for text in (str(e.value), caplog.text, str(direct.value)):
+        for fragment in (f"{op}", where, f"[2, 8, {side}, {side}]", f"{n} elements",
+                         "more than 2147483647"):
+            assert fragment in text, (fragment, text)
+    sess = ort_roi.InferenceSession(good)  # a new session of good attributes answers
+    assert np.isfinite(sess.run(None, dict(zip(_names(sess), feed)))[0]).all()
+
+
+# -- a fork while another thread creates a front-door session ----------------------------------
+
+def _parallel_options():
+    so = ort.SessionOptions()
+    so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    return so
+
+
+def _create_and_run_in_child(queue):
+    try:
+        import time
+
+        t = time.perf_counter()
+        sess = ort_roi.InferenceSession(builders.single_op_model(
+            "RoIAlign", count_dtype=np.int64, **ATTRS["RoIAlign"]), _parallel_options())
+        y = sess.run(None, dict(zip(_names(sess), good_feed("RoIAlign"))))[0]
+        queue.put((y, time.perf_counter() - t))
+    except BaseException as e:  # noqa: BLE001 - report anything to the parent
+        queue.put(repr(e))
+
+
+def _forked_creation():
+    """A forked child's front-door session made and run: (its output, seconds it took)."""
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_create_and_run_in_child, args=(q,))
+    p.start()
+    try:
+        got = q.get(timeout=30)  # the child blocked for good on a lock held at the fork
+    finally:
+        p.join(30)
+        if p.exitcode is None:
+            p.kill()
+    assert p.exitcode == 0 and isinstance(got, tuple), got
+    return got
+
+
+@pytest.mark.parametrize("how", ["inside onnxruntime's creation", "creating in a loop"])
+def test_fork_while_another_thread_creates_a_front_door_session(how, monkeypatch):
+    """Trust, round 3 (5): the front door held a plain threading.Lock for the whole creation
+    of a session (its SessionOptions switched to the sequential executor): a child forked
+    meanwhile never made a front-door session (blocked > 15 s). The lock is fork safe and held
+    only while the mode is switched: the child makes one and runs it at once."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("fork not available")
+    want = ort_roi.ops.roi_align(*good_feed("RoIAlign"), **ATTRS["RoIAlign"])
+    model = builders.single_op_model("RoIAlign", count_dtype=np.int64, **ATTRS["RoIAlign"])
+    so = _parallel_options()
+    inside, stop, creator = threading.Event(), threading.Event(), []
+    if how == "inside onnxruntime's creation":  # the creating thread waits in there
+        real = ort.InferenceSession
+
+        def held(*args, **kwargs):
+            if threading.get_ident() in creator:
+                inside.set()
+                stop.wait(60)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(ort, "InferenceSession", held)
+
+    def create():
+        creator.append(threading.get_ident())
+        while not stop.is_set():
+            ort_roi.InferenceSession(model, so)
+            inside.set()
+
+    thread = threading.Thread(target=create)
+    gc.collect()  # (see test_sessions_work_in_child_processes)
+    thread.start()
+    try:
+        assert inside.wait(60)
+        for _ in range(1 if how == "inside onnxruntime's creation" else 4):
+            y, seconds = _forked_creation()
+            np.testing.assert_array_equal(y, want)
+            assert seconds < 15, seconds
+    finally:
+        stop.set()
+        thread.join(60)
+    assert so.execution_mode == ort.ExecutionMode.ORT_PARALLEL  # given back

@@ -220,3 +220,107 @@ def test_front_door_raises_our_error_when_a_later_node_fails_on_its_output():
         assert (e.value.op, e.value.node, e.value.tensor) == ("DistributeFpnProposals_L1",
                                                              "levels", "num"), str(e.value)
         assert "must sum to R = 3 (the rows of fpn_rois), got [2]" in str(e.value)
+
+
+# --- the front door checks at creation what a node's types and attributes say together -------
+
+def _one_node(op, name, dtype=np.float32, types=None, **attrs):
+    """A one-node model of ``op`` named ``name``; ``types``: graph input -> its elem type."""
+    from ort_roi.graph.builders import single_op_model
+
+    m = single_op_model(op, dtype=dtype, **attrs)
+    m.graph.node[0].name = name
+    for vi in m.graph.input:
+        if vi.name in (types or {}):
+            vi.type.tensor_type.elem_type = types[vi.name]
+    return m
+
+
+def _stage_feed():
+    X = np.arange(8 * 8 * 10, dtype=np.float32).reshape(1, 8, 8, 10) / 10
+    return {"fpn_rois": np.array([[0, 0, 12, 12], [4, 4, 40, 30]], np.float32),
+            "rois_num": np.array([2], np.int32), "feat_0": X, "feat_1": X[:, :, :4, :5]}
+
+
+STAGE = dict(min_level=2, max_level=3, spatial_scale_0=0.25, spatial_scale_1=0.125,
+             pooled_height=2, pooled_width=2)
+
+
+@pytest.mark.parametrize("op, attrs, other, node", [
+    ("GenerateProposals", {}, "bbox_deltas", "rpn"),
+    ("DistributeRoIAlign_L2", STAGE, "feat_1", "roi_stage"),
+])
+def test_front_door_names_the_input_whose_type_differs_from_the_others(op, attrs, other, node):
+    """Trust, round 3 (1): one float64 input among float32 ones of an op whose T inputs share
+    one type: onnxruntime finds no kernel ("no kernel def matches node inputs"); the front
+    door names the node, the input and both types."""
+    import proposal_cases as P
+
+    m = _one_node(op, node, types={other: TensorProto.DOUBLE}, **attrs)
+    with pytest.raises(ort_roi.RoiOpError) as e:
+        ort_roi.InferenceSession(m)
+    msg = str(e.value)
+    first = "scores" if op == "GenerateProposals" else "fpn_rois"
+    for fragment in (f"{op} (node '{node}')", f"input '{other}'", f"tensor '{other}'",
+                     f"dtype of {first} (float32)", "got float64"):
+        assert fragment in msg, (fragment, msg)
+    assert (e.value.op, e.value.node, e.value.tensor) == (op, node, other)
+    # a graph of one type still makes a session that runs
+    if op == "GenerateProposals":
+        case = P.generate("ok", N=1, A=2, H=4, W=5)
+        feed, m = case["inputs"], _one_node(op, node, **case["attrs"])
+    else:
+        feed, m = _stage_feed(), _one_node(op, node, **attrs)
+    outs = ort_roi.InferenceSession(m).run(None, feed)
+    assert all(np.isfinite(y).all() for y in outs)
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("DistributeFpnProposals_L4", dict(min_level=2, max_level=4)),
+    ("DistributeRoIAlign_L2", dict(STAGE, max_level=4)),
+])
+def test_front_door_checks_the_levels_against_the_op_at_creation(op, attrs, caplog):
+    """Trust, round 3 (2): max_level - min_level + 1 levels against the op's L: refused at
+    creation naming the node and both attributes with their values (the run said "attributes:
+    give 11 outputs; the node declares 9"); a plain session's log names them too."""
+    good = dict(attrs, max_level=attrs["min_level"] + int(op[-1]) - 1)
+    m = _one_node(op, "levels", **good)
+    for a in m.graph.node[0].attribute:
+        if a.name == "max_level":
+            a.i = 4
+    L = op[-1]
+    expect = (f"{op} (node 'levels')", "attribute 'max_level'",
+              f"max_level - min_level + 1 must be {L}", "max_level = 4", "min_level = 2")
+    with pytest.raises(ort_roi.RoiOpError) as e:
+        ort_roi.InferenceSession(m)
+    for fragment in expect:
+        assert fragment in str(e.value), (fragment, str(e.value))
+    if op.startswith("DistributeFpn"):
+        feed = {"fpn_rois": np.array([[0, 0, 10, 10], [0, 0, 900, 900]], np.float32),
+                "rois_num": np.array([2], np.int32)}
+        plain = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                     providers=["CPUExecutionProvider"])
+        with caplog.at_level(logging.ERROR, logger="ort_roi"):
+            plain.run(None, feed)
+        for fragment in expect[1:]:
+            assert fragment in caplog.text, (fragment, caplog.text)
+        assert "give 7 outputs" not in caplog.text
+    else:
+        feed = _stage_feed()
+    sess = ort_roi.InferenceSession(_one_node(op, "levels", **good))  # a good one still runs
+    assert all(np.isfinite(y).all() for y in sess.run(None, feed))
+
+
+@pytest.mark.parametrize("how", ["file", "bytes", "ModelProto"])
+def test_front_door_names_an_empty_model(how, tmp_path):
+    """Trust, round 3 (4): zero bytes decode as a model without a graph: RoiOpError (it was a
+    ValueError from the rewrite), naming the file."""
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    model = {"file": str(empty), "bytes": b"", "ModelProto": onnx.ModelProto()}[how]
+    with pytest.raises(ort_roi.RoiOpError) as e:
+        ort_roi.InferenceSession(model)
+    msg = str(e.value)
+    assert "cannot be read as an ONNX model" in msg and "holds no graph" in msg, msg
+    assert {"file": str(empty), "bytes": "the 0 bytes given",
+            "ModelProto": "the ModelProto given"}[how] in msg, msg

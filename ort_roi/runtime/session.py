@@ -33,8 +33,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from .. import forksafe
 from ..errors import RoiOpError, node_label
-from ..graph.nodes import iter_nodes, spec_of
+from ..graph.nodes import given_attrs, iter_nodes, spec_of
 from ..graph.rewrite import Rewrite, rewrite
 from ..spec import TYPES
 from . import bridge, locate
@@ -73,10 +74,8 @@ def _load(model) -> onnx.ModelProto:
     """A private copy of ``model`` (a path, bytes or ModelProto); RoiOpError naming the file
     when it holds no ONNX model."""
     if isinstance(model, onnx.ModelProto):
-        m = onnx.ModelProto()
-        m.CopyFrom(model)
-        return m
-    if isinstance(model, (bytes, bytearray)):
+        what, load = "the ModelProto given", lambda: _copy(model)
+    elif isinstance(model, (bytes, bytearray)):
         what, load = f"the {len(model)} bytes given", lambda: onnx.load_from_string(bytes(model))
     elif isinstance(model, (str, os.PathLike)):
         what, load = f"file {os.fspath(model)!r}", lambda: onnx.load(os.fspath(model))
@@ -84,12 +83,22 @@ def _load(model) -> onnx.ModelProto:
         raise TypeError(f"model must be a path, bytes or onnx.ModelProto, got "
                         f"{type(model).__name__}")
     try:
-        return load()
+        m = load()
     except OSError:  # a missing or unreadable file: the OS error names it
         raise
     except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and kin
         raise RoiOpError("ort_roi", "model", f"{what} cannot be read as an ONNX model "
                          f"({type(e).__name__}: {e})") from e
+    if not m.HasField("graph"):  # zero bytes (and some other files) decode as an empty model
+        raise RoiOpError("ort_roi", "model", f"{what} cannot be read as an ONNX model (it "
+                         f"holds no graph: an empty file, or a file of another kind)")
+    return m
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    return m
 
 
 def prepare_model(model: onnx.ModelProto, tokens: bridge.FloatTokens | None = None,
@@ -115,25 +124,44 @@ def prepare_model(model: onnx.ModelProto, tokens: bridge.FloatTokens | None = No
     return rewrite(model, "ort_roi", float_token=tokens, roialign_max=roialign_max, fuse=fuse)
 
 
-_creating = threading.Lock()  # held while a caller's SessionOptions are switched
+#: Held while a caller's SessionOptions are switched or switched back (never while onnxruntime
+#: makes a session: creations run in parallel); free again in a forked child.
+_creating = forksafe.Lock()
+#: id(so) -> [so, its own execution mode, creations under way]: SessionOptions switched to
+#: the sequential executor, given back their mode when the last creation using them ends.
+_switched: dict[int, list] = {}
+
+
+@forksafe.in_child
+def _switch_back() -> None:
+    """Creations under way at a fork do not exist in the child: their SessionOptions get
+    their own mode back there."""
+    for so, mode, _ in _switched.values():
+        so.execution_mode = mode
+    _switched.clear()
 
 
 @contextmanager
 def _sequential(so: ort.SessionOptions) -> Iterator[None]:
     """``so`` with the sequential executor while onnxruntime makes a session from it; as it
-    was afterwards (the switch is held under a lock, so no other creation sees it)."""
-    _creating.acquire()
-    mode = so.execution_mode
-    if mode == ort.ExecutionMode.ORT_SEQUENTIAL:
-        _creating.release()
-        yield
-        return
+    was afterwards. Creations from the same ``so`` at once share the switch (counted); the
+    lock is held only while it is switched, so a fork meanwhile leaves the child free."""
+    with _creating:
+        held = _switched.get(id(so))
+        if held is not None:
+            held[2] += 1
+        elif so.execution_mode != ort.ExecutionMode.ORT_SEQUENTIAL:
+            held = _switched[id(so)] = [so, so.execution_mode, 1]
+            so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     try:
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         yield
     finally:
-        so.execution_mode = mode
-        _creating.release()
+        if held is not None:
+            with _creating:
+                held[2] -= 1
+                if held[2] == 0 and _switched.get(id(so)) is held:
+                    so.execution_mode = held[1]
+                    del _switched[id(so)]
 
 
 def _keep_sequential(sess: ort.InferenceSession, so: ort.SessionOptions) -> None:
@@ -188,6 +216,7 @@ class InferenceSession:
         try:
             for note in prepare_model(m, tokens, roialign_max=roialign_max, fuse=fuse).notes:
                 warnings.warn(note, stacklevel=2)
+            _check_attributes(m)
             so = session_options(sess_options)  # registers the ops on sess_options, once
             self._sess = self._create(m, so, providers, kw)
         except BaseException:
@@ -352,6 +381,21 @@ def _our_inputs(model: onnx.ModelProto):
             yield node, spec, name, inp
 
 
+def _check_attributes(model: onnx.ModelProto) -> None:
+    """What each node's attributes imply together, checked at creation by its spec's shape
+    rule with the shapes unknown (a DistributeFpnProposals_L4 whose max_level - min_level + 1
+    is 3, ...): RoiOpError naming the op, the node and the attributes, where the run would
+    only see outputs of the wrong number."""
+    for node in iter_nodes(model.graph):
+        spec = spec_of(node)
+        if spec is None:
+            continue
+        try:
+            spec.output_shapes([None] * len(spec.inputs), given_attrs(node))
+        except RoiOpError as e:
+            raise e.at(node_label(node)) from None
+
+
 def _consumers(model: onnx.ModelProto) -> dict[str, tuple[str, str, str]]:
     """Graph value name -> (op, input name, node) of the first ort_roi node reading it."""
     found: dict[str, tuple[str, str, str]] = {}
@@ -389,7 +433,9 @@ def _first_line(e: Exception) -> str:
 
 
 def _type_error(model: onnx.ModelProto) -> RoiOpError | None:
-    """If one of our nodes reads a tensor of a type it has no kernel for, say which."""
+    """If one of our nodes reads a tensor of a type it has no kernel for, say which: a type
+    outside its constraint, or (ops whose T inputs share one type, ``same_types``: onnxruntime
+    has one kernel per type) a T input of another type than the node's first."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model).graph
     except Exception:  # noqa: BLE001 - fall back to what the graph declares
@@ -407,4 +453,21 @@ def _type_error(model: onnx.ModelProto) -> RoiOpError | None:
             return RoiOpError(spec.name, f"input '{inp.name}'",
                               f"must be {allowed}, got {dtype.name}; onnxruntime has no "
                               f"kernel for it", node=node_label(node), tensor=name)
+    for node in iter_nodes(model.graph):
+        spec = spec_of(node)
+        if spec is None or not spec.same_types:
+            continue
+        first = None  # (spec input, dtype) of the node's first T input of known type
+        for name, inp in zip(node.input, spec.inputs):
+            if inp.type != "T" or not types.get(name, 0):
+                continue
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(types[name])
+            if first is None:
+                first = (inp, dtype)
+            elif dtype != first[1]:
+                return RoiOpError(spec.name, f"input '{inp.name}'",
+                                  f"must have the dtype of {first[0].name} ({first[1].name}), "
+                                  f"got {dtype.name}: the op's float inputs share one type T; "
+                                  f"onnxruntime has no kernel for the mix",
+                                  node=node_label(node), tensor=name)
     return None
