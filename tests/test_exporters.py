@@ -436,7 +436,7 @@ def test_roialign_negative_sampling_ratio_is_refused_as_onnxruntime_does():
 
 
 def _info_lines():
-    out = subprocess.run([sys.executable, "-m", "ort_roi", "info"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "ort_roi", "info", "--full"], capture_output=True,
                          text=True)
     assert out.returncode == 0, out.stderr
     lines, name = {}, None

@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import pathlib
 import sys
 
 import numpy as np
@@ -551,3 +552,31 @@ def test_bench_help_lists_every_workload_and_explains_the_rows(capsys):
                   "largest absolute difference", "bridge", "fused multi-level stage",
                   "pip install 'ort-roi[parity]'"):
         assert words in out
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_info_model_lists_its_roi_nodes_and_what_convert_would_do(capsys):
+    """`ort-roi info MODEL` (a file or a folder of them): the model's RoI nodes, what runs
+    each, what convert would do; `info` alone is the short catalogue; a file that is not a
+    model is named."""
+    stage = str(ROOT / "ort_roi" / "data" / "torchvision_stage_14.onnx")
+    assert cli.main(["info", stage]) == 0
+    out = capsys.readouterr().out
+    assert out.count("onnx::RoiAlign") == 4 and "onnxruntime runs it natively" in out
+    assert "convert would: exporter: torch.onnx" in out
+    assert "MultiScaleRoIAlign stage" in out and "-> ort_roi::PyramidRoIAlign" in out
+    assert cli.main(["info", str(ROOT / "models")]) == 0
+    out = capsys.readouterr().out
+    for m in (ROOT / "models").glob("*.onnx"):
+        assert str(m) in out
+    assert "runs it as it is" in out
+    assert cli.main(["info", str(ROOT / "README.md")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+    assert cli.main(["info"]) == 0
+    short = capsys.readouterr().out
+    assert cli.main(["info", "--full"]) == 0
+    full = capsys.readouterr().out
+    assert len(short.splitlines()) < len(full.splitlines()) / 4
+    assert "ort_roi::RoIAlign" in short and "--full" in short

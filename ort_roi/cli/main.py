@@ -9,9 +9,8 @@ import sys
 from typing import Sequence
 
 from .. import __version__
-from . import bench, export_paddle, validate
+from . import bench, export_paddle, info, validate
 from .demo import cmd_demo
-from .info import cmd_info
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -19,7 +18,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--version", action="version", version=f"ort-roi {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("demo", help=cmd_demo.__doc__).set_defaults(fn=cmd_demo)
-    sub.add_parser("info", help=cmd_info.__doc__).set_defaults(fn=cmd_info)
+    info.add_command(sub)
     validate.add_commands(sub)
     bench.add_command(sub)
     export_paddle.add_command(sub)
