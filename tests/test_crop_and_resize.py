@@ -141,6 +141,52 @@ def test_kernel_in_several_steps_and_threads_equals_definition():
                 ort_roi.set_num_threads(None)
 
 
+@pytest.mark.parametrize("method", ["bilinear", "nearest"])
+@pytest.mark.parametrize("crop", [(3, 2), (5, 5), (9, 5), (40, 3), (2, 70), (1, 1)])
+def test_kernel_in_blocks_of_boxes_rows_and_row_pieces_equals_definition(method, crop):
+    """Steps of a few pixels (C = 4, CHUNK 4 x 16: 16 pixels; nearest's floor of 2048
+    patched to 16 too): whole boxes per block (3x2, 1x1; 5x5: one box of two steps), rows
+    of one box (9x5, 40x3), pieces of one row (2x70); 1 and 2 threads, boxes partly off the
+    map, float32 and float64 images."""
+    rng = np.random.default_rng(sum(crop) + len(method))
+    boxes = np.concatenate([crop_cases._boxes(rng, 9), crop_cases._boxes(rng, 9, -0.4, 1.4)])
+    idx = rng.integers(0, 2, len(boxes)).astype(np.int32)
+    attrs = dict(crop_height=crop[0], crop_width=crop[1], method=method,
+                 extrapolation_value=-3.0)
+    for dtype in (np.float32, np.float64):
+        image = crop_cases._image(rng, 2, 11, 13, 4, dtype)
+        want = definition(image, boxes, idx, **attrs)
+        with mock.patch.object(cpu_steps, "CHUNK", 4 * 16), \
+                mock.patch.object(cpu_steps, "NEAREST_STEP", 16):
+            for threads in (1, 2):
+                ort_roi.set_num_threads(threads)
+                try:
+                    _exact(crop_and_resize(image, boxes, idx, **attrs), want)
+                finally:
+                    ort_roi.set_num_threads(None)
+
+
+@pytest.mark.parametrize("method", ["bilinear", "nearest"])
+def test_one_big_box_needs_scratch_of_a_few_steps_only(method):
+    """One 4000 x 4000 crop, C = 1 (61 MiB out): the kernel's scratch is a few steps' worth
+    (per-row and per-column arrays, and per step its pixel indices and two buffers), not per
+    output pixel (it was 11x the output: 673 MiB; 8000 x 8000, 2.7 GiB)."""
+    import tracemalloc
+
+    image = np.random.default_rng(0).standard_normal((1, 300, 200, 1)).astype(np.float32)
+    boxes = np.array([[0.1, 0.05, 0.93, 1.0]], np.float32)
+    ort_roi.release_memory()
+    tracemalloc.start()
+    try:
+        out = crop_and_resize(image, boxes, np.array([0], np.int32), crop_height=4000,
+                              crop_width=4000, method=method)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out.shape == (1, 4000, 4000, 1)
+    assert peak - out.nbytes < 0.25 * out.nbytes, (peak, out.nbytes)
+
+
 def test_float64_image_gives_float32_computed_as_tensorflow():
     """TF rounds each value of a float64 image to float32 and computes in float32."""
     rng = np.random.default_rng(1)
