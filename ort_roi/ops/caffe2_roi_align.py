@@ -47,7 +47,8 @@ def caffe2_roi_align(X: np.ndarray, rois: np.ndarray, *, order: str = "NCHW",
         rois: [R, 5] rows [batch_id, x1, y1, x2, y2], or [R, 4] when N = 1.
         order: "NCHW" (the only layout).
         spatial_scale: multiplies box coordinates onto X (> 0).
-        pooled_h, pooled_w: the output grid (>= 1).
+        pooled_h: the output grid's rows (>= 1).
+        pooled_w: its columns (>= 1).
         sampling_ratio: samples per bin side; <= 0: adaptive.
         aligned: 1: half-pixel offset.
 

@@ -148,7 +148,8 @@ def crop_and_resize(image: np.ndarray, boxes: np.ndarray, box_indices: np.ndarra
         boxes: [R, 4] float32 or float64 rows [y1, x1, y2, x2], normalized (rounded to
             float32, as TensorFlow takes them).
         box_indices: [R] int32 or int64, each in [0, N).
-        crop_height, crop_width: the output size (>= 1; TF's crop_size).
+        crop_height: the output's rows (>= 1; TF's crop_size[0]).
+        crop_width: its columns (>= 1; TF's crop_size[1]).
         method: "bilinear" or "nearest".
         extrapolation_value: the value off the image.
 

@@ -87,8 +87,10 @@ def distribute_fpn_proposals(fpn_rois: np.ndarray, rois_num: np.ndarray, *, min_
     Args:
         fpn_rois: [R, 4] float32 or float64 rows [x1, y1, x2, y2], image by image (no NaN).
         rois_num: [N] int32 or int64, the rois of each image (>= 0, sums to R).
-        min_level, max_level: the levels (max_level - min_level + 1 = L in 1 .. MAX_LEVELS).
-        refer_level, refer_scale: a roi of side refer_scale goes to refer_level (scale >= 1).
+        min_level: the first level (max_level - min_level + 1 = L in 1 .. MAX_LEVELS).
+        max_level: the last level.
+        refer_level: the level a roi of side refer_scale goes to.
+        refer_scale: that side (>= 1).
         pixel_offset: 1: areas count +1 pixel per side (PaddleDetection passes 0).
 
     Returns:

@@ -92,10 +92,13 @@ def distribute_roi_align(fpn_rois: np.ndarray, rois_num: np.ndarray, *feats: np.
         rois_num: [N] int32 or int64, the rois of each image (>= 0, sums to R; N of the maps).
         *feats: L maps [N, C, H_l, W_l] of fpn_rois' dtype, level min_level first (L = 1 ..
             MAX_LEVELS = max_level - min_level + 1).
-        min_level, max_level: the levels of feats[0] and feats[-1].
-        refer_level, refer_scale: a roi of side refer_scale goes to refer_level (scale >= 1).
+        min_level: the level of feats[0].
+        max_level: the level of feats[-1].
+        refer_level: the level a roi of side refer_scale goes to.
+        refer_scale: that side (>= 1).
         pixel_offset: 1: areas count +1 pixel per side (the level rule; PaddleDetection 0).
-        pooled_height, pooled_width: the output grid (>= 1).
+        pooled_height: the output grid's rows (>= 1).
+        pooled_width: its columns (>= 1).
         sampling_ratio: samples per bin side; <= 0: adaptive.
         aligned: 1: half-pixel offset (Paddle's default); 0: legacy.
         spatial_scales: the scale of each level (> 0), e.g. 1/4 .. 1/32.

@@ -49,7 +49,8 @@ def mmcv_roi_align(input: np.ndarray, rois: np.ndarray, *, output_height: int = 
     Args:
         input: [N, C, H, W] float32 or float64 (NumPy; CuPy computes on the GPU).
         rois: [R, 5] rows [batch_id, x1, y1, x2, y2], input's dtype.
-        output_height, output_width: the output grid (>= 1).
+        output_height: the output grid's rows (>= 1).
+        output_width: its columns (>= 1).
         spatial_scale: multiplies box coordinates onto the input (> 0).
         sampling_ratio: samples per bin side; <= 0: adaptive.
         mode: "avg" (mean of the samples) or "max" (the largest sample).

@@ -55,7 +55,8 @@ def mmcv_roi_align_rotated(input: np.ndarray, rois: np.ndarray, *, output_height
         input: [N, C, H, W] float32 or float64 (NumPy; CuPy computes on the GPU).
         rois: [R, 6] rows [batch_id, cx, cy, w, h, theta] (theta in radians,
             counter-clockwise unless ``clockwise``), input's dtype.
-        output_height, output_width: the output grid (>= 1).
+        output_height: the output grid's rows (>= 1).
+        output_width: its columns (>= 1).
         spatial_scale: multiplies box coordinates onto the input (> 0).
         sampling_ratio: samples per bin side; <= 0: adaptive.
         aligned: 1: half-pixel offset of the centre.

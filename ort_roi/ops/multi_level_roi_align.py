@@ -63,7 +63,8 @@ def multi_level_roi_align(rois, *feats, output_height: int = 7, output_width: in
     Args:
         rois: [R, 5] rows [batch_id, x1, y1, x2, y2], float32 or float64.
         *feats: the levels [N, C, H_l, W_l], finest first (1 to MAX_LEVELS), rois' dtype.
-        output_height, output_width: the output grid (>= 1).
+        output_height: the output grid's rows (>= 1).
+        output_width: its columns (>= 1).
         sampling_ratio: samples per bin side; <= 0: adaptive.
         pool_mode: 1: the mean of the samples; 0: the largest.
         aligned: 1: half-pixel offset.

@@ -62,7 +62,8 @@ def onnx_roi_align(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *
         batch_indices: [R] int32 or int64, the image of each box.
         coordinate_transformation_mode: "half_pixel" (aligned) or "output_half_pixel".
         mode: "avg", "max" (mmcv's) or "onnx_max" (onnxruntime's).
-        output_height, output_width: the output grid (>= 1).
+        output_height: the output grid's rows (>= 1).
+        output_width: its columns (>= 1).
         sampling_ratio: samples per bin side; 0: adaptive.
         spatial_scale: multiplies box coordinates onto X (> 0).
 

@@ -45,7 +45,8 @@ def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
         rois_num: [N] int32 or int64, the boxes of each image in order (sums to R).
         output_channels: channels of the output (>= 1).
         spatial_scale: multiplies box coordinates onto X (> 0).
-        pooled_height, pooled_width: the output grid (>= 1).
+        pooled_height: the output grid's rows (>= 1).
+        pooled_width: its columns (>= 1).
 
     Returns:
         [R, output_channels, pooled_height, pooled_width] of X's dtype.

@@ -54,7 +54,8 @@ def pyramid_roi_align(rois, levels, *feats, output_height: int = 1, output_width
         rois: [R, 5] rows [batch_id, x1, y1, x2, y2], float32 or float64.
         levels: [R] int32 or int64, the feature map of each box (outside 0 .. L-1: output 0).
         *feats: [N, C, H_l, W_l], one per level (1 to MAX_LEVELS), rois' dtype.
-        output_height, output_width: the output grid (>= 1).
+        output_height: the output grid's rows (>= 1).
+        output_width: its columns (>= 1).
         sampling_ratio: samples per bin side; <= 0: adaptive.
         aligned: 1: half-pixel offset; 0: torchvision's MultiScaleRoIAlign.
         spatial_scales: the scale of each level.

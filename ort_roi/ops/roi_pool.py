@@ -37,7 +37,8 @@ def roi_pool(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
         X: [N, C, H, W] float32 or float64 (NumPy; CuPy computes on the GPU).
         boxes: [R, 4] rows [x1, y1, x2, y2], X's dtype.
         boxes_num: [N] int32 or int64, the boxes of each image in order (sums to R).
-        pooled_height, pooled_width: the output grid (>= 1).
+        pooled_height: the output grid's rows (>= 1).
+        pooled_width: its columns (>= 1).
         spatial_scale: multiplies box coordinates onto X (> 0).
 
     Returns:

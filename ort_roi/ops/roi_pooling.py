@@ -44,7 +44,8 @@ def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_h: int, pooled_w: int
     Args:
         X: [N, C, H, W] float32 or float64 (NumPy; CuPy computes on the GPU).
         rois: [R, 5] rows [batch_id, x1, y1, x2, y2], X's dtype.
-        pooled_h, pooled_w: the output grid (>= 1).
+        pooled_h: the output grid's rows (>= 1).
+        pooled_w: its columns (>= 1).
         spatial_scale: multiplies box coordinates onto X (> 0).
         method: "max" or "bilinear".
 

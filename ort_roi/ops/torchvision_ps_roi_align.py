@@ -44,7 +44,8 @@ def torchvision_ps_roi_align(X: np.ndarray, rois: np.ndarray, *, pooled_height: 
     Args:
         X: [N, C_out*PH*PW, H, W] float32 or float64 (NumPy; CuPy computes on the GPU).
         rois: [R, 5] rows [batch_id, x1, y1, x2, y2], X's dtype.
-        pooled_height, pooled_width: the output grid PH x PW (>= 1).
+        pooled_height: the output grid's rows PH (>= 1).
+        pooled_width: its columns PW (>= 1).
         spatial_scale: multiplies box coordinates onto X (> 0).
         sampling_ratio: samples per bin side; <= 0: adaptive.
 
