@@ -1,7 +1,7 @@
-"""Every code block of README.md and models/README.md runs as written.
+"""Every code block of README.md, models/README.md and the pages of docs/ runs as written.
 
 Each fenced block is one test, run in a temporary directory that holds the repository's
-``models/`` (the snippets' relative paths): ``python`` blocks as a script in a fresh
+``models/``, ``docs/`` and ``mkdocs.yml`` (the snippets' relative paths): ``python`` blocks as a script in a fresh
 interpreter (a comment after a ``print(...)`` is what it must print; `` ...`` ends a prefix);
 ``bash`` blocks command by command, except the install and test-suite commands of the Quick
 start (``pip install``, ``python -m pytest``: CI runs those); ``console`` blocks run each
@@ -23,13 +23,14 @@ import onnx
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DOCS = ["README.md", "models/README.md"]
+DOCS = ["README.md", "models/README.md",
+        *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))]
 RUN = ("python", "bash", "console")
 
 #: top-level module -> the extra that installs it
 EXTRAS = {"torch": "torchvision", "torchvision": "torchvision", "onnxscript": "torchvision",
           "paddle": "parity", "openvino": "parity", "cupy": "cupy", "matplotlib": "plot",
-          "ray": "ray", "paddle2onnx": "paddle"}
+          "ray": "ray", "paddle2onnx": "paddle", "mkdocs": "docs"}
 #: commands of a bash block that the test does not run (CI runs the Quick start's)
 NOT_RUN = ("pip install", "python -m pytest")
 
@@ -57,6 +58,8 @@ def missing_extra(code: str) -> str | None:
         names.add("matplotlib")
     if "paddle_export" in code or "export-paddle" in code:
         names.add("paddle2onnx")
+    if re.search(r"^\s*mkdocs\b|&&\s*mkdocs\b", code, re.M):
+        names.add("mkdocs")
     for name in sorted(names & set(EXTRAS)):
         if importlib.util.find_spec(name) is None:
             extra = EXTRAS[name]
@@ -77,6 +80,8 @@ def _broken_model(path: pathlib.Path) -> None:
 @pytest.fixture
 def workdir(tmp_path: pathlib.Path) -> pathlib.Path:
     (tmp_path / "models").symlink_to(ROOT / "models", target_is_directory=True)
+    (tmp_path / "docs").symlink_to(ROOT / "docs", target_is_directory=True)
+    (tmp_path / "mkdocs.yml").symlink_to(ROOT / "mkdocs.yml")
     _broken_model(tmp_path / "broken.onnx")
     return tmp_path
 
@@ -135,10 +140,14 @@ def test_snippet_runs_as_written(doc: str, lang: str, code: str, workdir: pathli
 
 
 def test_every_readme_block_is_run_or_marked_as_text():
-    """A block of the README is run by the test above unless it says it is text."""
+    """A block of the README or a docs page is run by the test above unless it says it is
+    text; the README keeps its Quick start and first example, the pages the rest."""
     langs = {lang for doc in DOCS for lang, _, _ in blocks(doc)}
     assert langs <= set(RUN) | {"text"}, langs
-    assert sum(1 for c in CASES if c.values[0] == "README.md") >= 8
+    assert sum(1 for c in CASES if c.values[0] == "README.md") >= 2
+    assert sum(1 for c in CASES if c.values[0].startswith("docs/")) >= 12
+    assert {"docs/usage.md", "docs/pytorch.md", "docs/scaling.md", "docs/development.md"} \
+        <= {c.values[0] for c in CASES}
 
 
 def test_snippets_download_nothing():
@@ -157,6 +166,12 @@ def test_builders_importable_by_the_documented_name():
               " print(m.graph.node[0].op_type, builders.make_node is b.make_node)"], ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["RoIAlign", "True"]
+
+
+def test_mkdocs_blocks_skip_without_the_docs_extra():
+    assert "mkdocs" in str(missing_extra("pip install '.[docs]' && mkdocs build --strict")) \
+        or importlib.util.find_spec("mkdocs") is not None
+    assert missing_extra("ort-roi convert a.onnx b.onnx  # not mkdocs") is None
 
 
 def test_commands_split():
