@@ -4,7 +4,7 @@ that ties a spec to its kernel, its definition and its compute steps (``Op``).
 
 Registration (``ort_roi.runtime.bridge``), default filling and attribute validation (here),
 the graph rewrite, ONNX schemas (``ort_roi.graph.schemas``), the CLI's ``info``, ``validate``
-and the README's op table all read the entries; nothing here names a particular op.
+and the op table of docs/ops.md all read the entries; nothing here names a particular op.
 """
 
 from __future__ import annotations

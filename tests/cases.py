@@ -4,7 +4,7 @@
 Each case is a dict: name, op, attrs, inputs (name -> array in ort_roi's convention),
 and optional flags:
   tie        -- a box edge lands exactly on a .5 after scaling (OpenVINO's CPU plugin may
-                round such ties differently, see PLATFORM notes in README "Semantics")
+                round such ties differently, see docs/semantics.md, "Deliberate divergences")
   nan_to_zero -- Paddle returns NaN here and ort_roi deliberately returns 0
 """
 
@@ -452,7 +452,7 @@ def mask_cases(seed: int) -> list[dict]:
 
 def form_cases() -> list[tuple[str, dict]]:
     """(domain, case) for every registered node form (a few cases each, both dtypes)."""
-    import crop_cases
+    from tests import crop_cases
     from ort_roi.ops import FORMS
 
     pick = lambda cs: [c for c in cs if "_1x1_" not in c["name"]][:: max(1, len(cs) // 6)]  # noqa: E731
@@ -483,13 +483,13 @@ def form_cases() -> list[tuple[str, dict]]:
         elif f.op_type.startswith("PyramidRoIAlign_L"):
             cases = [c for c in pyramid_cases(36) if c["op"] == f.op_type][:2]
         elif f.op_type.startswith("DistributeRoIAlign_L"):
-            import paddle_stage_cases
+            from tests import paddle_stage_cases
             cases = [c for c in paddle_stage_cases.cases() if c["op"] == f.op_type][:2]
         elif f.op_type.startswith("CollectFpnProposals_L"):
-            import proposal_cases
+            from tests import proposal_cases
             cases = [c for c in proposal_cases.collect_cases() if c["op"] == f.op_type][:2]
         elif f.op_type == "GenerateProposals" or f.op_type.startswith("DistributeFpnProposals_L"):
-            import proposal_cases
+            from tests import proposal_cases
             cases = [c for c in proposal_cases.cases() + proposal_cases.definition_only_cases()
                      if c["op"] == f.op_type][:3]
         else:

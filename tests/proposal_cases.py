@@ -240,9 +240,10 @@ def collect_cases() -> list[dict]:
 
 
 def collect_definition_only_cases() -> list[dict]:
-    """Cases Paddle's kernel does not answer as written (``paddle_defined``; README, deliberate
-    divergences): an image left with no roi among the kept (Paddle reads past its counts),
-    an empty image before others in a level (Paddle hands the next roi to the empty image)."""
+    """Cases Paddle's kernel does not answer as written (``paddle_defined``; docs/semantics.md,
+    deliberate divergences): an image left with no roi among the kept (Paddle reads past its
+    counts), an empty image before others in a level (Paddle hands the next roi to the empty
+    image)."""
     return [
         collect("collect_second_image_none_kept", [[3, 2], [2, 1]], 3,
                 scores=[[0.9, 0.8, 0.7, 0.1, 0.2], [0.6, 0.5, 0.3]], seed=20),

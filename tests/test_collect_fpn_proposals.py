@@ -20,8 +20,8 @@ import onnxruntime as ort
 import pytest
 
 import ort_roi
-import proposal_cases as P
-from versions import needs_shape_inference
+from tests import proposal_cases as P
+from tests.versions import needs_shape_inference
 from ort_roi import RoiOpError, ops
 from ort_roi.definitions import collect as D
 from ort_roi.definitions.cxx import std_stable_sort
@@ -80,11 +80,7 @@ def _same(got, want, name=""):
 
 
 def _paddle_outputs(case) -> list:
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "tools"))
-    try:
-        from make_proposal_goldens import paddle_outputs
-    finally:
-        sys.path.pop(0)
+    from tools.make_proposal_goldens import paddle_outputs
     return paddle_outputs(case)
 
 
@@ -161,9 +157,9 @@ def test_definition_and_kernel_equal_paddle_live(seed):
 @pytest.mark.parity
 @needs_paddle
 def test_where_paddle_diverges():
-    """The deliberate divergences (README): an empty image before others in a level gets a roi
-    of the next image in Paddle; an image with none kept gets garbage in Paddle's rois_num
-    (read past its count vector). ort_roi gives each image its own rois, and 0."""
+    """The deliberate divergences (docs/semantics.md): an empty image before others in a level
+    gets a roi of the next image in Paddle; an image with none kept gets garbage in Paddle's
+    rois_num (read past its count vector). ort_roi gives each image its own rois, and 0."""
     middle, none_kept = (next(c for c in P.collect_definition_only_cases() if c["name"] == n)
                          for n in ("collect_middle_image_empty_in_a_level",
                                    "collect_second_image_none_kept"))

@@ -13,9 +13,9 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
-import cases as C
+from tests import cases as C
 import ort_roi
-from defs import paste_masks as definition
+from tests.defs import paste_masks as definition
 from ort_roi.graph.builders import single_op_model
 from ort_roi.ops import paste_masks as kernel
 from ort_roi.graph.schemas import SHAPE_INFERENCE
@@ -245,7 +245,7 @@ def _export_dynamic_size(fn, masks, boxes):
 
 def test_a_dynamic_image_size_keeps_the_loop_and_says_why():
     """Exported with the image's size dynamic, the Loop reads it from the graph (not a
-    constant of its body): convert leaves it (a limitation, in the README)."""
+    constant of its body): convert leaves it (a limitation, docs/limitations.md)."""
     torch, _ = _torch()
     native, _ = _export_dynamic_size(torch.onnx.export, *_detections(8, 3))
     with pytest.warns(UserWarning, match="reads like torchvision's mask pasting but does not "

@@ -1,6 +1,6 @@
 """Registration of the ops into onnxruntime through onnxruntime-extensions' Python-op bridge.
 
-Three things the stock bridge gets wrong are handled here (see the README):
+Three things the stock bridge gets wrong are handled here (see docs/architecture.md, "The bridge"):
 - outputs: the stock handler turns every output into a Python list; our invocation hook
   hands back a C-contiguous array of the declared dtype (ops that are not ours still go to
   the stock handler);
