@@ -1,16 +1,13 @@
 import functools
 import json
 import os
-import sys
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-import ort_roi  # noqa: E402
-from ort_roi import builders  # noqa: E402
+import ort_roi
+from ort_roi import builders
 
 GOLDENS = os.path.join(os.path.dirname(__file__), "goldens")
 

@@ -9,14 +9,14 @@ import onnxruntime as ort
 import pytest
 
 import ort_roi
-import defs as D
+from tests import defs as D
 from ort_roi import builders, ops
 from ort_roi.cli import bench
 from ort_roi.kernels.cpu import workspace as _workspace
 
 from ort_roi.kernels.cpu import strategies
 from ort_roi.kernels.cpu.strategies import force
-from versions import ORT
+from tests.versions import ORT
 
 MB = 1 << 20
 WORKLOADS = ["W1_faster_rcnn_c4", "W2_mask_rcnn_p2", "W3_batch2_p3"]
@@ -240,7 +240,7 @@ def test_roialign_max_of_a_huge_box_is_bounded_and_exact(op):
     on an 8x8 map: 17 s a call). One sample per distinct taps now: a box of side 1e5 in
     under 0.1 s, equal to the max over every sample (tests/literal.py: all 14286 x 14286
     samples of a bin placed, grouped by the coordinates their value depends on)."""
-    import literal
+    from tests import literal
 
     rng = np.random.default_rng(32)
     X = rng.standard_normal((1, 3, 8, 8)).astype(np.float32) + 1  # some negative

@@ -23,18 +23,16 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
 
-import crop_cases  # noqa: E402
-import fake_cupy  # noqa: E402
-from versions import needs_shape_inference
+from tests import crop_cases  # noqa: E402
+from tests import fake_cupy  # noqa: E402
+from tests.versions import needs_shape_inference
 import ort_roi  # noqa: E402
 from ort_roi.definitions.crop_and_resize import crop_and_resize as definition  # noqa: E402
 from ort_roi.kernels.cpu import crop_and_resize as cpu_steps  # noqa: E402
 from ort_roi.kernels.cuda import crop_and_resize as cuda_steps  # noqa: E402
 from ort_roi.ops.crop_and_resize import SPEC, crop_and_resize  # noqa: E402
-from make_tf_goldens import tf_crop_and_resize  # noqa: E402 (imports tensorflow when called)
+from tools.make_tf_goldens import tf_crop_and_resize  # noqa: E402 (imports tensorflow when called)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "goldens", "crop_and_resize.npz")

@@ -21,14 +21,15 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-import cases as C
-import fake_cupy
-from conftest import load_golden, ordered, tolerance
+from tests import cases as C
+from tests import fake_cupy
+from tests.conftest import load_golden, ordered, tolerance
 import ort_roi
 from ort_roi import builders, ops
 from ort_roi.kernels import device as backend
 from ort_roi.kernels.cuda import backend as _cupy
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # a child's PYTHONPATH
 SUITES = {"max": C.max_pool_cases("ROIPooling", 11) + C.max_pool_cases("RoIPool", 12),
           "bilinear": C.bilinear_cases(13), "psroi": C.psroi_cases(14),
           "align": C.roi_align_cases(15) + C.mmcv_cases(17, "max")[::3]
@@ -400,11 +401,11 @@ def test_auto_backend_in_onnxruntime_equals_numpy(host_cupy):
 _AFTER_HOST_CUPY = r'''
 import sys
 import numpy as np, onnxruntime as ort
-import cases as C
+from tests import cases as C
 import ort_roi
 from ort_roi import builders, ops
-import test_cupy
-from test_cupy import host_lib, host_cupy  # noqa: F401 - the fixtures
+from tests import test_cupy
+from tests.test_cupy import host_lib, host_cupy  # noqa: F401 - the fixtures
 
 
 def test_1_session_on_host_cupy(host_cupy):
@@ -435,8 +436,7 @@ def test_host_cupy_fixture_keeps_modules_imported_meanwhile(tmp_path):
         pytest.skip("g++ not found: cannot build the CUDA source for the host")
     (tmp_path / "test_after_host_cupy.py").write_text(_AFTER_HOST_CUPY)
     (tmp_path / "host_cupy_probe.py").write_text("")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         "--rootdir", str(tmp_path), str(tmp_path / "test_after_host_cupy.py")],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -469,8 +469,7 @@ def test_gpu_kernels_match_framework_goldens(suite, case):
 _EVERY_OP_IN_SESSION = r'''
 import sys, warnings
 import numpy as np, onnxruntime as ort
-sys.path.insert(0, sys.argv[1])
-import cases as C
+from tests import cases as C  # the repository root is on PYTHONPATH
 import ort_roi
 from ort_roi import builders, ops
 from ort_roi.ops import spec
@@ -502,8 +501,9 @@ def _run_every_op(env_backend: str, hide_cupy: bool = False):
     code = _EVERY_OP_IN_SESSION
     if hide_cupy:
         code = "import sys; sys.modules['cupy'] = None\n" + code
-    env = {**os.environ, "ORT_ROI_BACKEND": env_backend}
-    r = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__)], env=env,
+    env = {**os.environ, "ORT_ROI_BACKEND": env_backend,
+           "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", code], env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()

@@ -254,7 +254,7 @@ def test_front_door_names_the_input_whose_type_differs_from_the_others(op, attrs
     """Trust, round 3 (1): one float64 input among float32 ones of an op whose T inputs share
     one type: onnxruntime finds no kernel ("no kernel def matches node inputs"); the front
     door names the node, the input and both types."""
-    import proposal_cases as P
+    from tests import proposal_cases as P
 
     m = _one_node(op, node, types={other: TensorProto.DOUBLE}, **attrs)
     with pytest.raises(ort_roi.RoiOpError) as e:

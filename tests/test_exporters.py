@@ -17,17 +17,17 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-import cases as C
-import literal
-import oracles as O
+from tests import cases as C
+from tests import literal
+from tests import oracles as O
 import ort_roi
-from conftest import load_golden, tolerance
+from tests.conftest import load_golden, tolerance
 from ort_roi import builders, ops
 from ort_roi.cli import main as cli
 from ort_roi.kernels.cpu.strategies import force
 from ort_roi.graph.schemas import SHAPE_INFERENCE
 from ort_roi.ops import FORMS
-from versions import ORT, needs_opset_22
+from tests.versions import ORT, needs_opset_22
 
 needs_openvino = pytest.mark.skipif(not O.openvino_available(),
                                     reason="needs openvino: pip install 'ort-roi[parity]'")
@@ -454,8 +454,8 @@ def test_info_says_what_a_plain_session_does_with_each_form():
     """Once it said 'onnxruntime runs it natively' for OpenVINO's extractor and mmdeploy's
     multi-level node, which a plain session refuses. Checked here against sessions of the
     exporters' own nodes, built by hand."""
-    import oracles as O
-    from test_multilevel import mmdeploy_node_model
+    from tests import oracles as O
+    from tests.test_multilevel import mmdeploy_node_model
 
     runs, err = _info_lines()
     assert err == ""  # no onnxruntime log lines from the probing

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from ort_roi.cli import validate
-from versions import version
+from tests.versions import version
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

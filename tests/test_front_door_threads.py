@@ -12,7 +12,7 @@ import pytest
 import ort_roi
 from ort_roi import builders, ops
 from ort_roi.runtime import bridge
-from test_errors import EXPECT, feed, two_level_graph
+from tests.test_errors import EXPECT, feed, two_level_graph
 
 MODES = {"parallel": ort.ExecutionMode.ORT_PARALLEL,
          "sequential": ort.ExecutionMode.ORT_SEQUENTIAL}

@@ -8,10 +8,8 @@ The stage tests read ort_roi/data/torchvision_stage_7.onnx (torch.onnx, opset 17
 round-trip-at-other-opsets and dynamo tests need torch (pip install 'ort-roi[torchvision]')."""
 
 import io
-import sys
 import warnings
 from importlib import resources
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -22,8 +20,6 @@ from onnx import helper, numpy_helper
 import ort_roi
 from ort_roi.graph.builders import single_op_model
 from ort_roi.graph.toolkit import GraphIndex
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 def _stage() -> onnx.ModelProto:
@@ -235,7 +231,7 @@ def test_convert_fuses_its_own_to_onnx_output_again():
 @pytest.mark.parametrize("opset", [11, 13, 15, 16])
 def test_the_round_trip_at_other_opsets(opset):
     pytest.importorskip("torch", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
-    from test_torchvision_stage import Pooler, _export, _feed, _inputs
+    from tests.test_torchvision_stage import Pooler, _export, _feed, _inputs
 
     args = _inputs()
     native = _export(Pooler().eval(), args, opset)
@@ -245,7 +241,7 @@ def test_the_round_trip_at_other_opsets(opset):
 # --- the Loops ---------------------------------------------------------------------------
 
 def _keypoints(opset=17):
-    from test_torchvision_keypoints import _case, _export, _torch
+    from tests.test_torchvision_keypoints import _case, _export, _torch
 
     torch, module = _torch()
     maps, rois = _case(5, R=4, K=17, H=56, W=56)
@@ -256,7 +252,7 @@ def _keypoints(opset=17):
 
 
 def _masks(opset=17):
-    from test_torchvision_masks import _DYNAMIC, _detections, _export, _torch
+    from tests.test_torchvision_masks import _DYNAMIC, _detections, _export, _torch
 
     torch, module = _torch()
     masks, boxes = _detections(5, 5)
@@ -329,7 +325,7 @@ def test_a_loop_differing_in_one_attribute_is_not_fused_and_said_why(build, muta
 def test_a_dynamo_exported_stage_is_left_with_a_note():
     torch = pytest.importorskip("torch",
                                 reason="needs torchvision: pip install 'ort-roi[torchvision]'")
-    from test_torchvision_stage import Pooler, _inputs
+    from tests.test_torchvision_stage import Pooler, _inputs
 
     args = _inputs()
     with warnings.catch_warnings():

@@ -9,7 +9,7 @@ PyramidRoIAlign).
 import numpy as np
 import pytest
 
-from conftest import load_golden, ordered, run_plain, tolerance
+from tests.conftest import load_golden, ordered, run_plain, tolerance
 
 SUITES = ["roi_pooling_max", "roi_pooling_bilinear", "roi_pool", "psroi_pool", "roi_align",
           "torchvision_ps_roi_align", "torchvision_ps_roi_pool", "pyramid_roi_align"]

@@ -1,4 +1,4 @@
-"""tools/gpu_bench.py runs every workload: here on the NumPy backend (``--backend numpy
+"""tools/gpu_bench.py (``python -m tools.gpu_bench``) runs every workload: here on the NumPy backend (``--backend numpy
 --dry-run``: one call per row), so that a GPU run (tools/gpu_check.sh on a lent machine) meets
 no workload it cannot build. The rows are ``ort-roi bench``'s (``bench.plan``), the inputs its
 own (``bench.cases``)."""
@@ -15,14 +15,14 @@ import pytest
 from ort_roi.cli import bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOL = os.path.join(ROOT, "tools", "gpu_bench.py")
+TOOL = [sys.executable, "-m", "tools.gpu_bench"]  # run from the repository root
 
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_bench") / "gpu.json"
-    r = subprocess.run([sys.executable, TOOL, "--backend", "numpy", "--dry-run", "--out",
-                        str(out)], capture_output=True, text=True, timeout=900)
+    r = subprocess.run([*TOOL, "--backend", "numpy", "--dry-run", "--out",
+                        str(out)], capture_output=True, text=True, timeout=900, cwd=ROOT)
     return r, out
 
 
@@ -60,25 +60,22 @@ def test_cupy_without_a_gpu_says_so(tmp_path):
 
     if gpu_available()[0]:
         pytest.skip("a GPU is here")
-    r = subprocess.run([sys.executable, TOOL, "W6", "--out", str(tmp_path / "x.json")],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run([*TOOL, "W6", "--out", str(tmp_path / "x.json")],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 2 and "--backend numpy" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
 
 
 def test_unknown_workload(tmp_path):
-    r = subprocess.run([sys.executable, TOOL, "W99", "--backend", "numpy"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run([*TOOL, "W99", "--backend", "numpy"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 2 and "unknown workload" in r.stderr
 
 
 def _load_tool():
-    import importlib.util
+    from tools import gpu_bench
 
-    spec = importlib.util.spec_from_file_location("gpu_bench_tool", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return gpu_bench
 
 
 @pytest.fixture
@@ -89,7 +86,7 @@ def host_cupy(tmp_path_factory, monkeypatch):
     import time
     import types
 
-    import fake_cupy
+    from tests import fake_cupy
     from ort_roi.kernels.cuda import backend as _cupy
 
     if shutil.which("g++") is None:

@@ -72,7 +72,7 @@ def test_exp_is_the_c_librarys(t):
 @needs_libm
 def test_expf_near_rounding_midpoints():
     """The float32 arguments whose glibc expf differs from the double exp rounded."""
-    from proposal_cases import hard_exp_arguments
+    from tests.proposal_cases import hard_exp_arguments
 
     x = hard_exp_arguments(200)
     assert same_bits(libm.exp(x), c_apply("expf", x))

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from onnx import TensorProto, checker, helper, shape_inference
 
-import literal
+from tests import literal
 import ort_roi
-from conftest import load_golden, tolerance
+from tests.conftest import load_golden, tolerance
 from ort_roi import ops
 from ort_roi.graph.schemas import SHAPE_INFERENCE
 

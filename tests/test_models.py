@@ -11,7 +11,7 @@ import ort_roi
 from ort_roi import builders
 from ort_roi.graph import examples, inputs
 from ort_roi.cli.compare import compare_with_reference
-from versions import needs_shape_inference
+from tests.versions import needs_shape_inference
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "models")
 

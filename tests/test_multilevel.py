@@ -14,11 +14,11 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-import cases as C
-import literal
-import oracles as O
+from tests import cases as C
+from tests import literal
+from tests import oracles as O
 import ort_roi
-from conftest import load_golden
+from tests.conftest import load_golden
 from ort_roi import ops
 from ort_roi.cli import main as cli
 from ort_roi.runtime.bridge import GUARD_ATTR

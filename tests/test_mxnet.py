@@ -43,7 +43,8 @@ from ort_roi.graph.mxnet import repair_splits
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "goldens", "mxnet", "mx2onnx.npz")
-TOOL = os.path.join(HERE, "..", "tools", "mxnet_graphs.py")
+TOOL = ["-m", "tools.mxnet_graphs"]  # run from the repository root, in the MXNet venv
+ROOT = os.path.dirname(HERE)
 CPU = ["CPUExecutionProvider"]
 STAMPS = tuple(range(12, 20))
 ALIGN = ("align7", "align14", "align23")
@@ -250,7 +251,8 @@ def test_live_mxnet(tmp_path):
     """MXNet's export and outputs now (the tool's ops part, run by the MXNet venv): every
     graph converts and equals MXNet."""
     py = _mxnet_python()
-    subprocess.run([py, TOOL, "ops", "--out", str(tmp_path)], check=True, capture_output=True)
+    subprocess.run([py, *TOOL, "ops", "--out", str(tmp_path)], check=True, capture_output=True,
+                   cwd=ROOT)
     with np.load(tmp_path / "mx2onnx.npz") as d:
         fresh = {k: d[k] for k in d.files}
     for case in CASES:

@@ -7,8 +7,6 @@ psroi_pool node fed Paddle's maps gives Paddle's output bit for bit."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import sys
 
 import numpy as np
 import onnxruntime as ort
@@ -31,11 +29,7 @@ IMAGES = (((256, 320), 0), ((224, 288), 1))
 
 @pytest.fixture(scope="module")
 def e2e():
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "tools"))
-    try:
-        import paddle_rfcn_e2e
-    finally:
-        sys.path.pop(0)
+    from tools import paddle_rfcn_e2e
     return paddle_rfcn_e2e
 
 

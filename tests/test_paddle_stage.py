@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 import subprocess
 import sys
 
@@ -20,8 +19,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 import ort_roi
-import paddle_stage_cases as S
-from versions import needs_shape_inference
+from tests import paddle_stage_cases as S
+from tests.versions import needs_shape_inference
 from ort_roi import RoiOpError, ops
 from ort_roi.graph import paddle as P
 from ort_roi.graph.builders import make_model, make_node, single_op_model, tensor
@@ -445,11 +444,7 @@ NEEDS = [m for m in ("paddle", "paddle2onnx", "ppdet") if importlib.util.find_sp
                     "'ort-roi[paddle]' and `pip install --no-deps paddledet==2.6.0` (see "
                     "tests/test_paddledet.py)")
 def test_paddledet_r18_fused_equals_unfused_and_paddle_inference(tmp_path):
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "tools"))
-    try:
-        import paddledet_e2e as e2e
-    finally:
-        sys.path.pop(0)
+    from tools import paddledet_e2e as e2e
     prefix = e2e.build(str(tmp_path / "faster_rcnn_r18_fpn"), depth=18, pre_nms_top_n=300,
                        post_nms_top_n=300)
     model = ort_roi.paddle_export(prefix)
@@ -478,7 +473,7 @@ def test_paddledet_r18_fused_equals_unfused_and_paddle_inference(tmp_path):
 
 # -- the CUDA backend (its source built for the host) --------------------------------------------
 
-from test_cupy import host_cupy, host_lib  # noqa: E402,F401 - the fixtures
+from tests.test_cupy import host_cupy, host_lib  # noqa: E402,F401 - the fixtures
 
 
 @pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[4]], ids=lambda c: c["name"])

@@ -6,8 +6,6 @@ Paddle Inference's on the same image."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import sys
 
 import numpy as np
 import onnxruntime as ort
@@ -30,11 +28,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def e2e():
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "tools"))
-    try:
-        import paddledet_e2e
-    finally:
-        sys.path.pop(0)
+    from tools import paddledet_e2e
     return paddledet_e2e
 
 

@@ -8,9 +8,9 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, TensorProto
 
-import cases as C
-import oracles as O
-from conftest import ordered, run_plain, tolerance
+from tests import cases as C
+from tests import oracles as O
+from tests.conftest import ordered, run_plain, tolerance
 
 SEEDS = (101, 202)
 needs_paddle = pytest.mark.skipif(not O.paddle_available(),

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import literal
-import defs as D
+from tests import literal
+from tests import defs as D
 from ort_roi import geometry, ops
 from ort_roi.kernels.cpu.strategies import force
 

@@ -13,8 +13,8 @@ import time
 import numpy as np
 import pytest
 
-import proposal_cases as P
-from versions import needs_numpy_2
+from tests import proposal_cases as P
+from tests.versions import needs_numpy_2
 from ort_roi import RoiOpError
 from ort_roi.definitions import cxx
 from ort_roi.definitions import proposals as D
@@ -120,10 +120,7 @@ def test_goldens_cover_ties_empty_images_and_expf():
 @needs_paddle
 @pytest.mark.parametrize("seed", [21, 22, 23])
 def test_definition_equals_paddle_live(seed):
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
-    from make_proposal_goldens import paddle_outputs
+    from tools.make_proposal_goldens import paddle_outputs
 
     rng = np.random.default_rng(seed)
     cases = [P.generate(f"live_{seed}_{i}", N=int(rng.integers(1, 4)), A=int(rng.integers(1, 4)),

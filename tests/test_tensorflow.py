@@ -22,7 +22,6 @@ ort_roi::CropAndResize node, and the graph then equals TensorFlow:
 """
 
 import os
-import sys
 import warnings
 
 import numpy as np
@@ -31,13 +30,10 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
-
-import crop_cases  # noqa: E402
-import ort_roi  # noqa: E402
-from ort_roi.graph.loops import body_lines  # noqa: E402
-from ort_roi.graph.toolkit import GraphIndex  # noqa: E402
+import ort_roi
+from ort_roi.graph.loops import body_lines
+from ort_roi.graph.toolkit import GraphIndex
+from tests import crop_cases
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "goldens", "tf2onnx_crop_and_resize.npz")
@@ -251,7 +247,7 @@ def tf():
 
 @pytest.mark.parametrize("case", CASES[:4] + ["nearest_ties", "crop_1x5", "float64_image"])
 def test_goldens_are_what_tf2onnx_writes_now(tf, golden, case):
-    from make_tf_graphs import tf2onnx_graph
+    from tools.make_tf_graphs import tf2onnx_graph
 
     a = crop_cases.cases()[CASES.index(case)]["attrs"]
     for form in FORMS:
@@ -268,7 +264,7 @@ def test_goldens_are_what_tf2onnx_writes_now(tf, golden, case):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_tf2onnx_graphs_converted_equal_tensorflow_live(tf, seed):
-    from make_tf_graphs import tf2onnx_graph
+    from tools.make_tf_graphs import tf2onnx_graph
 
     rng = np.random.default_rng(7000 + seed)
     case = crop_cases.random_case(rng)
@@ -420,7 +416,7 @@ def test_layer_the_graph_does_not_pin_stays_with_a_note(layers, case, form, opse
 def test_layer_graphs_converted_equal_tensorflow_live(tf, layers, case, form, opset):
     """Live: tf2onnx's graph now is the committed one (its ops), and converted it equals TF
     now."""
-    from make_tf_graphs import layer_inputs, layer_model
+    from tools.make_tf_graphs import layer_inputs, layer_model
 
     model, f = layer_model(case, opset, form == "contrib")
     assert ops(model) == ops(graph(layers, f"{case}:{form}{opset}"))

@@ -353,8 +353,8 @@ def _save(tmp_path, m, name="m.onnx"):
 
 def test_validate_refuses_exported_multi_level_nodes_naming_each_and_the_fix(tmp_path, capsys):
     """It printed OK for graphs a plain session refuses (it checked the converted graph)."""
-    import cases as C
-    import oracles as O
+    from tests import cases as C
+    from tests import oracles as O
 
     case = next(c for c in C.extractor_cases(10) if len(c["inputs"]) == 5)
     path = _save(tmp_path, O.extractor_node_model(case))

@@ -5,8 +5,8 @@ sampling) and ROIPooling max against roi_align / roi_pool. Skipped without torch
 import numpy as np
 import pytest
 
-import cases as C
-from conftest import run_plain
+from tests import cases as C
+from tests.conftest import run_plain
 
 torch = pytest.importorskip("torch", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
 tv = pytest.importorskip("torchvision.ops",
@@ -60,8 +60,8 @@ def test_roi_pooling_max_matches_torchvision(case):
 
 # --- torchvision's position-sensitive ops and the MultiScaleRoIAlign stage ------------------
 
-import oracles as O  # noqa: E402
-from conftest import ordered, tolerance  # noqa: E402
+from tests import oracles as O  # noqa: E402
+from tests.conftest import ordered, tolerance  # noqa: E402
 
 TV_CASES = (C.torchvision_ps_cases("TorchvisionPSRoIAlign", 411)
             + C.torchvision_ps_cases("TorchvisionPSRoIPool", 412) + C.pyramid_cases(413))

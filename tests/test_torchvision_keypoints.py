@@ -15,7 +15,7 @@ import pytest
 from onnx import helper
 
 import ort_roi
-from defs import heatmaps_to_keypoints as definition
+from tests.defs import heatmaps_to_keypoints as definition
 from ort_roi.graph.builders import single_op_model
 from ort_roi.ops import heatmaps_to_keypoints as kernel
 
@@ -211,14 +211,9 @@ def test_a_loop_that_does_not_match_exactly_is_left_as_it_is_and_said_why():
 def test_the_stored_loop_bodies_are_what_this_torch_writes():
     """ort_roi/data/torchvision_loops.json, made by tools/export_torchvision.py, is current."""
     pytest.importorskip("torch", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
-    import importlib.util
     from importlib import resources
-    from pathlib import Path
 
-    path = Path(__file__).parent.parent / "tools" / "export_torchvision.py"
-    spec = importlib.util.spec_from_file_location("export_torchvision", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    from tools import export_torchvision as tool
     stored = json.loads(resources.files("ort_roi").joinpath(
         "data/torchvision_loops.json").read_text())
     assert tool.loop_bodies() == stored  # both Loops (the mask Loop checked at a second size)

@@ -100,7 +100,7 @@ def test_validate_answers_ok_on_mask_rcnn_native_and_converted(tmp_path, capsys)
     node against its definition, in bounded time."""
     pytest.importorskip("torch", reason="needs torch: pip install 'ort-roi[torchvision]'")
     pytest.importorskip("torchvision", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
-    import test_torchvision_models as tvm
+    from tests import test_torchvision_models as tvm
 
     graphs = tvm._graphs("mask_resnet18")
     paths = [_save(tmp_path, graphs[k], f"mask_{k}.onnx") for k in ("native", "converted")]

@@ -4,7 +4,7 @@ once per round; the median of each), on TF Object Detection API-shaped workloads
 normalized boxes (clipped to [0, 1], as detections are). Checks the outputs first: ort_roi's
 equal TensorFlow's bit for bit; the tf2onnx forms' largest difference is printed.
 
-    python tools/bench_crop_and_resize.py [--repeat 15] [--threads N] [--method nearest]
+    python -m tools.bench_crop_and_resize [--repeat 15] [--threads N] [--method nearest]
 
 Columns (ms): "TF" tf.image.crop_and_resize (eager, its CPU kernel, a fresh output each
 call); "kernel" ort_roi's public kernel called directly (a fresh output each call);

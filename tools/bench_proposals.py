@@ -4,7 +4,7 @@ one 800x1216 image, 5 levels (strides 4..64, 3 anchors per place), pre_nms_top_n
 post_nms_top_n 1000 per level, nms_thresh 0.7, min_size 0, pixel_offset False, then the
 level assignment of the best 1000 (refer_level 4, refer_scale 224, levels 2..5).
 
-    python tools/bench_proposals.py [--repeat 20] [--images 1]
+    python -m tools.bench_proposals [--repeat 20] [--images 1]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Every standard workload on the GPU (CuPy) backend, or on NumPy to check the tool on a CPU.
 
-    python tools/gpu_bench.py [W1 W2 ...] [--backend cupy|numpy] [--repeat 20] [--dry-run]
+    python -m tools.gpu_bench [W1 W2 ...] [--backend cupy|numpy] [--repeat 20] [--dry-run]
                               [--out results.json] [--md results.md]
 
 The rows are ``ort-roi bench``'s (``ort_roi.cli.bench.plan``: every workload of
@@ -40,7 +40,6 @@ from typing import Callable
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 #: The row that has no single kernel (a graph of several nodes), and why.
 GRAPH_ONLY = "a graph of several nodes (the level rule, PyramidRoIAlign): timed through " \

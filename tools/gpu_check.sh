@@ -89,6 +89,6 @@ step exact_default 100 "$PY" -m pytest -q -p no:cacheprovider -rfE $XDIST $EXACT
 step exact_lowered 100 env NPY_DISABLE_CPU_FEATURES="$LOWERED" \
     "$PY" -m pytest -q -p no:cacheprovider -rfE $XDIST $EXACT
 step gpu_tests 120 "$PY" -m pytest -q -p no:cacheprovider -rfE tests/test_cupy.py
-step bench 130 "$PY" tools/gpu_bench.py --repeat 10 --out "$OUT_DIR/gpu_bench.json"
+step bench 130 "$PY" -m tools.gpu_bench --repeat 10 --out "$OUT_DIR/gpu_bench.json"
 echo "== status $STATUS" | tee -a "$SUMMARY"
 exit "$STATUS"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Generate the golden files tests/goldens/*.npz from the real frameworks.
 
-    python tools/make_goldens.py --mxnet-python /path/to/mxnet-venv/bin/python
-    python tools/make_goldens.py mmcv_roi_align_rotated     # one suite (no MXNet needed)
+    python -m tools.make_goldens --mxnet-python /path/to/mxnet-venv/bin/python
+    python -m tools.make_goldens mmcv_roi_align_rotated     # one suite (no MXNet needed)
 
 Needs paddlepaddle and openvino in this interpreter (pip install -e '.[parity]') and MXNet
 1.9.1 in a venv of its own (it needs numpy==1.23.5):
@@ -22,15 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-import cases as C  # noqa: E402
-import oracles as O  # noqa: E402
+from tests import cases as C  # noqa: E402
+from tests import oracles as O  # noqa: E402
 
 
 def main() -> None:

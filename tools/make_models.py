@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the example detection heads of ort_roi.graph.examples to models/ (and check them).
 
-    python tools/make_models.py [--out models]
+    python -m tools.make_models [--out models]
 
 Each model is built with a fixed seed, so the files are reproducible; tests check that the
 committed files equal what this script writes.

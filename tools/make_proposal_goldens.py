@@ -3,7 +3,7 @@
 distribute_fpn_proposals (paddle.vision.ops, CPU), and tests/goldens/collect_fpn_proposals.npz
 from its collect_fpn_proposals (``paddle._C_ops``: Paddle 3 has no Python API for it).
 
-    python tools/make_proposal_goldens.py [proposals|collect] [--out tests/goldens]
+    python -m tools.make_proposal_goldens [proposals|collect] [--out tests/goldens]
 
 Needs paddle (pip install -e '.[parity]': paddlepaddle 3.3.1). Each case of
 tests/proposal_cases.py (its collect_cases() for the second file) runs through Paddle's CPU
@@ -18,14 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-import proposal_cases  # noqa: E402
+from tests import proposal_cases  # noqa: E402
 
 
 def paddle_outputs(case: dict) -> list[np.ndarray]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate tests/goldens/crop_and_resize.npz from TensorFlow's tf.image.crop_and_resize.
 
-    python tools/make_tf_goldens.py [--out tests/goldens]
+    python -m tools.make_tf_goldens [--out tests/goldens]
 
 Needs tensorflow (pip install -e '.[tensorflow]': tensorflow-cpu 2.20). Each case of
 tests/crop_cases.py runs through TensorFlow's CPU kernel; the file holds, per case, its
@@ -15,14 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-import crop_cases  # noqa: E402
+from tests import crop_cases  # noqa: E402
 
 
 def tf_crop_and_resize(image, boxes, box_indices, *, crop_height, crop_width,

@@ -3,7 +3,7 @@
 tf.image.crop_and_resize and TensorFlow's outputs, so that tests/test_tensorflow.py checks
 ``ort-roi convert`` of them without TensorFlow.
 
-    python tools/make_tf_graphs.py [--out tests/goldens]
+    python -m tools.make_tf_graphs [--out tests/goldens]
 
 Needs tensorflow and tf2onnx (pip install -e '.[tensorflow]': tensorflow-cpu 2.20, tf2onnx
 1.17). For each case of tests/crop_cases.py: its inputs ("name:image", "name:boxes",
@@ -17,7 +17,7 @@ forms at tf2onnx's default opset: "model_<method>:loop", "model_<method>:contrib
 input "model_<method>:image" and TensorFlow's outputs "model_<method>:expected<k>". "meta"
 holds the versions (JSON).
 
-    python tools/make_tf_graphs.py --bench [--data ort_roi/data]
+    python -m tools.make_tf_graphs --bench [--data ort_roi/data]
 
 writes instead the graphs that ``ort-roi bench``'s CropAndResize workloads (W9, W10) run as
 peers, so that the bench needs neither TensorFlow nor tf2onnx: tf2onnx's graph of
@@ -26,7 +26,7 @@ of dynamic shape) at its default opset, as a Loop ("tf2onnx_crop_and_resize_loop
 and with extra_opset com.microsoft ("..._contrib_<crop>.onnx"), one pair per crop side of
 those workloads (tf2onnx writes the crop size as a constant).
 
-    python tools/make_tf_graphs.py --layers [--out tests/goldens]
+    python -m tools.make_tf_graphs --layers [--out tests/goldens]
 
 writes tests/goldens/tf2onnx_layers.npz: TF models of crop_and_resize followed by a layer
 (``LAYERS``: a Conv2D SAME with bias and ReLU, a Conv2D VALID of stride 2, a 1x1 Conv2D, a
@@ -44,16 +44,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-sys.path.insert(0, HERE)
 
-import crop_cases  # noqa: E402
-import tf_e2e  # noqa: E402
+from tests import crop_cases  # noqa: E402
+from tools import tf_e2e  # noqa: E402
 
 #: The opsets the cases take in turn (tf2onnx 1.17 writes crop_and_resize from 11 to 18).
 OPSETS = (11, 13, 15, 17, 18)

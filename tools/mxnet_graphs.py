@@ -2,10 +2,10 @@
 """MXNet's exported RoI graphs and MXNet's own outputs: the goldens of tests/test_mxnet.py, and
 GluonCV's Faster R-CNN (and FPN) for the end-to-end numbers.
 
-    /tmp/mxvenv/bin/python tools/mxnet_graphs.py ops [--out tests/goldens/mxnet]
-    /tmp/mxvenv/bin/python tools/mxnet_graphs.py gluoncv [--out /tmp/mxnet_e2e]
-    python tools/mxnet_graphs.py compare [--out /tmp/mxnet_e2e]     # the dev venv (ort_roi)
-    MXNET_PYTHON=/tmp/mxvenv/bin/python python tools/mxnet_graphs.py precision  # the dev venv
+    /tmp/mxvenv/bin/python -m tools.mxnet_graphs ops [--out tests/goldens/mxnet]
+    /tmp/mxvenv/bin/python -m tools.mxnet_graphs gluoncv [--out /tmp/mxnet_e2e]
+    python -m tools.mxnet_graphs compare [--out /tmp/mxnet_e2e]     # the dev venv (ort_roi)
+    MXNET_PYTHON=/tmp/mxvenv/bin/python python -m tools.mxnet_graphs precision  # the dev venv
 
 Runs in an MXNet venv (MXNet needs NumPy < 1.24; ort_roi is not imported here):
 
@@ -323,8 +323,9 @@ def precision(out_dir: str, mxnet_python: str) -> None:
     import ort_roi
 
     os.makedirs(out_dir, exist_ok=True)
-    subprocess.run([mxnet_python, os.path.abspath(__file__), "precision-mxnet", "--out",
-                    out_dir], check=True)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([mxnet_python, "-m", "tools.mxnet_graphs", "precision-mxnet", "--out",
+                    os.path.abspath(out_dir)], check=True, cwd=root)
     with np.load(os.path.join(out_dir, "precision.npz")) as d:
         data = {k: d[k] for k in d.files}
     so = ort.SessionOptions()

@@ -3,7 +3,7 @@
 against onnxruntime running the model ``ort_roi.paddle_export`` wrote.
 
     pip install --no-deps paddledet==2.6.0   # with its imports, see tools/paddledet_e2e.py
-    python tools/paddle_rfcn_e2e.py [--depth 50] [--k 7] [--size 480 640] [--seed 0]
+    python -m tools.paddle_rfcn_e2e [--depth 50] [--k 7] [--size 480 640] [--seed 0]
                                     [--repeat 5] [--profile] [--out DIR] [--json FILE]
 
 The model (R-FCN, Dai et al. 2016, with PaddleDetection's pieces; paddledet has no R-FCN):
@@ -52,11 +52,8 @@ import time
 
 import numpy as np
 
-try:  # the Faster R-CNN tool beside this one: ppdet's patches, feeds, predictor, profile
-    import paddledet_e2e as fr
-except ImportError:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import paddledet_e2e as fr
+# the Faster R-CNN tool beside this one: ppdet's patches, feeds, predictor, profile
+from tools import paddledet_e2e as fr  # noqa: E402
 
 feeds = fr.feeds
 paddle_predictor = fr.paddle_predictor

@@ -5,8 +5,8 @@ whole exported detector: the model as ``ort_roi.paddle_export`` wrote it against
 model fused, in two plain onnxruntime sessions, timed interleaved, with onnxruntime's profile
 of each (ms per run by op type).
 
-    python tools/paddle_stage_bench.py MODEL.onnx [--size 480 640] [--repeat 10]
-    python tools/paddle_stage_bench.py --depth 50 [--size 480 640]   # builds and exports it
+    python -m tools.paddle_stage_bench MODEL.onnx [--size 480 640] [--repeat 10]
+    python -m tools.paddle_stage_bench --depth 50 [--size 480 640]   # builds and exports it
 
 MODEL.onnx: what ``ort-roi export-paddle`` (or tools/paddledet_e2e.py --out DIR) wrote for
 PaddleDetection's Faster R-CNN FPN; without it the model is built by tools/paddledet_e2e.py
@@ -41,10 +41,7 @@ import numpy as np
 
 
 def _e2e():
-    here = os.path.dirname(os.path.abspath(__file__))
-    if here not in sys.path:
-        sys.path.append(here)
-    import paddledet_e2e
+    from tools import paddledet_e2e
 
     return paddledet_e2e
 

@@ -5,7 +5,7 @@ to end: Paddle Inference against onnxruntime running the model ``ort-roi export-
     pip install --no-deps paddledet==2.6.0
     pip install pyyaml typeguard tqdm scipy shapely terminaltables pycocotools \\
         opencv-python-headless requests six matplotlib scikit-learn pandas  # -c your pins
-    python tools/paddledet_e2e.py [--arch faster_rcnn|mask_rcnn|cascade_rcnn|cascade_mask_rcnn]
+    python -m tools.paddledet_e2e [--arch faster_rcnn|mask_rcnn|cascade_rcnn|cascade_mask_rcnn]
                                   [--depth 50] [--size 480 640]
                                   [--repeat 5] [--profile] [--probe] [--images N]
                                   [--out DIR] [--json FILE]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Load test of an ort_roi model served by Ray Serve (ort_roi.scale.HttpPredictor) on localhost.
 
-    python tools/ray_load.py [--requests 300 --concurrency 8 --replicas 2 --cpus 2]
+    python -m tools.ray_load [--requests 300 --concurrency 8 --replicas 2 --cpus 2]
 
 Starts a local Ray cluster of --cpus CPUs, deploys the model with --replicas replicas on
 127.0.0.1, sends --requests JSON requests (a dozen different images of --boxes boxes each),

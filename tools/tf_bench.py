@@ -5,7 +5,7 @@ graph converted by ``ort-roi convert`` (one ort_roi::CropAndResize node), and Te
 own op, in one process, interleaved (each runner once per round; the median of each), on
 workloads shaped like TF Object Detection API's Faster R-CNN second stage.
 
-    python tools/tf_bench.py [--repeat 15] [--opset 15] [--method bilinear] [--threads N]
+    python -m tools.tf_bench [--repeat 15] [--opset 15] [--method bilinear] [--threads N]
 
 Columns (ms): "TF" tf.image.crop_and_resize (eager, its CPU kernel); "Loop" and "contrib"
 onnxruntime (default session options) running tf2onnx's graph at ``--opset`` (its default,
@@ -22,11 +22,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 #: (image [N, H, W, C], boxes, crop side): TF OD API Faster R-CNN's maps (a 64 x 64 x 256
 #: one, ResNet-101's 38 x 50 x 1024 for 2 images), 100 and 300 proposals, 7 x 7 and 14 x 14.
@@ -57,7 +54,7 @@ def main() -> None:
 
     import ort_roi
     from ort_roi.cli.bench import time_together
-    from make_tf_graphs import tf2onnx_graph
+    from tools.make_tf_graphs import tf2onnx_graph
 
     if args.threads:
         ort_roi.set_num_threads(args.threads)

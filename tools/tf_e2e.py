@@ -2,7 +2,7 @@
 """A small TensorFlow two-stage detector, exported by tf2onnx and converted by ort-roi convert:
 its outputs against TensorFlow's, and timed.
 
-    python tools/tf_e2e.py [--repeat 20] [--images 2] [--size 256] [--opset 15] [--out DIR]
+    python -m tools.tf_e2e [--repeat 20] [--images 2] [--size 256] [--opset 15] [--out DIR]
 
 The model (Keras, random weights from a seed, no training): a conv backbone (stride 8, 64
 channels), an RPN head (objectness and box deltas for 9 fixed anchors per cell), proposals:

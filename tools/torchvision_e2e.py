@@ -2,7 +2,7 @@
 """torchvision's detection models end to end: native onnxruntime against ort_roi.
 
     pip install -e '.[torchvision]'
-    python tools/torchvision_e2e.py [faster mask keypoint] [--repeat 9] [--thresh0]
+    python -m tools.torchvision_e2e [faster mask keypoint] [--repeat 9] [--thresh0]
                                     [--out DIR] [--json FILE] [--profile]
 
 For each model (Faster / Mask / Keypoint R-CNN, ResNet-50 FPN, random weights seeded and made to
