@@ -90,6 +90,41 @@ def test_no_module_imports_an_underscore_name_from_another():
     assert bad == []
 
 
+def _repository_python(folder: str) -> list[pathlib.Path]:
+    return sorted((ROOT.parent / folder).rglob("*.py"))
+
+
+def test_tests_and_tools_are_packages_that_leave_sys_path_alone():
+    """tests/ and tools/ are packages: pytest puts the repository root on ``sys.path`` (tests/
+    has an ``__init__.py``), a tool runs from the root as ``python -m tools.<name>``, and both
+    import what they share as ``from tests import cases`` / ``from tools import tf_e2e``. No
+    file in either reads or changes ``sys.path`` (a child process gets the root on
+    PYTHONPATH), nor loads a file by its path; every tool says how it is run."""
+    import re
+
+    for folder in ("tests", "tools"):
+        assert (ROOT.parent / folder / "__init__.py").is_file(), folder
+    by_text = re.compile(r"sys\.path\.\w+\(|sys\.path\s*(\[|=|\+=)|spec_from_file_location")
+    bad = []
+    for path in _repository_python("tests") + _repository_python("tools"):
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if (isinstance(node, ast.Attribute) and node.attr == "path"
+                    and isinstance(node.value, ast.Name) and node.value.id == "sys") or (
+                    isinstance(node, ast.ImportFrom) and node.module == "sys"
+                    and "path" in [a.name for a in node.names]):
+                bad.append(f"{path.name}:{node.lineno}")
+        bad += [f"{path.name}: {m.group(0)!r}" for m in by_text.finditer(text)
+                if path.name != "test_architecture.py"]  # the pattern itself, above
+    assert bad == []
+    tools = [p for p in _repository_python("tools") if p.name != "__init__.py"]
+    assert len(tools) > 10
+    for path in tools:  # the usage in its docstring, and a main
+        text = path.read_text()
+        assert f"-m tools.{path.stem}" in ast.get_docstring(ast.parse(text)), path.name
+        assert 'if __name__ == "__main__":' in text, path.name
+
+
 def test_the_layout_shows_the_flow():
     """graph -> rewrite -> session -> bridge -> kernels, each in its folder; the ops in ops/;
     the CUDA backend reads nothing of the NumPy kernels (only the shared geometry)."""
