@@ -336,6 +336,24 @@ def test_bench_times_ours_and_the_peers_in_turn():
     assert all(len(rounds) == 3 and t == sorted(rounds)[1] for t, _, rounds in times.values())
 
 
+def test_time_together_shuffles_each_round_when_seeded_and_can_skip_the_warm_up():
+    """The tools' whole-model runs (tools.paddledet_e2e, torchvision_e2e) take each round in a
+    fresh random order (``shuffle``: a seed, the same orders for the same seed); a caller that
+    has warmed its runners up says ``warmup=False`` (tools.gpu_bench, mxnet_graphs)."""
+    from ort_roi.cli import bench
+
+    def orders(seed):
+        calls = []
+        fns = {k: (lambda k=k: calls.append(k)) for k in "abcd"}
+        times = bench.time_together(fns, repeat=6, min_sample_s=0, shuffle=seed, warmup=False)
+        assert all(len(rounds) == 6 for _, _, rounds in times.values())
+        return [tuple(calls[i:i + 4]) for i in range(0, len(calls), 4)]
+
+    rounds = orders(3)
+    assert len(rounds) == 6 and all(sorted(r) == list("abcd") for r in rounds)
+    assert len(set(rounds)) > 1 and rounds == orders(3)  # shuffled, and reproducibly
+
+
 def test_bench_round_ratios_pair_each_round():
     from ort_roi.cli import bench
 

@@ -91,15 +91,11 @@ class Backend:
 
 def wall_time(fn: Callable, repeat: int, warmup: bool = True):
     """(median wall-clock seconds of ``fn``, which returns host data, after a warm-up; its
-    last output)."""
-    if warmup:
-        fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        y = fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), y
+    last output): ``ort_roi.cli.bench.time_together``, one call per sample."""
+    from ort_roi.cli.bench import time_together
+
+    median, y, _ = time_together({"fn": fn}, repeat, min_sample_s=0, warmup=warmup)["fn"]
+    return median, y
 
 
 def _torch_cuda():

@@ -494,13 +494,14 @@ def compare(out_dir: str, models=MODELS, runs: int = 5) -> None:
     """The ``compare`` part (the dev venv: ort_roi and onnxruntime, no MXNet): each exported
     model run by onnxruntime natively (restamped 15: exact; 16: loads; its own stamp) and
     converted by ort_roi (its own stamp), against MXNet's RoI features and detections."""
-    import time
+    import functools
     import warnings
 
     import onnx
     import onnxruntime as ort
 
     import ort_roi
+    from ort_roi.cli.bench import time_together
 
     def session(model, ours: bool):
         so = ort_roi.session_options() if ours else ort.SessionOptions()
@@ -547,11 +548,8 @@ def compare(out_dir: str, models=MODELS, runs: int = 5) -> None:
                 print(f"    {label}: does not load: {str(e).splitlines()[0][:150]}")
                 continue
             got = sess.run(None, feed)[0]
-            times = []
-            for _ in range(runs):
-                t = time.perf_counter()
-                sess.run(None, feed)
-                times.append(time.perf_counter() - t)
+            times = time_together({label: functools.partial(sess.run, None, feed)}, runs,
+                                  min_sample_s=0, warmup=False)[label][2]
             print(f"    {label}: max |diff| from MXNet {np.abs(got - d['roi']).max():.3g}; "
                   f"median {np.median(times) * 1e3:.0f} ms ({runs} runs)")
         print("  the whole model:")
@@ -563,11 +561,8 @@ def compare(out_dir: str, models=MODELS, runs: int = 5) -> None:
                 print(f"    {label}: does not load: {str(e).splitlines()[0][:150]}")
                 continue
             outs = sess.run(None, {"data": d["image"]})
-            times = []
-            for _ in range(runs):
-                t = time.perf_counter()
-                sess.run(None, {"data": d["image"]})
-                times.append(time.perf_counter() - t)
+            times = time_together({label: functools.partial(sess.run, None, {"data": d["image"]})},
+                                  runs, min_sample_s=0, warmup=False)[label][2]
             roi, dets = outs[-1], outs[:3]
             ins = dict(zip(names, outs[3:-1]))
             print(f"    {label}: the RoI stage's inputs vs MXNet's: " + ", ".join(

@@ -65,7 +65,6 @@ import inspect
 import json
 import linecache
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -459,17 +458,13 @@ def profile(path: str, f: dict, runs: int = 3) -> list[tuple[str, float]]:
 
 
 def interleaved(runners: dict, repeat: int, seed: int = 0) -> dict:
-    """Median seconds of each runner over ``repeat`` rounds (each in a fresh random order)
-    and the median of the rounds' ratios paddle / ort."""
-    times: dict[str, list[float]] = {k: [] for k in runners}
-    rng = random.Random(seed)
-    for _ in range(repeat):
-        order = list(runners)
-        rng.shuffle(order)
-        for k in order:
-            t = time.perf_counter()
-            runners[k]()
-            times[k].append(time.perf_counter() - t)
+    """Median seconds of each runner over ``repeat`` rounds (each in a fresh random order:
+    ``ort_roi.cli.bench.time_together``, one call per sample) and the median of the rounds'
+    ratios paddle / ort."""
+    from ort_roi.cli.bench import time_together
+
+    timed = time_together(runners, repeat, min_sample_s=0, shuffle=seed)
+    times = {k: v[2] for k, v in timed.items()}
     return {"seconds": {k: round(statistics.median(v), 4) for k, v in times.items()},
             "paddle_over_ort": round(statistics.median(
                 p / o for p, o in zip(times["paddle"], times["ort"])), 3)}

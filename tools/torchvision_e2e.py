@@ -32,10 +32,10 @@ models with box_score_thresh=0 instead (NMS-bound; reported, not held to the tar
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -175,16 +175,11 @@ def run_model(kind: str, repeat: int, thresh0: bool, out_dir: str | None,
     diffs = {k: max_diff(outs[k], outs["native"]) for k in ("converted", "torch_export")}
     diffs["native vs eager torch"] = max_diff(outs["native"], eager)
     detections = int(outs["native"][0].shape[0])
-    for s in sess.values():  # warm-up
-        s.run(None, feed)
-    times: dict[str, list[float]] = {k: [] for k in sess}
-    for _ in range(repeat):
-        order = list(sess)
-        random.shuffle(order)
-        for k in order:
-            t = time.perf_counter()
-            sess[k].run(None, feed)
-            times[k].append(time.perf_counter() - t)
+    from ort_roi.cli.bench import time_together
+
+    timed = time_together({k: functools.partial(s.run, None, feed) for k, s in sess.items()},
+                          repeat, min_sample_s=0, shuffle=0)
+    times = {k: v[2] for k, v in timed.items()}
     res = {"model": kind, "size": list(size), "box_score_thresh": 0.0 if thresh0 else 0.05,
            "detections": detections, "eager_torch_detections": int(eager[0].shape[0]),
            "max_abs_diff": diffs, "roi_stage_ops": stage_ops,

@@ -366,19 +366,41 @@ def cases(w: dict, op: str, seed: int = 0) -> tuple[_Ours, dict[str, Runner | No
     return ours, peers
 
 
-def time_together(fns: dict[str, Runner], repeat: int,
-                  min_sample_s: float = 0.02) -> dict[str, tuple[float, np.ndarray, list[float]]]:
+def time_together(fns: dict[str, Runner], repeat: int, min_sample_s: float = 0.02, *,
+                  shuffle: int | None = None,
+                  warmup: bool = True) -> dict[str, tuple[float, np.ndarray, list[float]]]:
     """Per runner: median seconds per call over ``repeat`` rounds after a warm-up, its last
     output and the seconds of each round. Every round times each runner once, in turn, so a
     slow spell of the machine falls on all of them alike; a fast call is timed in loops of
-    several calls per sample (at least ``min_sample_s`` each)."""
+    several calls per sample (at least ``min_sample_s`` each; 0: one call). The one timing
+    harness of ``ort-roi bench`` and of ``tools/`` (the benches, the end-to-end runs).
+
+    Args:
+        fns: name -> a call of no arguments (its output kept).
+        repeat: the rounds.
+        min_sample_s: the least seconds of one sample (calls looped to reach it).
+        shuffle: a seed: each round runs the runners in a fresh random order (a whole model,
+            where the order within a round matters); None: in ``fns``' order.
+        warmup: one untimed call of each first (False: the caller has warmed them up).
+
+    Returns:
+        name -> (median seconds per call, its last output, the seconds of each round).
+    """
+    import random
+
     loops, ys, ts = {}, {}, {name: [] for name in fns}
     for name, fn in fns.items():
         t = time.perf_counter()
-        ys[name] = fn()  # warm-up
-        loops[name] = max(1, min(10000, int(min_sample_s / max(time.perf_counter() - t, 1e-7))))
+        ys[name] = fn() if warmup else None
+        took = time.perf_counter() - t if warmup else min_sample_s
+        loops[name] = max(1, min(10000, int(min_sample_s / max(took, 1e-7))))
+    rng = random.Random(shuffle) if shuffle is not None else None
     for _ in range(repeat):
-        for name, fn in fns.items():
+        order = list(fns)
+        if rng is not None:
+            rng.shuffle(order)
+        for name in order:
+            fn = fns[name]
             t = time.perf_counter()
             for _ in range(loops[name]):
                 ys[name] = fn()
