@@ -218,3 +218,47 @@ def torchvision(case: dict) -> np.ndarray:
         out[idx] = ops.roi_align(feat, rois[idx], size, f32(a[f"spatial_scale_{level}"]),
                                  a["sampling_ratio"], aligned=bool(a["aligned"]))
     return out.numpy()
+
+
+def paddle_proposals(case: dict) -> list[np.ndarray]:
+    """Paddle's outputs for a proposal case (tests/proposal_cases.py: GenerateProposals,
+    DistributeFpnProposals_L*, CollectFpnProposals_L*), in the order of the ort_roi node's
+    outputs (tools.make_proposal_goldens writes them to the goldens)."""
+    import paddle
+
+    from tests import proposal_cases
+
+    t = paddle.to_tensor
+    a = case["attrs"]
+    x = case["inputs"]
+    with paddle.base.dygraph.guard(paddle.CPUPlace()):
+        if case["op"].startswith("CollectFpnProposals_L"):
+            rois, scores, nums = proposal_cases.collect_levels(case)
+            out = paddle._C_ops.collect_fpn_proposals(
+                [t(r) for r in rois], [t(s) for s in scores], [t(n) for n in nums],
+                a["post_nms_topN"])
+            return [o.numpy() for o in out]
+        if case["op"] == "GenerateProposals":
+            out = paddle.vision.ops.generate_proposals(
+                t(x["scores"]), t(x["bbox_deltas"]), t(x["im_shape"]), t(x["anchors"]),
+                t(x["variances"]), pre_nms_top_n=a["pre_nms_top_n"],
+                post_nms_top_n=a["post_nms_top_n"], nms_thresh=a["nms_thresh"],
+                min_size=a["min_size"], eta=a["eta"], pixel_offset=bool(a["pixel_offset"]),
+                return_rois_num=True)
+            return [o.numpy() for o in out]
+        rois, restore, nums = paddle.vision.ops.distribute_fpn_proposals(
+            t(x["fpn_rois"]), a["min_level"], a["max_level"], a["refer_level"],
+            a["refer_scale"], pixel_offset=bool(a["pixel_offset"]), rois_num=t(x["rois_num"]))
+        return [r.numpy() for r in rois] + [n.numpy() for n in nums] + [restore.numpy()]
+
+
+def tf_crop_and_resize(image, boxes, box_indices, *, crop_height, crop_width,
+                       method="bilinear", extrapolation_value=0.0) -> np.ndarray:
+    """TensorFlow's op (eager, CPU) on NumPy inputs (tools.make_tf_goldens writes it to the
+    goldens)."""
+    import tensorflow as tf
+
+    with tf.device("/CPU:0"):
+        return tf.image.crop_and_resize(image, boxes, np.asarray(box_indices, np.int32),
+                                        [crop_height, crop_width], method=method,
+                                        extrapolation_value=extrapolation_value).numpy()

@@ -80,8 +80,9 @@ def _same(got, want, name=""):
 
 
 def _paddle_outputs(case) -> list:
-    from tools.make_proposal_goldens import paddle_outputs
-    return paddle_outputs(case)
+    from tests.oracles import paddle_proposals
+
+    return paddle_proposals(case)
 
 
 def random_case(rng, name: str, *, paddle_safe: bool) -> dict:

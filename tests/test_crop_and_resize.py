@@ -32,7 +32,7 @@ from ort_roi.definitions.crop_and_resize import crop_and_resize as definition  #
 from ort_roi.kernels.cpu import crop_and_resize as cpu_steps  # noqa: E402
 from ort_roi.kernels.cuda import crop_and_resize as cuda_steps  # noqa: E402
 from ort_roi.ops.crop_and_resize import SPEC, crop_and_resize  # noqa: E402
-from tools.make_tf_goldens import tf_crop_and_resize  # noqa: E402 (imports tensorflow when called)
+from tests.oracles import tf_crop_and_resize  # noqa: E402 (imports tensorflow when called)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "goldens", "crop_and_resize.npz")

@@ -120,7 +120,7 @@ def test_goldens_cover_ties_empty_images_and_expf():
 @needs_paddle
 @pytest.mark.parametrize("seed", [21, 22, 23])
 def test_definition_equals_paddle_live(seed):
-    from tools.make_proposal_goldens import paddle_outputs
+    from tests.oracles import paddle_proposals as paddle_outputs
 
     rng = np.random.default_rng(seed)
     cases = [P.generate(f"live_{seed}_{i}", N=int(rng.integers(1, 4)), A=int(rng.integers(1, 4)),

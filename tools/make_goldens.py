@@ -25,10 +25,10 @@ import os
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from tests import cases as C
+from tests import oracles as O
 
-from tests import cases as C  # noqa: E402
-from tests import oracles as O  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def main() -> None:

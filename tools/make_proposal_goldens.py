@@ -21,37 +21,10 @@ import os
 
 import numpy as np
 
+from tests import proposal_cases
+from tests.oracles import paddle_proposals
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-from tests import proposal_cases  # noqa: E402
-
-
-def paddle_outputs(case: dict) -> list[np.ndarray]:
-    """Paddle's outputs for a case, in the order of the ort_roi node's outputs."""
-    import paddle
-
-    t = paddle.to_tensor
-    a = case["attrs"]
-    x = case["inputs"]
-    with paddle.base.dygraph.guard(paddle.CPUPlace()):
-        if case["op"].startswith("CollectFpnProposals_L"):
-            rois, scores, nums = proposal_cases.collect_levels(case)
-            out = paddle._C_ops.collect_fpn_proposals(
-                [t(r) for r in rois], [t(s) for s in scores], [t(n) for n in nums],
-                a["post_nms_topN"])
-            return [o.numpy() for o in out]
-        if case["op"] == "GenerateProposals":
-            out = paddle.vision.ops.generate_proposals(
-                t(x["scores"]), t(x["bbox_deltas"]), t(x["im_shape"]), t(x["anchors"]),
-                t(x["variances"]), pre_nms_top_n=a["pre_nms_top_n"],
-                post_nms_top_n=a["post_nms_top_n"], nms_thresh=a["nms_thresh"],
-                min_size=a["min_size"], eta=a["eta"], pixel_offset=bool(a["pixel_offset"]),
-                return_rois_num=True)
-            return [o.numpy() for o in out]
-        rois, restore, nums = paddle.vision.ops.distribute_fpn_proposals(
-            t(x["fpn_rois"]), a["min_level"], a["max_level"], a["refer_level"],
-            a["refer_scale"], pixel_offset=bool(a["pixel_offset"]), rois_num=t(x["rois_num"]))
-        return [r.numpy() for r in rois] + [n.numpy() for n in nums] + [restore.numpy()]
 
 
 def main() -> None:
@@ -79,7 +52,7 @@ def write(suite: str, filename: str, make_cases, out: str) -> None:
         raise SystemExit(f"cases Paddle's collect_fpn_proposals does not answer: {bad}")
     for case in cases:
         n = case["name"]
-        outs = paddle_outputs(case)
+        outs = paddle_proposals(case)
         for k, v in case["inputs"].items():
             arrays[f"{n}:{k}"] = v
         for i, o in enumerate(outs):

@@ -18,20 +18,10 @@ import os
 
 import numpy as np
 
+from tests import crop_cases
+from tests.oracles import tf_crop_and_resize
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-from tests import crop_cases  # noqa: E402
-
-
-def tf_crop_and_resize(image, boxes, box_indices, *, crop_height, crop_width,
-                       method="bilinear", extrapolation_value=0.0) -> np.ndarray:
-    """TensorFlow's op (eager, CPU) on NumPy inputs."""
-    import tensorflow as tf
-
-    with tf.device("/CPU:0"):
-        return tf.image.crop_and_resize(image, boxes, np.asarray(box_indices, np.int32),
-                                        [crop_height, crop_width], method=method,
-                                        extrapolation_value=extrapolation_value).numpy()
 
 
 def main() -> None:

@@ -47,10 +47,10 @@ import os
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from tests import crop_cases
+from tools import tf_e2e
 
-from tests import crop_cases  # noqa: E402
-from tools import tf_e2e  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 #: The opsets the cases take in turn (tf2onnx 1.17 writes crop_and_resize from 11 to 18).
 OPSETS = (11, 13, 15, 17, 18)
