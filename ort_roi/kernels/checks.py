@@ -1,5 +1,12 @@
 """The kernels' input checks: every one raises RoiOpError naming the op, the input and the
-offending value. Boxes and counts are checked on the host for both backends."""
+offending value. Boxes and counts are checked on the host for both backends.
+
+The NaN / Inf policy, one for every op (``check_finite``; docs/semantics.md says it too):
+an input that places something (boxes, rois, image sizes, anchors, variances) must be finite;
+an input that is ranked, decoded or clamped (scores, bbox deltas, the rois
+DistributeFpnProposals assigns to levels: an infinite one lands on an end level) must not be
+NaN, and may be infinite; feature maps are not checked (NaN and Inf propagate as in the
+references)."""
 
 from __future__ import annotations
 
@@ -51,12 +58,7 @@ def check_boxes(op: str, name: str, boxes, X: np.ndarray, cols: int) -> np.ndarr
     if boxes.dtype != X.dtype:
         raise RoiOpError(op, f"input '{name}'",
                          f"must have the dtype of X ({X.dtype}), got {boxes.dtype}")
-    finite = np.isfinite(boxes)
-    if not finite.all():
-        r, c = np.argwhere(~finite)[0]
-        raise RoiOpError(op, f"input '{name}'",
-                         f"row {r} has a non-finite coordinate {boxes[r, c].item()!r}: "
-                         f"{_show(boxes[r])}")
+    check_finite(op, name, boxes, unit="row")
     return boxes
 
 
@@ -109,6 +111,42 @@ def batch_from_counts(op: str, name: str, counts, n: int, r: int) -> np.ndarray:
     return np.repeat(np.arange(n, dtype=np.intp), counts.astype(np.intp))
 
 
+def float_input(op: str, name: str, a, dtype=None, of: str = "scores") -> np.ndarray:
+    """A float32 / float64 input, on the host (``dtype``: it must have that one, the dtype of
+    input ``of``)."""
+    a = _as_array(op, name, host(a))
+    if dtype is None:
+        if a.dtype not in TYPES["T"]:
+            raise RoiOpError(op, f"input '{name}'", f"must be float32 or float64, got {a.dtype}")
+    elif a.dtype != dtype:
+        raise RoiOpError(op, f"input '{name}'",
+                         f"must have the dtype of {of} ({dtype}), got {a.dtype}")
+    return a
+
+
+def check_finite(op: str, name: str, a: np.ndarray, *, nan_only: bool = False,
+                 unit: str = "element", shown: np.ndarray | None = None) -> None:
+    """The NaN / Inf policy (module docstring): every value of ``a`` finite (``nan_only``:
+    not NaN; infinities allowed). The message names the first bad value by ``unit``:
+    "element" (its index), "row" (a box: its row and coordinates, of ``shown`` where given,
+    e.g. the values before rounding) or another word for the items of a 1-D ``a``."""
+    if np.isfinite(np.sum(a, dtype=np.float64)):  # no NaN, no inf: one pass
+        return
+    bad = np.isnan(a) if nan_only else ~np.isfinite(a)
+    if not bad.any():
+        return
+    i = tuple(int(k) for k in np.argwhere(bad)[0])
+    if unit == "row":
+        v = a if shown is None else shown
+        raise RoiOpError(op, f"input '{name}'",
+                         f"row {i[0]} has a {'NaN' if nan_only else 'non-finite'} coordinate "
+                         f"{v[i].item()!r}{'' if shown is None else f' in {a.dtype}'}: "
+                         f"{_show(v[i[0]])}")
+    what = "is NaN" if nan_only else "is not finite"
+    at = f"element {list(i)}" if unit == "element" else f"{unit} {i[0]}"
+    raise RoiOpError(op, f"input '{name}'", f"{at} {what}: {a[i].item()!r}")
+
+
 def _as_array(op: str, name: str, a) -> np.ndarray:
     if is_cupy(a):  # X on the GPU: its metadata is checked, its data stays there
         return a
@@ -154,22 +192,6 @@ def check_output_size(spec, attrs: dict, R: int, C: int) -> None:
                      f"the output [R, C, {', '.join(spec.pooled)}] = "
                      f"{[R, C, *sizes]} would have {n} elements, more than "
                      f"{MAX_OUTPUT_ELEMENTS}")
-
-
-def check_channels_per_bin(op: str, C: int, ph: int, pw: int) -> None:
-    """torchvision's position-sensitive ops: X's channels a multiple of PH * PW."""
-    if C % (ph * pw):
-        raise RoiOpError(op, "input 'X'",
-                         f"must have a multiple of pooled_height*pooled_width = {ph}*{pw} = "
-                         f"{ph * pw} channels, got {C}")
-
-
-def check_channels(op: str, C: int, oc: int, ph: int, pw: int) -> None:
-    """Position-sensitive pooling: X must carry one channel per (output channel, bin)."""
-    if C != oc * ph * pw:
-        raise RoiOpError(op, "input 'X'",
-                         f"must have output_channels*pooled_height*pooled_width = "
-                         f"{oc}*{ph}*{pw} = {oc * ph * pw} channels, got {C}")
 
 
 def check_rotated_sizes(op: str, rois: np.ndarray, spatial_scale: float, aligned: bool) -> None:

@@ -12,9 +12,9 @@ import numpy as np
 
 from ..definitions.collect import collect_fpn_proposals_outputs as definition
 from ..errors import RoiOpError
-from ..kernels.checks import int_vector, quiet
+from ..kernels.checks import check_finite, float_input, int_vector, quiet
 from ..kernels.dispatch import compute, host
-from ..spec import DOMAIN, MAX_LEVELS, TYPES, Attr, Dims, Input, NodeForm, Op, OpSpec, Output
+from ..spec import DOMAIN, MAX_LEVELS, Attr, Dims, Input, NodeForm, Op, OpSpec, Output
 
 
 def _level_count(spec: OpSpec) -> int:
@@ -83,19 +83,6 @@ def _spec(L: int) -> OpSpec:
 SPECS = {L: _spec(L) for L in range(1, MAX_LEVELS + 1)}
 
 
-def _float(op: str, name: str, a, dtype=None) -> np.ndarray:
-    try:
-        a = np.asarray(host(a))
-    except Exception as e:  # noqa: BLE001 - any conversion failure is a bad input
-        raise RoiOpError(op, f"input '{name}'", f"is not an array: {e}") from None
-    if dtype is None and a.dtype not in TYPES["T"]:
-        raise RoiOpError(op, f"input '{name}'", f"must be float32 or float64, got {a.dtype}")
-    if dtype is not None and a.dtype != dtype:
-        raise RoiOpError(op, f"input '{name}'",
-                         f"must have the dtype of rois_0 ({dtype}), got {a.dtype}")
-    return a
-
-
 @quiet
 def collect_fpn_proposals(*inputs, post_nms_topN: int):
     """Paddle's collect_fpn_proposals, bit for bit (its CPU kernel): CollectFpnProposals in
@@ -125,19 +112,17 @@ def collect_fpn_proposals(*inputs, post_nms_topN: int):
     T = None
     n = None
     for i in range(L):
-        r = _float(op, f"rois_{i}", inputs[i], T)
+        r = float_input(op, f"rois_{i}", inputs[i], T, "rois_0")
         T = r.dtype
         if r.ndim != 2 or r.shape[1] != 4:
             raise RoiOpError(op, f"input 'rois_{i}'",
                              f"must have shape [R_{i}, 4], got {list(r.shape)}")
-        s = _float(op, f"scores_{i}", inputs[L + i], T)
+        s = float_input(op, f"scores_{i}", inputs[L + i], T, "rois_0")
         if s.shape != (r.shape[0], 1):
             raise RoiOpError(op, f"input 'scores_{i}'",
                              f"must have shape [R_{i}, 1] = {[r.shape[0], 1]} (one score per "
                              f"roi of rois_{i}), got {list(s.shape)}")
-        if np.isnan(s).any():
-            j = int(np.flatnonzero(np.isnan(s.ravel()))[0])
-            raise RoiOpError(op, f"input 'scores_{i}'", f"score {j} is NaN")
+        check_finite(op, f"scores_{i}", s.ravel(), nan_only=True, unit="score")
         c = np.asarray(host(inputs[2 * L + i]))
         if n is None:
             n = c.shape[0] if c.ndim == 1 else -1

@@ -9,8 +9,8 @@ import numpy as np
 
 from ..definitions.crop_and_resize import crop_and_resize as definition
 from ..errors import RoiOpError
-from ..kernels.checks import batch_from_indices, quiet
-from ..kernels.dispatch import compute, host, is_cupy
+from ..kernels.checks import batch_from_indices, check_finite, float_input, quiet
+from ..kernels.dispatch import compute, is_cupy
 from ..spec import DOMAIN, TYPES, Attr, Dims, Input, NodeForm, Op, OpSpec, Output
 
 F32 = np.float32
@@ -83,21 +83,11 @@ def _check_image(op: str, image) -> Any:
 
 def _check_boxes(op: str, boxes) -> np.ndarray:
     """float32/float64 [R, 4], finite as float32 (TensorFlow's boxes are float32)."""
-    try:
-        boxes = np.asarray(host(boxes))
-    except Exception as e:  # noqa: BLE001
-        raise RoiOpError(op, "input 'boxes'", f"is not an array: {e}") from None
-    if boxes.dtype not in TYPES["T"]:
-        raise RoiOpError(op, "input 'boxes'", f"must be float32 or float64, got {boxes.dtype}")
+    boxes = float_input(op, "boxes", boxes)
     if boxes.ndim != 2 or boxes.shape[1] != 4:
         raise RoiOpError(op, "input 'boxes'", f"must have shape [R, 4], got {list(boxes.shape)}")
     b32 = boxes.astype(F32)
-    finite = np.isfinite(b32)
-    if not finite.all():
-        r, c = np.argwhere(~finite)[0]
-        raise RoiOpError(op, "input 'boxes'",
-                         f"row {r} has a coordinate that is not finite in float32: "
-                         f"{boxes[r, c].item()!r}")
+    check_finite(op, "boxes", b32, unit="row", shown=boxes)
     return b32
 
 

@@ -11,9 +11,9 @@ import numpy as np
 
 from ..definitions.proposals import distribute_fpn_proposals_outputs as definition
 from ..errors import RoiOpError
-from ..kernels.checks import check_level_count, int_vector, quiet
+from ..kernels.checks import check_finite, check_level_count, float_input, int_vector, quiet
 from ..kernels.dispatch import compute, host
-from ..spec import COUNTS_DOC, DOMAIN, MAX_LEVELS, TYPES, Attr, Dims, Input, NodeForm, Op, \
+from ..spec import COUNTS_DOC, DOMAIN, MAX_LEVELS, Attr, Dims, Input, NodeForm, Op, \
     OpSpec, Output
 
 
@@ -103,19 +103,10 @@ def distribute_fpn_proposals(fpn_rois: np.ndarray, rois_num: np.ndarray, *, min_
     op = spec.name
     a = spec.resolve(dict(min_level=min_level, max_level=max_level, refer_level=refer_level,
                           refer_scale=refer_scale, pixel_offset=pixel_offset))
-    try:
-        rois = np.asarray(host(fpn_rois))
-    except Exception as e:  # noqa: BLE001 - any conversion failure is a bad input
-        raise RoiOpError(op, "input 'fpn_rois'", f"is not an array: {e}") from None
-    if rois.dtype not in TYPES["T"]:
-        raise RoiOpError(op, "input 'fpn_rois'", f"must be float32 or float64, got {rois.dtype}")
+    rois = float_input(op, "fpn_rois", fpn_rois)
     if rois.ndim != 2 or rois.shape[1] != 4:
         raise RoiOpError(op, "input 'fpn_rois'", f"must have shape [R, 4], got {list(rois.shape)}")
-    nan = np.isnan(rois)
-    if nan.any():
-        r = int(np.argwhere(nan)[0][0])
-        raise RoiOpError(op, "input 'fpn_rois'", f"row {r} has a NaN coordinate: "
-                         f"{rois[r].tolist()}")
+    check_finite(op, "fpn_rois", rois, nan_only=True, unit="row")
     num = np.asarray(host(rois_num))
     counts = int_vector(op, "rois_num", num, num.shape[0] if num.ndim == 1 else -1,
                         "[N] (one count per image)")

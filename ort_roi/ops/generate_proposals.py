@@ -9,9 +9,9 @@ import numpy as np
 
 from ..definitions.proposals import generate_proposals as definition
 from ..errors import RoiOpError
-from ..kernels.checks import quiet
-from ..kernels.dispatch import compute, host
-from ..spec import DOMAIN, TYPES, Attr, Dims, Input, NodeForm, Op, OpSpec, Output
+from ..kernels.checks import check_finite, float_input, quiet
+from ..kernels.dispatch import compute
+from ..spec import DOMAIN, Attr, Dims, Input, NodeForm, Op, OpSpec, Output
 
 
 def proposal_shapes(spec: OpSpec, dims: Sequence[Dims], attrs: Mapping[str, Any],
@@ -64,32 +64,6 @@ SPEC = OpSpec(
 )
 
 
-def _array(op: str, name: str, a, dtype=None) -> np.ndarray:
-    try:
-        a = np.asarray(host(a))
-    except Exception as e:  # noqa: BLE001 - any conversion failure is a bad input
-        raise RoiOpError(op, f"input '{name}'", f"is not an array: {e}") from None
-    if dtype is None:
-        if a.dtype not in TYPES["T"]:
-            raise RoiOpError(op, f"input '{name}'", f"must be float32 or float64, got {a.dtype}")
-    elif a.dtype != dtype:
-        raise RoiOpError(op, f"input '{name}'",
-                         f"must have the dtype of scores ({dtype}), got {a.dtype}")
-    return a
-
-
-def _no_nan(op: str, name: str, a: np.ndarray, finite: bool = False) -> None:
-    if np.isfinite(np.sum(a, dtype=np.float64)):  # no NaN, no inf (one pass)
-        return
-    bad = ~np.isfinite(a) if finite else np.isnan(a)
-    if not bad.any():
-        return
-    if bad.any():
-        i = tuple(int(k) for k in np.argwhere(bad)[0])
-        what = "is not finite" if finite else "is NaN"
-        raise RoiOpError(op, f"input '{name}'", f"element {list(i)} {what}: {a[i].item()!r}")
-
-
 @quiet
 def generate_proposals(scores: np.ndarray, bbox_deltas: np.ndarray, im_shape: np.ndarray,
                        anchors: np.ndarray, variances: np.ndarray, *,
@@ -122,37 +96,37 @@ def generate_proposals(scores: np.ndarray, bbox_deltas: np.ndarray, im_shape: np
     a = SPEC.resolve(dict(pre_nms_top_n=pre_nms_top_n, post_nms_top_n=post_nms_top_n,
                           nms_thresh=nms_thresh, min_size=min_size, eta=eta,
                           pixel_offset=pixel_offset))
-    scores = _array(op, "scores", scores)
+    scores = float_input(op, "scores", scores)
     T = scores.dtype
     if scores.ndim != 4:
         raise RoiOpError(op, "input 'scores'",
                          f"must have rank 4 [N, A, H, W], got shape {list(scores.shape)}")
     N, A, H, W = scores.shape
-    deltas = _array(op, "bbox_deltas", bbox_deltas, T)
+    deltas = float_input(op, "bbox_deltas", bbox_deltas, T)
     if deltas.shape != (N, 4 * A, H, W):
         raise RoiOpError(op, "input 'bbox_deltas'",
                          f"must have shape [N, 4A, H, W] = {[N, 4 * A, H, W]} (scores are "
                          f"{list(scores.shape)}), got {list(deltas.shape)}")
-    im = _array(op, "im_shape", im_shape, T)
+    im = float_input(op, "im_shape", im_shape, T)
     if im.shape != (N, 2):
         raise RoiOpError(op, "input 'im_shape'",
                          f"must have shape [N, 2] = {[N, 2]} (height, width per image), got "
                          f"{list(im.shape)}")
     M = H * W * A
-    an = _array(op, "anchors", anchors, T)
+    an = float_input(op, "anchors", anchors, T)
     if an.ndim not in (2, 4) or an.shape[-1] != 4 or an.size != 4 * M:
         raise RoiOpError(op, "input 'anchors'",
                          f"must have shape [H, W, A, 4] = {[H, W, A, 4]} (or [H*W*A, 4]) for "
                          f"scores {list(scores.shape)}, got {list(an.shape)}")
-    va = _array(op, "variances", variances, T)
+    va = float_input(op, "variances", variances, T)
     if va.size != an.size or va.shape[-1:] != (4,):
         raise RoiOpError(op, "input 'variances'",
                          f"must have the anchors' shape {list(an.shape)}, got {list(va.shape)}")
-    _no_nan(op, "scores", scores)
-    _no_nan(op, "bbox_deltas", deltas)
-    _no_nan(op, "im_shape", im, finite=True)
-    _no_nan(op, "anchors", an, finite=True)
-    _no_nan(op, "variances", va, finite=True)
+    check_finite(op, "scores", scores, nan_only=True)
+    check_finite(op, "bbox_deltas", deltas, nan_only=True)
+    check_finite(op, "im_shape", im)
+    check_finite(op, "anchors", an)
+    check_finite(op, "variances", va)
     if (im < 0).any():
         i = tuple(int(k) for k in np.argwhere(im < 0)[0])
         raise RoiOpError(op, "input 'im_shape'",
