@@ -297,3 +297,22 @@ def test_the_public_api_is_documented():
     for node in (builders.roi_align, builders.roi_pool, builders.roi_pooling,
                  builders.psroi_pool, builders.make_node):
         assert "node (ONNX NodeProto)" in first(node), first(node)
+
+
+def test_the_exporters_passes_run_from_one_table():
+    """rewrite (convert, the front door) reaches the exporters' recognisers only through
+    ``graph.exporters`` (who wrote a graph, told once; the passes each exporter's graphs get):
+    it imports none of them, and every recogniser module has its passes in the table."""
+    from ort_roi.graph import exporters
+
+    recognisers = {f"ort_roi.graph.{m}" for m in ("fusion", "loops", "mxnet", "paddle",
+                                                   "tensorflow")}
+    edges = _graph()
+    for m in ("ort_roi.graph.rewrite", "ort_roi.runtime.session", "ort_roi.cli.validate"):
+        assert not edges[m] & recognisers, m
+    assert edges["ort_roi.graph.exporters"] >= recognisers
+    names = [e.name for e in exporters.EXPORTERS]
+    assert len(names) == len(set(names)) and exporters.NAMES == (*names, exporters.NONE)
+    for e in exporters.EXPORTERS:
+        for p in e.passes:  # a repair that finds its forms elsewhere says what they stay as
+            assert p.needs and (p.find is None or p.repair and p.left and p.gives), p

@@ -359,8 +359,9 @@ def test_convert_returns_its_summary_when_asked():
     assert isinstance(plain, onnx.ModelProto)
     conv, done = ort_roi.convert(native, report=True)
     assert conv == plain
-    assert done.summary() == "1 x torchvision MultiScaleRoIAlign stage (217 nodes) -> " \
-                             "ort_roi::PyramidRoIAlign"
+    assert done.exporter == "torch.onnx" and "graph name 'main_graph'" in done.evidence
+    assert done.summary() == f"exporter: torch.onnx ({done.evidence}); 1 x torchvision " \
+                             f"MultiScaleRoIAlign stage (217 nodes) -> ort_roi::PyramidRoIAlign"
     assert done.moved[0][2] == "ort_roi::PyramidRoIAlign" and done.notes == []
 
 

@@ -16,7 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..errors import RoiOpError, node_label
-from ..graph import reference, schemas, shapes
+from ..graph import exporters, reference, schemas, shapes
 from ..graph.inputs import generate_inputs
 from ..graph.nodes import given_attrs, iter_nodes, node_attrs, opset
 from ..graph.rewrite import rewrite
@@ -426,7 +426,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     try:
-        done = rewrite(m, to=args.to, roialign_max=args.roialign_max, fuse=args.fuse)
+        done = rewrite(m, to=args.to, roialign_max=args.roialign_max, fuse=args.fuse,
+                       exporter=args.exporter)
         shapes.annotate(m)  # as convert(): our nodes' inferred output types
         onnx.save(m, args.output)
     except (ValueError, OSError) as e:
@@ -468,4 +469,8 @@ def add_commands(sub) -> None:
     p.add_argument("--no-fuse", dest="fuse", action="store_false",
                    help="leave torchvision's MultiScaleRoIAlign stages node by node (each "
                         "RoiAlign still moved) instead of one PyramidRoIAlign node")
+    p.add_argument("--exporter", choices=exporters.NAMES, default=None,
+                   help="who wrote the model (default: told from its producer_name and graph "
+                        "name): that exporter's repairs apply (mx2onnx's RoiAlign and Splits, "
+                        "tf2onnx's crop_and_resize); none: no exporter's")
     p.set_defaults(fn=cmd_convert)

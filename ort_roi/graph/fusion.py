@@ -34,7 +34,8 @@ from ..errors import node_label
 from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
 from ..spec import DOMAIN, MAX_LEVELS
 from .nodes import given_attrs, opset
-from .toolkit import GraphIndex, NoMatch, anything, check_attrs, declared_attrs, splice
+from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs, indexed,
+                      splice)
 
 @dataclass
 class Stage:
@@ -68,12 +69,13 @@ def _zeros_producer(g: GraphIndex, name: str) -> onnx.NodeProto | None:
     return n if n is not None and n.op_type == "ConstantOfShape" else None
 
 
-def find_stages(model: onnx.ModelProto) -> tuple[list[Stage], list[str]]:
+def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
+                ) -> tuple[list[Stage], list[str]]:
     """Every MultiScaleRoIAlign stage of the main graph, and a note for each subgraph that
     starts like one (a zero tensor scattered into by RoiAlign results) but does not match,
-    and for each merge of RoiAlign results by ScatterND (torch.onnx's dynamo exporter)."""
-    onnx_opset = opset(model) or 1
-    g = GraphIndex(model.graph, onnx_opset, "torch.onnx")
+    and for each merge of RoiAlign results by ScatterND (torch.onnx's dynamo exporter).
+    ``g``: the graph's index as it is (``rewrite``'s), else it is indexed here."""
+    g = indexed(model, "torch.onnx", g)
     stages, notes = [], []
     for node in model.graph.node:
         if node.domain not in ("", "ai.onnx"):
@@ -234,10 +236,12 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> Stage:
     return Stage(chain[-1], rois, levels, feats, attrs, casts.pop())
 
 
-def fuse(model: onnx.ModelProto) -> tuple[list[tuple[str, int]], list[str]]:
+def fuse(model: onnx.ModelProto, g: GraphIndex | None = None
+         ) -> tuple[list[tuple[str, int]], list[str]]:
     """Replace every MultiScaleRoIAlign stage of the main graph, in place, with one
-    PyramidRoIAlign_L{n} node; returns ([(the new node's name, the nodes it replaced)], notes)."""
-    stages, notes = find_stages(model)
+    PyramidRoIAlign_L{n} node; returns ([(the new node's name, the nodes it replaced)], notes).
+    ``g``: the graph's index as it is (``rewrite``'s), else it is indexed here."""
+    stages, notes = find_stages(model, g)
     done = []
     for st in stages:
         spec = PYRAMID_SPECS[len(st.feats)]

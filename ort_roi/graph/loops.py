@@ -32,8 +32,7 @@ from ..errors import node_label
 from ..ops.heatmaps_to_keypoints import SPEC as HEATMAPS_TO_KEYPOINTS
 from ..ops.paste_masks import SPEC as PASTE_MASKS
 from ..spec import DOMAIN, OpSpec
-from .toolkit import GraphIndex, NoMatch, anything, check_attrs, splice
-from .nodes import opset
+from .toolkit import GraphIndex, NoMatch, anything, check_attrs, indexed, splice
 
 #: What the keypoint Loop's outer-scope tensors are, in the order its body first reads them.
 ROLES = ("maps", "widths_ceil", "heights_ceil", "widths", "heights", "offset_x", "offset_y",
@@ -301,12 +300,14 @@ def _replacement(node: onnx.NodeProto, form: LoopForm, inputs, values):
     return name, [*consts, op, *after]
 
 
-def fuse_loops(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], list[str]]:
+def fuse_loops(model: onnx.ModelProto, g: GraphIndex | None = None
+               ) -> tuple[list[tuple[str, str, str]], list[str]]:
     """Replace every keypoint-decoding and mask-pasting Loop of torchvision's in the main
     graph, in place, with a HeatmapsToKeypoints node (and the Transpose to the Loop's
     [R, 3, K] layout) or a PasteMasks node, dropping what only the Loop read; returns
     ([(the new node's name, what it replaced, its op)], notes on Loops that read like one
-    but do not match)."""
+    but do not match). ``g``: the graph's index as it is (``rewrite``'s), else it is indexed
+    here (and again after each Loop replaced)."""
     done, notes = [], []
     firsts = [n.output[0] for n in model.graph.node
               if n.op_type == "Loop" and n.domain in ("", "ai.onnx")]
@@ -316,12 +317,13 @@ def fuse_loops(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], list
         if form is None:
             continue
         try:
-            inputs, values = match(GraphIndex(model.graph, opset(model) or 1, "torch.onnx"), loop, form)
+            inputs, values = match(indexed(model, "torch.onnx", g), loop, form)
         except NoMatch as e:
             notes.append(f"node {node_label(loop)!r} (Loop) reads like {form.what} but "
                          f"does not match it exactly ({e}); left as it is")
             continue
         name, new = _replacement(loop, form, inputs, values)
         splice(model, loop, new, inputs)
+        g = None  # the graph changed: index it afresh
         done.append((name, f"{form.what} Loop", f"{DOMAIN}::{form.spec.name}"))
     return done, notes

@@ -44,7 +44,8 @@ from ..errors import node_label
 from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
 from ..spec import DOMAIN, MAX_LEVELS
 from .nodes import given_attrs, iter_nodes, opset
-from .toolkit import GraphIndex, NoMatch, anything, check_attrs, declared_attrs, splice
+from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs, indexed,
+                      splice)
 
 EXPORTER = "mx2onnx"
 
@@ -147,13 +148,10 @@ def _what_changed(onnx_opset: int, sampling_ratio: int) -> str:
     return "; ".join(why)
 
 
-def fix_roi_aligns(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], list[str]]:
-    """Every contrib.ROIAlign pattern of the main graph (``match_roi_align``) given MXNet's
-    arithmetic in place: its RoiAlign becomes ort_roi::RoiAlign. Returns (moved, notes)."""
-    onnx_opset = opset(model) or 1
-    g = GraphIndex(model.graph, onnx_opset, EXPORTER)
-    moved, notes = [], []
-    for i, node in enumerate(model.graph.node):
+def _roi_align_patterns(g: GraphIndex):
+    """(index, RoiAlign, the match or the NoMatch saying why not) of every ONNX RoiAlign of
+    the main graph (``match_roi_align`` from the one Where reading it)."""
+    for i, node in enumerate(g.graph.node):
         if node.op_type != "RoiAlign" or not _default(node):
             continue
         users = g.consumers.get(node.output[0], []) if node.output else []
@@ -161,12 +159,33 @@ def fix_roi_aligns(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], 
             if len(users) != 1 or users[0].op_type != "Where" or not _default(users[0]):
                 raise NoMatch("its result is not read by one Where (the exporter's masking "
                               "of negative batch indices)")
-            m = match_roi_align(g, users[0])
+            yield i, node, match_roi_align(g, users[0])
         except NoMatch as e:
+            yield i, node, e
+
+
+def find_roi_aligns(model: onnx.ModelProto, g: GraphIndex | None = None) -> list[str]:
+    """The RoiAligns of the main graph (as notes name them) that are MXNet's contrib.ROIAlign
+    as mx2onnx writes it exactly, left as they are: what ``fix_roi_aligns`` would change.
+    ``g``: the graph's index as it is, else it is indexed here."""
+    return [_label(node) for _, node, m in _roi_align_patterns(indexed(model, EXPORTER, g))
+            if not isinstance(m, NoMatch)]
+
+
+def fix_roi_aligns(model: onnx.ModelProto, g: GraphIndex | None = None
+                   ) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """Every contrib.ROIAlign pattern of the main graph (``match_roi_align``) given MXNet's
+    arithmetic in place: its RoiAlign becomes ort_roi::RoiAlign. ``g``: the graph's index as
+    it is (``rewrite``'s), else it is indexed here. Returns (moved, notes)."""
+    onnx_opset = opset(model) or 1
+    g = indexed(model, EXPORTER, g)
+    moved, notes = [], []
+    for i, node, m in list(_roi_align_patterns(g)):
+        if isinstance(m, NoMatch):
             if _looks_like(g, node):
                 notes.append(f"node {_label(node)!r} (RoiAlign) starts like MXNet's "
                              f"contrib.ROIAlign as {EXPORTER} writes it but does not match it "
-                             f"exactly ({e}); left to the ONNX RoiAlign rule")
+                             f"exactly ({m}); left to the ONNX RoiAlign rule")
             continue
         model.graph.node[i].CopyFrom(_roi_align_node(node, m["attrs"]))
         moved.append((_label(node), "onnx::RoiAlign (MXNet contrib.ROIAlign)",
@@ -295,14 +314,17 @@ def _fpn_nodes(m: dict, total: onnx.NodeProto, name: str,
     return nodes
 
 
-def fuse_fpn(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], list[str]]:
+def fuse_fpn(model: onnx.ModelProto, g: GraphIndex | None = None
+             ) -> tuple[list[tuple[str, str, str]], list[str]]:
     """Every GluonCV FPN RoI stage of the main graph (``match_fpn``) replaced, in place, by one
-    PyramidRoIAlign_L{L} (and the small nodes computing its levels and rois). Returns (moved,
-    notes); a Sum of RoiAlign patterns that does not match gets a note."""
+    PyramidRoIAlign_L{L} (and the small nodes computing its levels and rois). ``g``: the
+    graph's index as it is (``rewrite``'s), else it is indexed here (and again after each
+    stage fused). Returns (moved, notes); a Sum of RoiAlign patterns that does not match gets
+    a note."""
     onnx_opset = opset(model) or 1
     moved, notes = [], []
     while True:
-        g = GraphIndex(model.graph, onnx_opset, EXPORTER)
+        g = indexed(model, EXPORTER, g)
         todo = None
         for node in model.graph.node:
             if node.op_type != "Sum" or not _default(node):
@@ -326,6 +348,7 @@ def fuse_fpn(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], list[s
         new = _fpn_nodes(m, total, base, model)
         inits = {t.name for t in model.graph.initializer}
         n = splice(model, total, new, [i for k in new for i in k.input])
+        g = None  # the graph changed: index it afresh
         # mx2onnx lists its constants as graph inputs too: those splice dropped go there too
         gone = inits - {t.name for t in model.graph.initializer}
         for v in [v for v in model.graph.input if v.name in gone]:
@@ -345,19 +368,35 @@ def fuse_fpn(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], list[s
 # -- Split -----------------------------------------------------------------------------------
 
 
-def repair_splits(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], list[str]]:
-    """From opset 18 a Split needs ``num_outputs`` or a split input; mx2onnx writes neither
-    (its opset-13 table's equal split). Each such Split of the graph (subgraphs too) gets
-    ``num_outputs`` = its number of outputs, in place. Returns (moved, notes)."""
+def _bare_splits(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The Splits of the graph (subgraphs too) with neither ``num_outputs`` nor a split input
+    at an opset (>= 18) that requires one."""
     onnx_opset = opset(model) or 1
     if onnx_opset < 18 or "num_outputs" not in declared_attrs("Split", "", onnx_opset):
-        return [], []
+        return []
+    return [node for node in iter_nodes(model.graph)
+            if node.op_type == "Split" and _default(node)
+            and "num_outputs" not in given_attrs(node)
+            and (len(node.input) < 2 or not node.input[1])]
+
+
+def find_splits(model: onnx.ModelProto, g: GraphIndex | None = None) -> list[str]:
+    """The Splits (as notes name them) that ``repair_splits`` would repair, left as they are
+    (``g`` is not needed: it is taken for the table's sake)."""
+    return [_label(node) for node in _bare_splits(model)]
+
+
+def repair_splits(model: onnx.ModelProto, g: GraphIndex | None = None
+                  ) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """From opset 18 a Split needs ``num_outputs`` or a split input; mx2onnx writes neither
+    (its opset-13 table's equal split). Each such Split of the graph (subgraphs too) gets
+    ``num_outputs`` = its number of outputs, in place (``g`` is not needed: it is taken for
+    the table's sake). Returns (moved, notes)."""
+    onnx_opset = opset(model) or 1
     fixed = []
-    for node in iter_nodes(model.graph):
-        if (node.op_type == "Split" and _default(node) and "num_outputs" not in given_attrs(node)
-                and (len(node.input) < 2 or not node.input[1])):
-            node.attribute.append(helper.make_attribute("num_outputs", len(node.output)))
-            fixed.append(_label(node))
+    for node in _bare_splits(model):
+        node.attribute.append(helper.make_attribute("num_outputs", len(node.output)))
+        fixed.append(_label(node))
     if not fixed:
         return [], []
     shown = ", ".join(repr(f) for f in fixed[:5]) + (", ..." if len(fixed) > 5 else "")
@@ -367,17 +406,3 @@ def repair_splits(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], l
                 f"num_outputs = their number of outputs, the equal split they mean (onnxruntime "
                 f"does not load the model otherwise)"]
 
-
-def rewrite_mxnet(model: onnx.ModelProto, to: str = "ort_roi", fuse: bool = True
-                  ) -> tuple[list[tuple[str, str, str]], list[str]]:
-    """What convert does to mx2onnx's forms, in place: Splits repaired; with ``to="ort_roi"``
-    GluonCV's FPN stages fused (``fuse``) and every other contrib.ROIAlign pattern given
-    MXNet's arithmetic. Returns (moved, notes)."""
-    moved, notes = repair_splits(model)
-    if to != "ort_roi":
-        return moved, notes
-    if fuse:
-        m, n = fuse_fpn(model)
-        moved, notes = moved + m, notes + n
-    m, n = fix_roi_aligns(model)
-    return moved + m, notes + n

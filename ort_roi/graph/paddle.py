@@ -40,7 +40,7 @@ from ..ops import spec as spec_of
 from ..spec import DOMAIN, MAX_LEVELS
 from .builders import make_node
 from .nodes import given_attrs, node_attrs, opset
-from .toolkit import GraphIndex, NoMatch, check_attrs, splice
+from .toolkit import GraphIndex, NoMatch, check_attrs, indexed, splice
 
 EXPORTER = "export-paddle"
 DISTRIBUTE = "DistributeFpnProposals_L"
@@ -181,25 +181,27 @@ def _fused_nodes(model: onnx.ModelProto, g: GraphIndex, gather: onnx.NodeProto,
     return [fused, unsqueeze]
 
 
-def fuse_fpn_stages(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], list[str]]:
+def fuse_fpn_stages(model: onnx.ModelProto, g: GraphIndex | None = None
+                    ) -> tuple[list[tuple[str, str, str]], list[str]]:
     """Every PaddleDetection FPN RoI stage of the main graph as export-paddle writes it
     (``match_stage``), replaced in place by one DistributeRoIAlign_L{L} (and an Unsqueeze).
 
     Args:
         model: the model, changed in place.
+        g: the graph's index as it is (``rewrite``'s), else it is indexed here (and again
+            after each stage fused).
 
     Returns:
         (moved, notes): moved (the new node, what it replaced, ``ort_roi::DistributeRoIAlign``)
         per fused stage; a note for each Gather that restore_index reaches but that does not
         end the stage exactly, naming the node and why (the stage stays as it was).
     """
-    onnx_opset = opset(model) or 1
     moved, notes = [], []
     names = [n.output[0] for n in model.graph.node if _levels(n) and n.output]
     for first in names:
         tried: set[str] = set()  # the Gathers of this Distribute matched (or not) so far
         while True:  # each Gather reading its restore_index: a stage (Mask R-CNN has two)
-            g = GraphIndex(model.graph, onnx_opset, EXPORTER)
+            g = indexed(model, EXPORTER, g)
             dist = g.producer.get(first)
             if dist is None:
                 break
@@ -220,6 +222,7 @@ def fuse_fpn_stages(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]],
                     continue
                 new = _fused_nodes(model, g, gather, dist, m)
                 n = splice(model, gather, new, [i for k in new for i in k.input])
+                g = None  # the graph changed: index it afresh
                 moved.append((new[0].name, f"PaddleDetection FPN RoI stage ({n} nodes)",
                               f"{DOMAIN}::DistributeRoIAlign"))
                 break  # the graph changed: index it afresh

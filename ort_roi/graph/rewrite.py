@@ -18,7 +18,7 @@ from onnx import helper
 from ..errors import RoiOpError, node_label
 from ..ops import FORMS, form
 from ..spec import DOMAIN, OPSET_VERSION, NodeForm, OpSpec
-from . import fusion, loops, mxnet, paddle, shapes, tensorflow
+from . import exporters, shapes
 from .nodes import given_attrs, iter_nodes, node_attrs, opset
 
 
@@ -30,18 +30,26 @@ ROIALIGN_MAX = {"sample": "max", "onnx": "onnx_max"}
 
 @dataclass
 class Rewrite:
-    """What one rewrite pass did: the nodes it moved (label, from, to: "domain::op") and
-    notes worth telling the user (semantics that differ, nodes left as they were)."""
+    """What one rewrite pass did: the nodes it moved (label, from, to: "domain::op"), notes
+    worth telling the user (semantics that differ, nodes left as they were), and the exporter
+    the graph was taken to come from (``exporter``: a name of ``exporters.NAMES``, None when
+    it could not be told; ``evidence``: why), whose repairs alone were applied."""
 
     moved: list[tuple[str, str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    exporter: str | None = None
+    evidence: str = ""
 
     def summary(self) -> str:
-        """One line per kind of move: "4 x onnx::RoiAlign -> ort_roi::RoiAlign"."""
+        """The exporter, then one entry per kind of move: "exporter: torch.onnx (producer_name
+        'pytorch' 2.14.1); 4 x onnx::RoiAlign -> ort_roi::RoiAlign"."""
         kinds: dict[tuple[str, str], int] = {}
         for _, a, b in self.moved:
             kinds[(a, b)] = kinds.get((a, b), 0) + 1
-        return "; ".join(f"{n} x {a} -> {b}" for (a, b), n in kinds.items()) or "no node moved"
+        moves = "; ".join(f"{n} x {a} -> {b}" for (a, b), n in kinds.items()) or "no node moved"
+        if not self.evidence:
+            return moves
+        return f"exporter: {self.exporter or 'unknown'} ({self.evidence}); {moves}"
 
 
 def _name(domain: str, op_type: str) -> str:
@@ -50,11 +58,15 @@ def _name(domain: str, op_type: str) -> str:
 
 def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
             float_token: Callable[[float], float] | None = None,
-            roialign_max: str = "sample", fuse: bool = True) -> Rewrite:
+            roialign_max: str = "sample", fuse: bool = True,
+            exporter: str | None = None) -> Rewrite:
     """Rewrite ``model`` in place (see the module doc); returns what was done. With
     ``float_token`` (the front door's bridge.float_token) float attributes of the nodes the
     bridge runs become tokens that reach the kernels exactly. ``roialign_max``: how ONNX RoiAlign's mode "max"
-    is computed (ROIALIGN_MAX). Raises RoiOpError naming a node whose attributes are bad."""
+    is computed (ROIALIGN_MAX). The exporters' passes come from one table
+    (``exporters.run_passes``): the graph's exporter is told once (``exporter``: a name of
+    ``exporters.NAMES`` to say it instead) and only its repairs apply. Raises RoiOpError
+    naming a node whose attributes are bad, ValueError a bad argument."""
     if to not in ("ort_roi", "onnx"):
         raise ValueError(f"convert: 'to' must be 'ort_roi' or 'onnx', got {to!r}")
     if roialign_max not in ROIALIGN_MAX:
@@ -64,29 +76,8 @@ def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
         raise ValueError("the input is not an ONNX model: it holds no graph (an empty file, or "
                          "a file of another kind)")
     onnx_opset = opset(model) or 1
-    done = Rewrite()
-    moved, notes = mxnet.rewrite_mxnet(model, to, fuse)  # mx.onnx.export_model's forms
-    done.moved += moved
-    done.notes += notes
-    if to == "ort_roi" and fuse:  # torchvision's MultiScaleRoIAlign stages, each one node
-        fused, notes = fusion.fuse(model)
-        done.moved += [(name, f"torchvision MultiScaleRoIAlign stage ({n} nodes)",
-                        f"{DOMAIN}::PyramidRoIAlign") for name, n in fused]
-        done.notes += notes
-        fused, notes = loops.fuse_loops(model)  # and its per-box Loops, one node each
-        done.moved += fused
-        done.notes += notes
-        fused, notes = tensorflow.fuse_crop_and_resize(model)  # tf2onnx's crop_and_resize
-        done.moved += fused
-        done.notes += notes
-        fused, notes = paddle.fuse_fpn_stages(model)  # export-paddle's FPN RoI stage
-        done.moved += fused
-        done.notes += notes
-    if to == "onnx":  # and back, as standard ONNX
-        unfused, notes = fusion.unfuse_all(model)
-        done.moved += [(name, f"{DOMAIN}::PyramidRoIAlign", f"standard ONNX ({n} nodes)")
-                       for name, n in unfused]
-        done.notes += notes
+    origin, moved, notes = exporters.run_passes(model, to, fuse, exporter)
+    done = Rewrite(moved, notes, origin.exporter, origin.evidence)
     for node in iter_nodes(model.graph):
         f = form(node.domain, node.op_type)
         before = _name(node.domain, node.op_type)
@@ -115,16 +106,18 @@ def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
 
 @overload
 def convert(model: onnx.ModelProto, to: str = ..., *, roialign_max: str = ...,
-            fuse: bool = ..., report: Literal[False] = ...) -> onnx.ModelProto: ...
+            fuse: bool = ..., exporter: str | None = ...,
+            report: Literal[False] = ...) -> onnx.ModelProto: ...
 
 
 @overload
 def convert(model: onnx.ModelProto, to: str = ..., *, roialign_max: str = ...,
-            fuse: bool = ..., report: Literal[True]) -> tuple[onnx.ModelProto, Rewrite]: ...
+            fuse: bool = ..., exporter: str | None = ...,
+            report: Literal[True]) -> tuple[onnx.ModelProto, Rewrite]: ...
 
 
 def convert(model: onnx.ModelProto, to: str = "ort_roi", *, roialign_max: str = "sample",
-            fuse: bool = True, report: bool = False):
+            fuse: bool = True, exporter: str | None = None, report: bool = False):
     """A copy of ``model`` that a plain onnxruntime session with ``ort_roi.session_options()``
     runs (``to="ort_roi"``): ONNX RoiAlign and MaxRoiPool become ort_roi nodes, the
     exporters' multi-level nodes fixed-arity ort_roi ops, every node of ours or of another
@@ -135,27 +128,38 @@ def convert(model: onnx.ModelProto, to: str = "ort_roi", *, roialign_max: str = 
     computing the same, which convert fuses again); ort_roi nodes with no standard ONNX form
     (PasteMasks, HeatmapsToKeypoints, ...) stay, with a note.
 
+    What an exporter wrote that ONNX reads otherwise than the exporter meant (mx2onnx's
+    RoiAlign and Splits, tf2onnx's crop_and_resize) is repaired only in a graph told to be that
+    exporter's (its producer_name, its graph name: ``graph.exporters``) or said to be with
+    ``exporter``; elsewhere it keeps ONNX's meaning, with a note naming the nodes.
+
     Args:
         model: the model (not changed).
         to: "ort_roi" or "onnx".
         roialign_max: ONNX RoiAlign's mode "max" as the largest bilinear sample ("sample",
             the default) or as onnxruntime computes it ("onnx").
         fuse: fuse torchvision's stages and Loops (``to="ort_roi"``).
+        exporter: who wrote the model: None (the default) tells it from the model;
+            "mx2onnx", "tf2onnx", "torch.onnx", "paddle2onnx" or "ort_roi" says it (that
+            exporter's repairs apply), "none" applies no exporter's repairs.
         report: also return what was done.
 
     Returns:
         The converted copy; with ``report=True``, ``(copy, Rewrite)``: ``Rewrite.moved`` the
         nodes rewritten (label, from, to), ``Rewrite.notes`` what is worth knowing (a max that
         differs from onnxruntime's, a stage or Loop left unfused and why, a node that cannot
-        go back), ``Rewrite.summary()`` one line. The notes are also issued as warnings.
+        go back, an exporter's form left as ONNX reads it), ``Rewrite.exporter`` and
+        ``Rewrite.evidence`` the exporter taken and why, ``Rewrite.summary()`` one line. The
+        notes are also issued as warnings.
 
     Raises:
-        ValueError: a bad ``to`` / ``roialign_max``, or ``model`` holds no graph.
+        ValueError: a bad ``to`` / ``roialign_max`` / ``exporter``, or ``model`` holds no
+            graph.
         RoiOpError: naming a node whose attributes are bad.
     """
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    done = rewrite(m, to, roialign_max=roialign_max, fuse=fuse)
+    done = rewrite(m, to, roialign_max=roialign_max, fuse=fuse, exporter=exporter)
     shapes.annotate(m)  # our nodes' inferred output types, for EPs that need ranks
     for note in done.notes:
         warnings.warn(note, stacklevel=2)

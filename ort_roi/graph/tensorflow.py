@@ -50,7 +50,7 @@ from ..ops.crop_and_resize import SPEC
 from ..spec import DOMAIN, OPSET_VERSION
 from .loops import body_lines, constant_key
 from .nodes import given_attrs, iter_nodes, opset
-from .toolkit import GraphIndex, NoMatch, anything, check_attrs, splice
+from .toolkit import GraphIndex, NoMatch, anything, check_attrs, indexed, splice
 
 EXPORTER = "tf2onnx"
 #: The body tf2onnx 1.17 writes for crop_and_resize's Loop, as ``loops.body_lines`` reads it:
@@ -295,7 +295,31 @@ def _node(base: str, inputs: list[str], output: str, attrs: dict) -> tuple[str, 
                                   **attrs)
 
 
-def fuse_crop_and_resize(model: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], list[str]]:
+def _candidates(model: onnx.ModelProto) -> list[str]:
+    """The first outputs of the main graph's nodes that read like one of tf2onnx's forms."""
+    return [n.output[0] for n in model.graph.node if n.output
+            and ((n.op_type == "Loop" and n.domain in ("", "ai.onnx") and reads_like_loop(n))
+                 or (n.op_type == "CropAndResize" and n.domain == "com.microsoft"))]
+
+
+def find_crop_and_resize(model: onnx.ModelProto, g: GraphIndex | None = None) -> list[str]:
+    """The nodes of the main graph (their labels) that are tf2onnx's crop_and_resize forms
+    exactly, left as they are: what ``fuse_crop_and_resize`` would replace. ``g``: the
+    graph's index as it is, else it is indexed here."""
+    g = indexed(model, EXPORTER, g)
+    found = []
+    for first in _candidates(model):
+        node = g.producer[first]
+        try:
+            (match_loop if node.op_type == "Loop" else match_contrib)(g, node)
+        except NoMatch:
+            continue
+        found.append(node_label(node))
+    return found
+
+
+def fuse_crop_and_resize(model: onnx.ModelProto, g: GraphIndex | None = None
+                         ) -> tuple[list[tuple[str, str, str]], list[str]]:
     """Replace tf2onnx's crop_and_resize forms in the main graph, in place, by
     ort_roi::CropAndResize nodes, dropping what only they read. Where tf2onnx hands the op
     an NCHW map with no NHWC one behind it (its transpose optimiser moved the Transpose into
@@ -305,6 +329,8 @@ def fuse_crop_and_resize(model: onnx.ModelProto) -> tuple[list[tuple[str, str, s
 
     Args:
         model: the model (changed in place).
+        g: the graph's index as it is (``rewrite``'s), else it is indexed here (and again
+            after each node replaced).
 
     Returns:
         ([(the new node's name, what it replaced, its op)], notes on Loops and
@@ -312,14 +338,10 @@ def fuse_crop_and_resize(model: onnx.ModelProto) -> tuple[list[tuple[str, str, s
         exactly, each naming the node and the first difference).
     """
     done, notes, crops = [], [], []
-    onnx_opset = opset(model) or 1
     op = f"{DOMAIN}::{SPEC.name}"
-    firsts = [n.output[0] for n in model.graph.node if n.output
-              and ((n.op_type == "Loop" and n.domain in ("", "ai.onnx") and reads_like_loop(n))
-                   or (n.op_type == "CropAndResize" and n.domain == "com.microsoft"))]
-    for first in firsts:  # (found again each time: a splice rebuilds the node list)
+    for first in _candidates(model):  # (found again each time: a splice rebuilds the list)
         node = next(n for n in model.graph.node if n.output[:1] == [first])
-        g = GraphIndex(model.graph, onnx_opset, EXPORTER)
+        g = indexed(model, EXPORTER, g)
         base = node.name or node.output[0]
         post = None
         try:
@@ -356,6 +378,7 @@ def fuse_crop_and_resize(model: onnx.ModelProto) -> tuple[list[tuple[str, str, s
         if copies:
             what += f" (with {' and '.join(copies)}: layout copies)"
         splice(model, last, new, keep)
+        g = None  # the graph changed: index it afresh
         done.append((name, what, op))
         contrib = node.op_type != "Loop"
         crops.append(_Crops(name, out, node.output[0] if contrib and post is None else None,

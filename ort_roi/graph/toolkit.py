@@ -5,6 +5,7 @@ a node spliced in place of the subgraph it replaces. torchvision's stage (fusion
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..errors import node_label
-from .nodes import attribute_value, given_attrs
+from .nodes import attribute_value, given_attrs, opset
 
 class NoMatch(Exception):
     """The subgraph is not the form the recogniser looks for, exactly: why."""
@@ -100,6 +101,13 @@ class GraphIndex:
         self.outputs = {o.name for o in graph.output}
         self.inits = {t.name: t for t in graph.initializer}
 
+    def seen_by(self, exporter: str) -> GraphIndex:
+        """This index, not rebuilt, naming ``exporter`` in its NoMatch messages (the one
+        index ``rewrite`` makes of a graph, handed to each exporter's recogniser)."""
+        view = copy.copy(self)
+        view.exporter = exporter
+        return view
+
     def const(self, name: str):
         """The value of a constant tensor (Constant node or initializer), else None."""
         if name in self.inits:
@@ -143,6 +151,14 @@ class GraphIndex:
         n = self.made_by(name, op, **want)
         self.const_is(n, index, value)
         return n
+
+
+def indexed(model: onnx.ModelProto, exporter: str, g: GraphIndex | None = None) -> GraphIndex:
+    """``g`` (an index of ``model`` as it is now: the one ``rewrite`` made, or None) seen by
+    ``exporter``, else ``model``'s main graph indexed afresh (after a recogniser changed it)."""
+    if g is not None:
+        return g.seen_by(exporter)
+    return GraphIndex(model.graph, opset(model) or 1, exporter)
 
 
 def ancestors(g: GraphIndex, names: list[str]) -> set[int]:

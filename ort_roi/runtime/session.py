@@ -102,7 +102,8 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def prepare_model(model: onnx.ModelProto, tokens: bridge.FloatTokens | None = None,
-                  roialign_max: str = "sample", fuse: bool = True) -> Rewrite:
+                  roialign_max: str = "sample", fuse: bool = True,
+                  exporter: str | None = None) -> Rewrite:
     """The front door's preparation: the graph-rewrite pass (``graph.rewrite``: native
     RoiAlign / MaxRoiPool and the multi-level nodes into ort_roi, torchvision's
     MultiScaleRoIAlign stages fused when ``fuse``, every node form checked and its attributes
@@ -114,6 +115,7 @@ def prepare_model(model: onnx.ModelProto, tokens: bridge.FloatTokens | None = No
             name the node); None leaves the values as they are.
         roialign_max: how ONNX RoiAlign's mode "max" is computed (as ``ort_roi.convert``).
         fuse: fuse torchvision's MultiScaleRoIAlign stages.
+        exporter: who wrote the model (as ``ort_roi.convert``; None: told from the model).
 
     Returns:
         What the rewrite did (``graph.rewrite.Rewrite``: the nodes moved, the notes).
@@ -121,7 +123,8 @@ def prepare_model(model: onnx.ModelProto, tokens: bridge.FloatTokens | None = No
     Raises:
         RoiOpError: naming a node it cannot take.
     """
-    return rewrite(model, "ort_roi", float_token=tokens, roialign_max=roialign_max, fuse=fuse)
+    return rewrite(model, "ort_roi", float_token=tokens, roialign_max=roialign_max, fuse=fuse,
+                   exporter=exporter)
 
 
 #: Held while a caller's SessionOptions are switched or switched back (never while onnxruntime
@@ -180,13 +183,13 @@ class InferenceSession:
     """The front door: an onnxruntime.InferenceSession with the ort_roi ops registered, that raises.
 
     Accepts a path, bytes or ``onnx.ModelProto``. The graph is rewritten as
-    ``ort_roi.convert`` does (``roialign_max`` and ``fuse`` as there; what is worth knowing
-    is issued as a warning naming the node), omitted optional attributes take their
-    defaults, float attributes reach the
-    kernels exactly, and a bad input raises :class:`ort_roi.RoiOpError` (a ValueError)
-    naming op, node, input and tensor, from ``run`` instead of returning NaN, whatever other
-    threads run meanwhile. ort_roi's ops are registered on ``sess_options`` (once, as
-    ``session_options`` does); nothing else of it is changed, but the session runs with the
+    ``ort_roi.convert`` does (``roialign_max``, ``fuse`` and ``exporter`` as there; what is
+    worth knowing is issued as a warning naming the node), omitted optional attributes take
+    their defaults, float attributes reach the kernels exactly, and a bad input raises
+    :class:`ort_roi.RoiOpError` (a ValueError) naming op, node, input and tensor, from ``run``
+    instead of returning NaN, whatever other threads run meanwhile. ort_roi's ops are
+    registered on ``sess_options`` (once, as ``session_options`` does); nothing else of it is
+    changed, but the session runs with the
     sequential executor whatever its ``execution_mode`` says (that is how a run's errors
     reach it, see the module doc). Everything else is delegated to the wrapped
     ``onnxruntime.InferenceSession``.
@@ -199,6 +202,8 @@ class InferenceSession:
         roialign_max: how ONNX RoiAlign's mode "max" is computed, as ``ort_roi.convert``:
             "sample" (the largest bilinear sample) or "onnx" (as onnxruntime).
         fuse: fuse torchvision's exported MultiScaleRoIAlign stages and per-box Loops.
+        exporter: who wrote the model, as ``ort_roi.convert``: None (told from the model),
+            a name of its exporters (their repairs apply) or "none".
         **kw: passed on to ``onnxruntime.InferenceSession``.
 
     Raises:
@@ -210,11 +215,13 @@ class InferenceSession:
 
     def __init__(self, model, sess_options: ort.SessionOptions | None = None,
                  providers: Sequence[Any] | None = None, *, roialign_max: str = "sample",
-                 fuse: bool = True, **kw: Any):
+                 fuse: bool = True, exporter: str | None = None, **kw: Any):
         m = _load(model)
         tokens = bridge.FloatTokens()
         try:
-            for note in prepare_model(m, tokens, roialign_max=roialign_max, fuse=fuse).notes:
+            done = prepare_model(m, tokens, roialign_max=roialign_max, fuse=fuse,
+                                 exporter=exporter)
+            for note in done.notes:
                 warnings.warn(note, stacklevel=2)
             _check_attributes(m)
             so = session_options(sess_options)  # registers the ops on sess_options, once
