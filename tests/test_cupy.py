@@ -77,9 +77,11 @@ def host_cupy(host_lib, monkeypatch):
     import of torch, a second one in the process, crashed it."""
     fake = fake_cupy.module(host_lib)
     _cupy._module.cache_clear()
+    _cupy._function.cache_clear()  # the compiled functions too: a GPU test after it got these
     monkeypatch.setitem(sys.modules, "cupy", fake)
     yield fake
     _cupy._module.cache_clear()
+    _cupy._function.cache_clear()
 
 
 @pytest.mark.parametrize("kind,case", ALL, ids=IDS)

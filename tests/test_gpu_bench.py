@@ -107,9 +107,11 @@ def host_cupy(tmp_path_factory, monkeypatch):
     fake.cuda.runtime.getDeviceProperties = lambda i: {"name": b"host build of roi_ops.cu"}
     fake.cuda.runtime.runtimeGetVersion = lambda: 0
     _cupy._module.cache_clear()
+    _cupy._function.cache_clear()
     monkeypatch.setitem(sys.modules, "cupy", fake)
     yield fake
     _cupy._module.cache_clear()
+    _cupy._function.cache_clear()
     ort_roi_backend("numpy")
 
 
