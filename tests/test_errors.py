@@ -324,3 +324,24 @@ def test_front_door_names_an_empty_model(how, tmp_path):
     assert "cannot be read as an ONNX model" in msg and "holds no graph" in msg, msg
     assert {"file": str(empty), "bytes": "the 0 bytes given",
             "ModelProto": "the ModelProto given"}[how] in msg, msg
+
+
+def test_a_failing_node_of_the_graph_itself_is_not_called_a_feed_error():
+    """A feed that fits the declared inputs, and a native node of the graph that fails (a
+    Gather out of bounds, as inside torchvision's own graph): the error says the run failed
+    and names the node, not "feed"."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["y"], name="gather_boxes")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    sess = ort_roi.InferenceSession(m)
+    with pytest.raises(ort_roi.RoiOpError) as e:
+        sess.run(None, {"x": np.zeros(3, np.float32), "i": np.array([7])})
+    assert e.value.name == "run" and "gather_boxes" in str(e.value)
+    assert "feed" not in str(e.value).split(":")[1]
+    assert sess.run(None, {"x": np.arange(3, dtype=np.float32), "i": np.array([2])})[0] == 2

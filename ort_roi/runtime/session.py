@@ -348,8 +348,9 @@ class InferenceSession:
         return thread
 
     def _feed_error(self, feed: dict, e: Exception) -> RoiOpError:
-        """onnxruntime refused the feed: say which graph input and, where one of our nodes
-        reads it, which op, node and input."""
+        """onnxruntime failed a run: where the feed does not fit a declared input, say which
+        graph input and, where one of our nodes reads it, which op, node and input; else the
+        graph's own node failed (onnxruntime's first line names it)."""
         for name, value in feed.items():
             if name not in self._declared:
                 continue
@@ -369,7 +370,10 @@ class InferenceSession:
                 return RoiOpError("ort_roi", "feed", problem)
             op, inp, node = where
             return RoiOpError(op, f"input '{inp}'", problem, node=node, tensor=name)
-        return RoiOpError("ort_roi", "feed", f"onnxruntime refused the run: {_first_line(e)}")
+        # the feed fits the declared inputs and no node of ours failed: a node of the graph
+        # itself did (onnxruntime's message names it), not the feed
+        return RoiOpError("ort_roi", "run", f"onnxruntime failed running the model (the feed "
+                          f"fits its declared inputs; no ort_roi node failed): {_first_line(e)}")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sess, name)
