@@ -383,16 +383,20 @@ class Op:
     ``kernel``: the fast kernel the registered nodes run, called with the node's inputs and
     attributes as keyword arguments (NumPy in, NumPy out; CuPy feature maps compute on the
     GPU); ``definition``: the readable definition (``ort_roi.definitions``) it is held to,
-    called with resolved attributes (``ort_roi.ops.define``); ``steps``: the compute steps of the backend
-    table (``ort_roi.kernels.dispatch.TABLE``) the kernel runs; ``forms``: every node form a
-    graph holds it in (its own, and the nodes other exporters write that it computes).
+    called with resolved attributes (``ort_roi.ops.define``); ``steps``: the compute steps
+    (``ort_roi.kernels.dispatch.steps``) the kernel runs; ``forms``: every node form a graph
+    holds it in (its own, and the nodes other exporters write that it computes); ``node``:
+    where a node's inputs or attributes are not the kernel's parameters (the multi-level ops'
+    per-level scales, attributes spatial_scale_0 ..), the function a node calls, which calls
+    ``kernel``.
     """
 
     specs: tuple[OpSpec, ...]
     kernel: Callable[..., Any]
     definition: Callable[..., Any]
-    steps: tuple[str, ...]
+    steps: tuple[Any, ...]  # kernels.dispatch.Step (spec.py imports no kernels)
     forms: tuple[NodeForm, ...]
+    node: Callable[..., Any] | None = None
 
     @property
     def spec(self) -> OpSpec:

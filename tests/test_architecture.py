@@ -155,12 +155,17 @@ def test_every_op_module_is_one_entry_in_the_registry():
 
 
 def _compute_steps(module: str) -> set[str]:
-    """The steps a module's code hands to ``compute`` (its first argument, a string)."""
+    """The steps a module's code hands to ``compute``: its first argument, ``steps.<name>``
+    (a Step referenced by name; a string or any other expression fails), every other
+    argument but the data by keyword (the dispatch slices per-box arguments by name)."""
     steps = set()
     for node in ast.walk(ast.parse(MODULES[module].read_text())):
-        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "compute"
-                and node.args and isinstance(node.args[0], ast.Constant)):
-            steps.add(node.args[0].value)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "compute":
+            first = node.args[0] if node.args else None
+            assert (isinstance(first, ast.Attribute) and isinstance(first.value, ast.Name)
+                    and first.value.id == "steps"), (module, ast.unparse(node))
+            assert len(node.args) == 2, (module, "by keyword", ast.unparse(node))
+            steps.add(first.attr)
     return steps
 
 
@@ -192,8 +197,12 @@ def test_every_entry_is_complete(module):
     assert kernels, f"{module}: no kernel with an Args/Returns docstring"
     assert all("Returns:" in f.__doc__ for f in kernels), module
     assert e.definition.__module__.startswith("ort_roi.definitions."), e.definition
-    assert set(e.steps) <= set(TABLE), set(e.steps) - set(TABLE)
-    assert _compute_steps(module) == set(e.steps), module
+    assert all(TABLE.get(t.name) is t for t in e.steps), e.steps
+    assert _compute_steps(module) == {t.name for t in e.steps}, module
+    kernel = e.kernel  # the public kernel: defined in its module, documented, ops.<name>
+    assert kernel.__module__ == module and not kernel.__name__.startswith("_"), kernel
+    assert "Args:" in kernel.__doc__ and "Returns:" in kernel.__doc__, kernel
+    assert getattr(importlib.import_module("ort_roi.ops"), kernel.__name__) is kernel
 
 
 def test_every_kernel_goes_through_the_dispatch_table():
@@ -207,7 +216,27 @@ def test_every_kernel_goes_through_the_dispatch_table():
         reached = {mod for mod, _ in _imports(m)}
         assert not {x for x in reached if x.startswith(("ort_roi.kernels.cpu",
                                                          "ort_roi.kernels.cuda"))}, m
-    assert {s for e in ops.ENTRIES for s in e.steps} == set(TABLE)
+    assert {s.name for e in ops.ENTRIES for s in e.steps} == set(TABLE)
+
+
+def test_the_registry_is_one_list():
+    """Adding an op adds its module's name to ``ops.MODULES`` and nothing else: ENTRIES,
+    SPECS, FORMS and the public kernels are derived from it, and ops/__init__.py names no
+    op module anywhere else (no import of one, no list of entries or kernels)."""
+    import importlib
+
+    from ort_roi import ops
+
+    assert ops.ENTRIES == tuple(importlib.import_module(f"ort_roi.ops.{m}").ENTRY
+                                for m in ops.MODULES)
+    assert sorted(f"ort_roi.ops.{m}" for m in ops.MODULES) == _op_modules()
+    assert ops.KERNELS == {e.kernel.__name__: e.kernel for e in ops.ENTRIES}
+    tree = ast.parse(MODULES["ort_roi.ops"].read_text())
+    assert not [ast.unparse(n) for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.level == 1]  # from . / from .x import
+    for n in ast.walk(tree):  # no op's kernel or module named but in MODULES' strings
+        if isinstance(n, (ast.Name, ast.Attribute)):
+            assert getattr(n, "id", getattr(n, "attr", None)) not in ops.KERNELS, ast.unparse(n)
 
 
 def test_no_module_outside_the_entries_switches_on_an_op():

@@ -1,8 +1,8 @@
 """The backend table: each compute step of the kernels with its NumPy and its CUDA
 implementation, in one place, and the one dispatch between them.
 
-A public kernel checks its inputs on the host and calls ``compute(step, X, ...)``: X on the
-GPU (a CuPy array) runs the CUDA step (kernels/cuda), anything else the NumPy step
+A public kernel checks its inputs on the host and calls ``compute(steps.<step>, X, **args)``:
+X on the GPU (a CuPy array) runs the CUDA step (kernels/cuda), anything else the NumPy step
 (kernels/cpu). A CUDA step returns its output and the boxes it left to the host (samples
 beyond what one GPU thread should loop over); those are computed here by the NumPy step on a
 host copy and written into the device output.
@@ -10,6 +10,7 @@ host copy and written into the device output.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Callable
 
@@ -19,35 +20,58 @@ from . import cpu, cuda
 
 @dataclass(frozen=True)
 class Step:
-    """One compute step: its implementations and which of its arguments (by position,
-    after X) hold one entry per box."""
+    """One compute step: its name, its implementations, and which of its keyword arguments
+    hold one entry per box (``per_box``: parameter names of both implementations; the CUDA
+    fallback slices exactly those to the boxes it left)."""
 
+    name: str
     numpy: Callable
     cuda: Callable | None  # None: the NumPy step on host copies, for CuPy input too
-    per_box: tuple[int, ...]
+    per_box: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for f in (self.numpy, self.cuda):
+            if f is None:
+                continue
+            params = inspect.signature(f).parameters
+            missing = [n for n in self.per_box if n not in params]
+            if missing:
+                raise TypeError(f"step {self.name}: {f.__module__}.{f.__qualname__} has no "
+                                f"parameter {missing}")
 
 
-#: Every compute step of the kernels.
-TABLE: dict[str, Step] = {
-    "max_pool": Step(cpu.max_pool, cuda.max_pool, (0, 1)),
-    "bilinear_pool": Step(cpu.bilinear_pool, cuda.bilinear_pool, (0, 1)),
-    "pool_bins": Step(cpu.pool_bins, cuda.pool_bins, (0, 1, 2, 3, 4)),
-    "ps_align": Step(cpu.ps_align, cuda.ps_align, (0, 1)),
-    "align": Step(cpu.align, cuda.align, (0, 1, 2, 3)),
-    "align_max": Step(cpu.align_max, cuda.align_max, (0, 1, 2, 3)),
-    "align_rotated": Step(cpu.align_rotated, cuda.align_rotated, (0,)),
-    "align_levels": Step(cpu.align_levels, cuda.align_levels, (0, 1, 2, 3, 4)),
-    "crop_bilinear": Step(cpu.crop_bilinear, cuda.crop_bilinear, (0, 1, 2, 3, 4, 5, 6)),
-    "crop_nearest": Step(cpu.crop_nearest, cuda.crop_nearest, (0, 1, 2)),
+class steps:  # noqa: N801 - a namespace: ``compute(steps.align, X, ...)``
+    """Every compute step of the kernels, referenced by name (a misspelt one fails at import)."""
+
+    max_pool = Step("max_pool", cpu.max_pool, cuda.max_pool, ("batch", "boxes"))
+    bilinear_pool = Step("bilinear_pool", cpu.bilinear_pool, cuda.bilinear_pool,
+                         ("batch", "boxes"))
+    pool_bins = Step("pool_bins", cpu.pool_bins, cuda.pool_bins,
+                     ("batch", "hlo", "hhi", "wlo", "whi"))
+    ps_align = Step("ps_align", cpu.ps_align, cuda.ps_align, ("batch", "boxes"))
+    align = Step("align", cpu.align, cuda.align, ("batch", "start", "bin_size", "grid"))
+    align_max = Step("align_max", cpu.align_max, cuda.align_max,
+                     ("batch", "start", "bin_size", "grid"))
+    align_rotated = Step("align_rotated", cpu.align_rotated, cuda.align_rotated, ("rows",))
+    align_levels = Step("align_levels", cpu.align_levels, cuda.align_levels,
+                        ("batch", "start", "bin_size", "grid", "level"))
+    crop_bilinear = Step("crop_bilinear", cpu.crop_bilinear, cuda.crop_bilinear,
+                         ("batch", "y0", "y1", "fy", "x0", "x1", "fx"))
+    crop_nearest = Step("crop_nearest", cpu.crop_nearest, cuda.crop_nearest,
+                        ("batch", "y", "x"))
     # computed on the host for either backend (CuPy input copied): per-box work whose size
     # is the box's (upsampled roi maps, pasted images), no CUDA kernel
-    "keypoints": Step(cpu.keypoints, None, ()),
-    "paste_masks": Step(cpu.paste_masks, None, ()),
-    "generate_proposals": Step(cpu.generate_proposals, None, ()),
-    "distribute_fpn_proposals": Step(cpu.distribute_fpn_proposals, None, ()),
-    "fpn_levels": Step(cpu.fpn_levels, None, ()),
-    "collect_fpn_proposals": Step(cpu.collect_fpn_proposals, None, ()),
-}
+    keypoints = Step("keypoints", cpu.keypoints, None)
+    paste_masks = Step("paste_masks", cpu.paste_masks, None)
+    generate_proposals = Step("generate_proposals", cpu.generate_proposals, None)
+    distribute_fpn_proposals = Step("distribute_fpn_proposals", cpu.distribute_fpn_proposals,
+                                    None)
+    fpn_levels = Step("fpn_levels", cpu.fpn_levels, None)
+    collect_fpn_proposals = Step("collect_fpn_proposals", cpu.collect_fpn_proposals, None)
+
+
+#: Every compute step of the kernels, by name.
+TABLE: dict[str, Step] = {s.name: s for s in vars(steps).values() if isinstance(s, Step)}
 
 
 def is_cupy(a) -> bool:
@@ -65,20 +89,20 @@ def host(a):
     return a
 
 
-def compute(step: str, X, *args, **kwargs):
-    """Run compute step ``step`` where X is (X may be a list of feature maps)."""
-    s = TABLE[step]
+def compute(step: Step, X, **kwargs):
+    """Run compute step ``step`` (one of ``steps``) where X is (X may be a list of feature
+    maps); every other argument by keyword, so the per-box ones are sliced by name."""
     first = X[0] if isinstance(X, (list, tuple)) else X
     if not is_cupy(first):
-        return s.numpy(X, *args, **kwargs)
-    if s.cuda is None:
-        return s.numpy([host(x) for x in X] if isinstance(X, (list, tuple)) else host(X),
-                       *(host(a) for a in args), **kwargs)
+        return step.numpy(X, **kwargs)
+    if step.cuda is None:
+        return step.numpy([host(x) for x in X] if isinstance(X, (list, tuple)) else host(X),
+                          **{k: host(v) for k, v in kwargs.items()})
     import cupy
 
-    out, left = s.cuda(X, *args, **kwargs)
+    out, left = step.cuda(X, **kwargs)
     if len(left):
-        sub = [a[left] if i in s.per_box else a for i, a in enumerate(args)]
+        sub = {k: v[left] if k in step.per_box else v for k, v in kwargs.items()}
         Xh = [host(x) for x in X] if isinstance(X, (list, tuple)) else host(X)
-        out[left] = cupy.asarray(s.numpy(Xh, *sub, **kwargs))
+        out[left] = cupy.asarray(step.numpy(Xh, **sub))
     return out

@@ -5,8 +5,9 @@ shapes, docs), the node forms graphs hold it in, its public kernel (attributes r
 checked, host geometry, then the compute steps of ``ort_roi.kernels.dispatch``) and the
 readable definition it is held to (``ort_roi.definitions``), tied together in ``ENTRY``.
 Registration, schemas, builders, generated inputs, ``ort-roi info``, validate, convert and the
-docs read ``ENTRIES``; nothing else lists ops. Adding an op = a module here (and its line
-below), its definition, its compute step(s), its tests.
+docs read ``ENTRIES``; nothing else lists ops. Adding an op = a module here and its name in
+``MODULES`` (the one list: ``ENTRIES``, ``SPECS``, ``FORMS`` and the public kernels
+``ort_roi.ops.<kernel>`` are derived from it), its definition, its compute step(s), its tests.
 
 The kernels take arrays and the attributes as keyword arguments (NumPy in, NumPy out; a CuPy
 feature map computes on the GPU) and raise :class:`ort_roi.RoiOpError` on bad input::
@@ -17,27 +18,24 @@ feature map computes on the GPU) and raise :class:`ort_roi.RoiOpError` on bad in
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any, Callable
 
 from ..spec import DOMAIN, NodeForm, Op, OpSpec
-from . import (caffe2_roi_align, collect_fpn_proposals, crop_and_resize,
-               distribute_fpn_proposals, distribute_roi_align,
-               generate_proposals,
-               heatmaps_to_keypoints, mmcv_roi_align, mmcv_roi_align_rotated,
-               multi_level_roi_align, onnx_roi_align, paste_masks, psroi_pool,
-               pyramid_roi_align, roi_align, roi_feature_extractor, roi_pool, roi_pooling,
-               torchvision_ps_roi_align, torchvision_ps_roi_pool)
 
-#: Every op, in documentation order: the four ops of the ort_roi domain first.
-ENTRIES: tuple[Op, ...] = (
-    roi_pooling.ENTRY, roi_pool.ENTRY, psroi_pool.ENTRY, roi_align.ENTRY,
-    onnx_roi_align.ENTRY, roi_feature_extractor.ENTRY, torchvision_ps_roi_align.ENTRY,
-    torchvision_ps_roi_pool.ENTRY, pyramid_roi_align.ENTRY, heatmaps_to_keypoints.ENTRY,
-    paste_masks.ENTRY, multi_level_roi_align.ENTRY, mmcv_roi_align.ENTRY,
-    mmcv_roi_align_rotated.ENTRY, caffe2_roi_align.ENTRY, crop_and_resize.ENTRY,
-    generate_proposals.ENTRY, collect_fpn_proposals.ENTRY, distribute_fpn_proposals.ENTRY,
-    distribute_roi_align.ENTRY,
+#: The registry: every op's module, in documentation order (the four ops of the ort_roi
+#: domain first). Everything below is derived from it.
+MODULES: tuple[str, ...] = (
+    "roi_pooling", "roi_pool", "psroi_pool", "roi_align", "onnx_roi_align",
+    "roi_feature_extractor", "torchvision_ps_roi_align", "torchvision_ps_roi_pool",
+    "pyramid_roi_align", "heatmaps_to_keypoints", "paste_masks", "multi_level_roi_align",
+    "mmcv_roi_align", "mmcv_roi_align_rotated", "caffe2_roi_align", "crop_and_resize",
+    "generate_proposals", "collect_fpn_proposals", "distribute_fpn_proposals",
+    "distribute_roi_align",
 )
+
+#: Every op's entry, in ``MODULES`` order.
+ENTRIES: tuple[Op, ...] = tuple(import_module(f"{__name__}.{m}").ENTRY for m in MODULES)
 
 #: The ops of the ort_roi domain its own graphs are built from (the product's four).
 SPECS: tuple[OpSpec, ...] = tuple(e.spec for e in ENTRIES[:4])
@@ -91,7 +89,8 @@ def kernel(spec: OpSpec | tuple[str, str]) -> Callable[..., Any]:
     Raises:
         KeyError: no op has that spec.
     """
-    return entry(spec).kernel
+    e = entry(spec)
+    return e.node or e.kernel
 
 
 def define(spec: OpSpec | tuple[str, str], *inputs, **attrs):
@@ -153,29 +152,9 @@ def spec(name: str, domain: str = DOMAIN) -> OpSpec:
     return f.spec
 
 
-from .caffe2_roi_align import caffe2_roi_align  # noqa: E402
-from .collect_fpn_proposals import collect_fpn_proposals  # noqa: E402
-from .crop_and_resize import crop_and_resize  # noqa: E402
-from .distribute_fpn_proposals import distribute_fpn_proposals  # noqa: E402
-from .distribute_roi_align import distribute_roi_align  # noqa: E402
-from .generate_proposals import generate_proposals  # noqa: E402
-from .heatmaps_to_keypoints import heatmaps_to_keypoints  # noqa: E402
-from .mmcv_roi_align import mmcv_roi_align  # noqa: E402
-from .mmcv_roi_align_rotated import mmcv_roi_align_rotated  # noqa: E402
-from .multi_level_roi_align import multi_level_roi_align  # noqa: E402
-from .onnx_roi_align import onnx_roi_align  # noqa: E402
-from .paste_masks import paste_masks  # noqa: E402
-from .psroi_pool import psroi_pool  # noqa: E402
-from .pyramid_roi_align import pyramid_roi_align  # noqa: E402
-from .roi_align import roi_align  # noqa: E402
-from .roi_feature_extractor import roi_feature_extractor  # noqa: E402
-from .roi_pool import roi_pool  # noqa: E402
-from .roi_pooling import roi_pooling  # noqa: E402
-from .torchvision_ps_roi_align import torchvision_ps_roi_align  # noqa: E402
-from .torchvision_ps_roi_pool import torchvision_ps_roi_pool  # noqa: E402
+#: The public kernels, ``ort_roi.ops.roi_align`` ...: each entry's kernel, by its name.
+KERNELS: dict[str, Callable[..., Any]] = {e.kernel.__name__: e.kernel for e in ENTRIES}
+globals().update(KERNELS)
 
-__all__ = ["ENTRIES", "FORMS", "SPECS", "all_specs", "define", "entry", "form", "kernel",
-           "spec", "caffe2_roi_align", "collect_fpn_proposals", "crop_and_resize", "distribute_fpn_proposals", "distribute_roi_align", "generate_proposals", "heatmaps_to_keypoints", "mmcv_roi_align",
-           "mmcv_roi_align_rotated", "multi_level_roi_align", "onnx_roi_align", "paste_masks",
-           "psroi_pool", "pyramid_roi_align", "roi_align", "roi_feature_extractor", "roi_pool",
-           "roi_pooling", "torchvision_ps_roi_align", "torchvision_ps_roi_pool"]
+__all__ = ["ENTRIES", "FORMS", "KERNELS", "MODULES", "SPECS", "all_specs", "define", "entry",
+           "form", "kernel", "spec", *KERNELS]

@@ -12,7 +12,7 @@ from ..errors import RoiOpError
 from ..geometry import align_bins, roi_align_geometry
 from ..kernels.checks import batch_from_column, check_box_sizes, check_boxes, check_features, \
     check_output_size, quiet
-from ..kernels.dispatch import compute, host
+from ..kernels.dispatch import compute, host, steps
 from ..spec import Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, sampling_ratio_attr, \
     spatial_scale_attr
 
@@ -74,11 +74,13 @@ def caffe2_roi_align(X: np.ndarray, rois: np.ndarray, *, order: str = "NCHW",
     check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
     ph, pw, sr = a["pooled_h"], a["pooled_w"], a["sampling_ratio"]
     bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw, sr)
-    return compute("align", X, batch, *bins, ph, pw, sr)
+    start, size, grid = bins
+    return compute(steps.align, X, batch=batch, start=start, bin_size=size, grid=grid, ph=ph,
+                   pw=pw, sampling_ratio=sr)
 
 
 ENTRY = Op(
-    specs=(SPEC,), kernel=caffe2_roi_align, definition=definition, steps=("align",),
+    specs=(SPEC,), kernel=caffe2_roi_align, definition=definition, steps=(steps.align,),
     forms=(NodeForm("org.pytorch._caffe2", "RoIAlign", SPEC, "detectron2's Caffe2 export",
                     "Paddle roi_align"),),
 )

@@ -13,7 +13,7 @@ import numpy as np
 from ..definitions.collect import collect_fpn_proposals_outputs as definition
 from ..errors import RoiOpError
 from ..kernels.checks import check_finite, float_input, int_vector, quiet
-from ..kernels.dispatch import compute, host
+from ..kernels.dispatch import compute, host, steps
 from ..spec import DOMAIN, MAX_LEVELS, Attr, Dims, Input, NodeForm, Op, OpSpec, Output
 
 
@@ -140,12 +140,13 @@ def collect_fpn_proposals(*inputs, post_nms_topN: int):
         rois.append(np.ascontiguousarray(r))
         scores.append(s)
         counts.append(c.astype(np.int64))
-    return compute("collect_fpn_proposals", rois, scores, counts, a["post_nms_topN"])
+    return compute(steps.collect_fpn_proposals, rois, multi_scores=scores, multi_counts=counts,
+                   post_nms_topN=a["post_nms_topN"])
 
 
 ENTRY = Op(
     specs=tuple(SPECS.values()), kernel=collect_fpn_proposals, definition=definition,
-    steps=("collect_fpn_proposals",),
+    steps=(steps.collect_fpn_proposals,),
     forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi export-paddle (Paddle "
                          "collect_fpn_proposals)", "Paddle collect_fpn_proposals")
                 for s in SPECS.values()),

@@ -10,7 +10,7 @@ import numpy as np
 from ..definitions.crop_and_resize import crop_and_resize as definition
 from ..errors import RoiOpError
 from ..kernels.checks import batch_from_indices, check_finite, float_input, quiet
-from ..kernels.dispatch import compute, is_cupy
+from ..kernels.dispatch import compute, is_cupy, steps
 from ..spec import DOMAIN, TYPES, Attr, Dims, Input, NodeForm, Op, OpSpec, Output
 
 F32 = np.float32
@@ -168,15 +168,17 @@ def crop_and_resize(image: np.ndarray, boxes: np.ndarray, box_indices: np.ndarra
     ys = axis_positions(boxes[:, 0], boxes[:, 2], H, ch)
     xs = axis_positions(boxes[:, 1], boxes[:, 3], W, cw)
     if a["method"] == "nearest":
-        return compute("crop_nearest", image, batch, nearest_axis(ys, H), nearest_axis(xs, W),
-                       a["extrapolation_value"])
-    return compute("crop_bilinear", image, batch, *bilinear_axis(ys, H), *bilinear_axis(xs, W),
-                   a["extrapolation_value"])
+        return compute(steps.crop_nearest, image, batch=batch, y=nearest_axis(ys, H),
+                       x=nearest_axis(xs, W), extrapolation_value=a["extrapolation_value"])
+    y0, y1, fy = bilinear_axis(ys, H)
+    x0, x1, fx = bilinear_axis(xs, W)
+    return compute(steps.crop_bilinear, image, batch=batch, y0=y0, y1=y1, fy=fy, x0=x0, x1=x1,
+                   fx=fx, extrapolation_value=a["extrapolation_value"])
 
 
 ENTRY = Op(
     specs=(SPEC,), kernel=crop_and_resize, definition=definition,
-    steps=("crop_bilinear", "crop_nearest"),
+    steps=(steps.crop_bilinear, steps.crop_nearest),
     forms=(NodeForm(DOMAIN, "CropAndResize", SPEC,
                     "ort-roi convert (tf2onnx's crop_and_resize Loop and "
                     "com.microsoft::CropAndResize)", "TensorFlow tf.image.crop_and_resize"),),

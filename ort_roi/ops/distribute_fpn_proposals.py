@@ -12,7 +12,7 @@ import numpy as np
 from ..definitions.proposals import distribute_fpn_proposals_outputs as definition
 from ..errors import RoiOpError
 from ..kernels.checks import check_finite, check_level_count, float_input, int_vector, quiet
-from ..kernels.dispatch import compute, host
+from ..kernels.dispatch import compute, host, steps
 from ..spec import COUNTS_DOC, DOMAIN, MAX_LEVELS, Attr, Dims, Input, NodeForm, Op, \
     OpSpec, Output
 
@@ -118,15 +118,16 @@ def distribute_fpn_proposals(fpn_rois: np.ndarray, rois_num: np.ndarray, *, min_
         raise RoiOpError(op, "input 'rois_num'",
                          f"must sum to R = {rois.shape[0]} (the rows of fpn_rois), got {values}")
     rois_l, counts_l, restore = compute(
-        "distribute_fpn_proposals", np.ascontiguousarray(rois), counts.astype(np.int64),
-        a["min_level"], a["max_level"], a["refer_level"], a["refer_scale"],
-        bool(a["pixel_offset"]))
+        steps.distribute_fpn_proposals, np.ascontiguousarray(rois),
+        rois_num=counts.astype(np.int64), min_level=a["min_level"], max_level=a["max_level"],
+        refer_level=a["refer_level"], refer_scale=a["refer_scale"],
+        pixel_offset=bool(a["pixel_offset"]))
     return tuple(rois_l) + tuple(counts_l) + (restore,)
 
 
 ENTRY = Op(
     specs=tuple(SPECS.values()), kernel=distribute_fpn_proposals, definition=definition,
-    steps=("distribute_fpn_proposals",),
+    steps=(steps.distribute_fpn_proposals,),
     forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi export-paddle (Paddle "
                          "distribute_fpn_proposals)", "Paddle distribute_fpn_proposals")
                 for s in SPECS.values()),

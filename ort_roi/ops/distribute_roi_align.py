@@ -16,7 +16,7 @@ from ..errors import RoiOpError
 from ..geometry import align_bins, level_scales, roi_align_geometry
 from ..kernels.checks import batch_from_counts, check_box_sizes, check_boxes, check_level_count, \
     check_levels, check_output_size, level_spec, per_level, quiet
-from ..kernels.dispatch import compute
+from ..kernels.dispatch import compute, steps
 from ..spec import COUNTS_DOC, DOMAIN, MAX_LEVELS, Attr, Dims, Input, NodeForm, Op, OpSpec, \
     Output, level_inputs, pooled_attr, pooled_shapes, sampling_ratio_attr
 
@@ -121,13 +121,16 @@ def distribute_roi_align(fpn_rois: np.ndarray, rois_num: np.ndarray, *feats: np.
     rois = np.ascontiguousarray(check_boxes(op, "fpn_rois", fpn_rois, X[0], 4))
     batch = batch_from_counts(op, "rois_num", rois_num, X[0].shape[0], rois.shape[0])
     check_output_size(spec, a, rois.shape[0], X[0].shape[1])
-    level = compute("fpn_levels", rois, a["min_level"], a["max_level"], a["refer_level"],
-                    a["refer_scale"], bool(a["pixel_offset"])) - a["min_level"]
+    level = compute(steps.fpn_levels, rois, min_level=a["min_level"], max_level=a["max_level"],
+                    refer_level=a["refer_level"], refer_scale=a["refer_scale"],
+                    pixel_offset=bool(a["pixel_offset"])) - a["min_level"]
     scale = level_scales([a[f"spatial_scale_{i}"] for i in range(L)], level, rois.dtype)
     check_box_sizes(op, "fpn_rois", rois, scale, level, a["min_level"])  # at each level
     ph, pw, sr = a["pooled_height"], a["pooled_width"], a["sampling_ratio"]
     bins = align_bins(rois, scale, roi_align_geometry(a["aligned"]), ph, pw, sr)
-    return compute("align_levels", X, batch, *bins, level.astype(np.intp), ph, pw, sr, 0)
+    start, size, grid = bins
+    return compute(steps.align_levels, X, batch=batch, start=start, bin_size=size, grid=grid,
+                   level=level.astype(np.intp), ph=ph, pw=pw, sampling_ratio=sr, mode=0)
 
 
 def distribute_roi_align_levels(fpn_rois: np.ndarray, rois_num: np.ndarray, *feats: np.ndarray,
@@ -147,8 +150,9 @@ def distribute_roi_align_levels(fpn_rois: np.ndarray, rois_num: np.ndarray, *fea
 
 
 ENTRY = Op(
-    specs=tuple(SPECS.values()), kernel=distribute_roi_align_levels, definition=definition,
-    steps=("fpn_levels", "align_levels"),
+    specs=tuple(SPECS.values()), kernel=distribute_roi_align, node=distribute_roi_align_levels,
+    definition=definition,
+    steps=(steps.fpn_levels, steps.align_levels),
     forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi convert / export-paddle (PaddleDetection's "
                          "FPN RoI stage as export-paddle writes it, fused)",
                          "Paddle distribute_fpn_proposals + roi_align + concat + gather")

@@ -10,7 +10,7 @@ import numpy as np
 from ..definitions.proposals import generate_proposals as definition
 from ..errors import RoiOpError
 from ..kernels.checks import check_finite, float_input, quiet
-from ..kernels.dispatch import compute
+from ..kernels.dispatch import compute, steps
 from ..spec import DOMAIN, Attr, Dims, Input, NodeForm, Op, OpSpec, Output
 
 
@@ -131,16 +131,17 @@ def generate_proposals(scores: np.ndarray, bbox_deltas: np.ndarray, im_shape: np
         i = tuple(int(k) for k in np.argwhere(im < 0)[0])
         raise RoiOpError(op, "input 'im_shape'",
                          f"image {i[0]} has a negative size {im[i[0]].tolist()}")
-    return compute("generate_proposals", scores, deltas, im,
-                   np.ascontiguousarray(an.reshape(-1, 4)),
-                   np.ascontiguousarray(va.reshape(-1, 4)), a["pre_nms_top_n"],
-                   a["post_nms_top_n"], a["nms_thresh"], a["min_size"], a["eta"],
-                   bool(a["pixel_offset"]))
+    return compute(steps.generate_proposals, scores, bbox_deltas=deltas, im_shape=im,
+                   anchors=np.ascontiguousarray(an.reshape(-1, 4)),
+                   variances=np.ascontiguousarray(va.reshape(-1, 4)),
+                   pre_nms_top_n=a["pre_nms_top_n"], post_nms_top_n=a["post_nms_top_n"],
+                   nms_thresh=a["nms_thresh"], min_size=a["min_size"], eta=a["eta"],
+                   pixel_offset=bool(a["pixel_offset"]))
 
 
 ENTRY = Op(
     specs=(SPEC,), kernel=generate_proposals, definition=definition,
-    steps=("generate_proposals",),
+    steps=(steps.generate_proposals,),
     forms=(NodeForm(DOMAIN, "GenerateProposals", SPEC,
                     "ort-roi export-paddle (Paddle generate_proposals)",
                     "Paddle generate_proposals"),),

@@ -10,7 +10,7 @@ import numpy as np
 from ..definitions.torchvision import heatmaps_to_keypoints as definition
 from ..errors import RoiOpError
 from ..kernels.checks import check_boxes, check_features, quiet
-from ..kernels.dispatch import compute
+from ..kernels.dispatch import compute, steps
 from ..spec import DOMAIN, Input, NodeForm, Op, OpSpec, Output
 
 #: The largest roi map HeatmapsToKeypoints upsamples one box's heatmaps to (ceil(w) * ceil(h)
@@ -82,11 +82,12 @@ def heatmaps_to_keypoints(maps: np.ndarray, rois: np.ndarray):
         raise RoiOpError(op, "input 'rois'",
                          f"must have one row per box of maps (R = {X.shape[0]}), got "
                          f"{rois.shape[0]}")
-    return compute("keypoints", X, rois, *keypoint_boxes(op, rois))
+    w, h, wc, hc = keypoint_boxes(op, rois)
+    return compute(steps.keypoints, X, rois=rois, w=w, h=h, wc=wc, hc=hc)
 
 
 ENTRY = Op(
-    specs=(SPEC,), kernel=heatmaps_to_keypoints, definition=definition, steps=("keypoints",),
+    specs=(SPEC,), kernel=heatmaps_to_keypoints, definition=definition, steps=(steps.keypoints,),
     forms=(NodeForm(DOMAIN, SPEC.name, SPEC,
                     "ort-roi convert (torchvision's exported keypoint decoding Loop), "
                     "ort_roi.torch_export", "onnxruntime's Resize + ArgMax (torchvision's "

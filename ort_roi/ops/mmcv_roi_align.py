@@ -14,7 +14,7 @@ from ..definitions.align import mmcv_roi_align as definition
 from ..geometry import MMCV_EMPTY_MAX, align_bins, roi_align_geometry
 from ..kernels.checks import batch_from_column, check_box_sizes, check_boxes, check_features, \
     check_output_size, quiet
-from ..kernels.dispatch import compute
+from ..kernels.dispatch import compute, steps
 from ..spec import Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, sampling_ratio_attr, \
     spatial_scale_attr
 
@@ -71,13 +71,17 @@ def mmcv_roi_align(input: np.ndarray, rois: np.ndarray, *, output_height: int = 
     check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
     ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
     bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw, sr)
+    start, size, grid = bins
     if a["mode"] == "avg":
-        return compute("align", X, batch, *bins, ph, pw, sr)
-    return compute("align_max", X, batch, *bins, ph, pw, empty=MMCV_EMPTY_MAX)
+        return compute(steps.align, X, batch=batch, start=start, bin_size=size, grid=grid,
+                       ph=ph, pw=pw, sampling_ratio=sr)
+    return compute(steps.align_max, X, batch=batch, start=start, bin_size=size, grid=grid,
+                   ph=ph, pw=pw, empty=MMCV_EMPTY_MAX)
 
 
 ENTRY = Op(
-    specs=(SPEC,), kernel=mmcv_roi_align, definition=definition, steps=("align", "align_max"),
+    specs=(SPEC,), kernel=mmcv_roi_align, definition=definition,
+    steps=(steps.align, steps.align_max),
     forms=(NodeForm("mmdeploy", "MMCVRoiAlign", SPEC,
                     "mmdeploy (TensorRT >= 1.0, PPLNN, onnxruntime 0.1-0.3)",
                     "avg: Paddle roi_align; max: " + _TRANSCRIBED),

@@ -17,7 +17,7 @@ from ..definitions.rotated import mmcv_roi_align_rotated as definition
 from ..geometry import rotated_rows
 from ..kernels.checks import batch_from_column, check_boxes, check_features, check_output_size, \
     check_rotated_sizes, quiet
-from ..kernels.dispatch import compute
+from ..kernels.dispatch import compute, steps
 from ..spec import Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, sampling_ratio_attr, \
     spatial_scale_attr
 
@@ -77,12 +77,12 @@ def mmcv_roi_align_rotated(input: np.ndarray, rois: np.ndarray, *, output_height
     check_output_size(SPEC, a, rois.shape[0], X.shape[1])
     rows = rotated_rows(rois, batch, a["spatial_scale"], ph, pw, a["sampling_ratio"],
                         bool(a["aligned"]), bool(a["clockwise"]))
-    return compute("align_rotated", X, rows, ph, pw)
+    return compute(steps.align_rotated, X, rows=rows, ph=ph, pw=pw)
 
 
 ENTRY = Op(
     specs=(SPEC,), kernel=mmcv_roi_align_rotated, definition=definition,
-    steps=("align_rotated",),
+    steps=(steps.align_rotated,),
     forms=(NodeForm("mmdeploy", "MMCVRoIAlignRotated", SPEC, "mmrotate through mmdeploy",
                     "OpenVINO (reads it from ONNX, aligned=1); " + _TRANSCRIBED),
            NodeForm("mmcv", "MMCVRoIAlignRotated", SPEC, "mmrotate / mmcv",

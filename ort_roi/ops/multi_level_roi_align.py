@@ -16,7 +16,7 @@ from ..geometry import FLT_MAX, LEGACY, MMDEPLOY_ALIGNED, align_bins, level_scal
     mmdeploy_levels, mmdeploy_rescale
 from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, check_output_size, \
     level_spec, per_level, quiet
-from ..kernels.dispatch import compute
+from ..kernels.dispatch import compute, steps
 from ..spec import BATCH_ROIS, DOMAIN, MAX_LEVELS, Attr, NodeForm, Op, OpSpec, Output, \
     level_inputs, pooled_attr, sampling_ratio_attr
 
@@ -94,8 +94,10 @@ def multi_level_roi_align(rois, *feats, output_height: int = 7, output_width: in
     ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
     bins = align_bins(boxes, level_scales(scale, level, boxes.dtype),
                       MMDEPLOY_ALIGNED if a["aligned"] else LEGACY, ph, pw, sr)
-    return compute("align_levels", X, batch, *bins, level, ph, pw, sr, 1 - a["pool_mode"],
-                   -FLT_MAX)
+    start, size, grid = bins
+    return compute(steps.align_levels, X, batch=batch, start=start, bin_size=size, grid=grid,
+                   level=level, ph=ph, pw=pw, sampling_ratio=sr, mode=1 - a["pool_mode"],
+                   empty=-FLT_MAX)
 
 
 def multi_level_roi_align_levels(rois, *feats, **attrs):
@@ -106,8 +108,9 @@ def multi_level_roi_align_levels(rois, *feats, **attrs):
 
 
 ENTRY = Op(
-    specs=tuple(SPECS.values()), kernel=multi_level_roi_align_levels, definition=definition,
-    steps=("align_levels",),
+    specs=tuple(SPECS.values()), kernel=multi_level_roi_align, node=multi_level_roi_align_levels,
+    definition=definition,
+    steps=(steps.align_levels,),
     forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi convert (from "
                          "mmdeploy::MMCVMultiLevelRoiAlign)",
                          "level rule + MMCVRoiAlign per level") for s in SPECS.values())

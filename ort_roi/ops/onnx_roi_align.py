@@ -17,7 +17,7 @@ from ..definitions.align import onnx_roi_align as definition
 from ..geometry import MMCV_EMPTY_MAX, align_bins, onnx_geometry
 from ..kernels.checks import batch_from_indices, check_box_sizes, check_boxes, check_features, \
     check_output_size, quiet
-from ..kernels.dispatch import compute
+from ..kernels.dispatch import compute, steps
 from ..spec import DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, \
     sampling_ratio_attr, spatial_scale_attr
 
@@ -83,14 +83,17 @@ def onnx_roi_align(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *
     ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
     bins = align_bins(rois, a["spatial_scale"], onnx_geometry(a["coordinate_transformation_mode"]),
                       ph, pw, sr)
+    start, size, grid = bins
     if a["mode"] == "avg":
-        return compute("align", X, batch, *bins, ph, pw, sr)
-    return compute("align_max", X, batch, *bins, ph, pw,
-                   empty=None if a["mode"] == "onnx_max" else MMCV_EMPTY_MAX)
+        return compute(steps.align, X, batch=batch, start=start, bin_size=size, grid=grid,
+                       ph=ph, pw=pw, sampling_ratio=sr)
+    return compute(steps.align_max, X, batch=batch, start=start, bin_size=size, grid=grid,
+                   ph=ph, pw=pw, empty=None if a["mode"] == "onnx_max" else MMCV_EMPTY_MAX)
 
 
 ENTRY = Op(
-    specs=(SPEC,), kernel=onnx_roi_align, definition=definition, steps=("align", "align_max"),
+    specs=(SPEC,), kernel=onnx_roi_align, definition=definition,
+    steps=(steps.align, steps.align_max),
     forms=(NodeForm(DOMAIN, "RoiAlign", SPEC, "ort-roi convert (from ONNX RoiAlign)", _ORACLE),
            NodeForm("", "RoiAlign", SPEC, "torchvision, mmdeploy (onnxruntime >= 0.4), "
                     "paddle2onnx", _ORACLE, registered=False, two_maxes=True,

@@ -10,7 +10,7 @@ import numpy as np
 from ..definitions.torchvision import paste_masks as definition
 from ..errors import RoiOpError
 from ..kernels.checks import check_features, int_vector, quiet
-from ..kernels.dispatch import compute, host
+from ..kernels.dispatch import compute, host, steps
 from ..spec import DOMAIN, TYPES, Input, NodeForm, Op, OpSpec, Output
 
 #: The largest image PasteMasks pastes into (height * width; 8192 x 8192), and the most
@@ -106,11 +106,12 @@ def paste_masks(masks: np.ndarray, boxes: np.ndarray, image_size: np.ndarray) ->
         raise RoiOpError(op, "input 'masks'", f"must have at least one channel (channel 0 is "
                          f"pasted), got shape {list(X.shape)}")
     height, width = image_shape(op, "image_size", image_size, R)
-    return compute("paste_masks", X, mask_boxes(op, "boxes", boxes, R), height, width)
+    return compute(steps.paste_masks, X, rows=mask_boxes(op, "boxes", boxes, R), height=height,
+                   width=width)
 
 
 ENTRY = Op(
-    specs=(SPEC,), kernel=paste_masks, definition=definition, steps=("paste_masks",),
+    specs=(SPEC,), kernel=paste_masks, definition=definition, steps=(steps.paste_masks,),
     forms=(NodeForm(DOMAIN, SPEC.name, SPEC,
                     "ort-roi convert (torchvision's exported mask pasting Loop), "
                     "ort_roi.torch_export", "onnxruntime's Resize + the Loop's slices "

@@ -7,7 +7,7 @@ import numpy as np
 from ..definitions.psroi import psroi_pool as definition
 from ..geometry import psroi_bins
 from ..kernels.checks import batch_from_counts, check_boxes, check_features, quiet
-from ..kernels.dispatch import compute
+from ..kernels.dispatch import compute, steps
 from ..spec import COUNTS_DOC, DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, \
     check_channels, pooled_attr, spatial_scale_attr
 
@@ -62,11 +62,13 @@ def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
     s = X.dtype.type(a["spatial_scale"])
     rows = psroi_bins(rois[:, 1], rois[:, 3], s, ph, X.shape[2])
     cols = psroi_bins(rois[:, 0], rois[:, 2], s, pw, X.shape[3])
-    return compute("pool_bins", X, batch, *rows, *cols, oc, ph, pw)
+    (hlo, hhi), (wlo, whi) = rows, cols
+    return compute(steps.pool_bins, X, batch=batch, hlo=hlo, hhi=hhi, wlo=wlo, whi=whi, oc=oc,
+                   ph=ph, pw=pw)
 
 
 ENTRY = Op(
-    specs=(SPEC,), kernel=psroi_pool, definition=definition, steps=("pool_bins",),
+    specs=(SPEC,), kernel=psroi_pool, definition=definition, steps=(steps.pool_bins,),
     forms=(NodeForm(DOMAIN, "PSROIPool", SPEC, "ort_roi graphs (ort_roi.builders)",
                     "Paddle psroi_pool"),),
 )

@@ -10,7 +10,7 @@ from ..definitions.torchvision import pyramid_roi_align_levels as definition
 from ..geometry import align_bins, level_scales, roi_align_geometry
 from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, check_output_size, \
     int_vector, level_spec, per_level, quiet
-from ..kernels.dispatch import compute
+from ..kernels.dispatch import compute, steps
 from ..spec import BATCH_ROIS, DOMAIN, MAX_LEVELS, Attr, Input, NodeForm, Op, OpSpec, Output, \
     level_inputs, pooled_attr, sampling_ratio_attr
 
@@ -80,7 +80,9 @@ def pyramid_roi_align(rois, levels, *feats, output_height: int = 1, output_width
     ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
     bins = align_bins(boxes, level_scales(scale, level, boxes.dtype),
                       roi_align_geometry(a["aligned"]), ph, pw, sr)
-    return compute("align_levels", X, batch, *bins, level, ph, pw, sr, 0)
+    start, size, grid = bins
+    return compute(steps.align_levels, X, batch=batch, start=start, bin_size=size, grid=grid,
+                   level=level, ph=ph, pw=pw, sampling_ratio=sr, mode=0)
 
 
 def pyramid_roi_align_levels(rois, levels, *feats, **attrs):
@@ -91,8 +93,9 @@ def pyramid_roi_align_levels(rois, levels, *feats, **attrs):
 
 
 ENTRY = Op(
-    specs=tuple(SPECS.values()), kernel=pyramid_roi_align_levels, definition=definition,
-    steps=("align_levels",),
+    specs=tuple(SPECS.values()), kernel=pyramid_roi_align, node=pyramid_roi_align_levels,
+    definition=definition,
+    steps=(steps.align_levels,),
     forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi convert (torchvision's exported "
                          "MultiScaleRoIAlign stage), ort_roi.torch_export",
                          "torchvision MultiScaleRoIAlign") for s in SPECS.values()),

@@ -8,7 +8,7 @@ from ..definitions.align import roi_align as definition
 from ..geometry import align_bins, roi_align_geometry
 from ..kernels.checks import batch_from_counts, check_box_sizes, check_boxes, check_features, \
     check_output_size, quiet
-from ..kernels.dispatch import compute
+from ..kernels.dispatch import compute, steps
 from ..spec import COUNTS_DOC, DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, \
     sampling_ratio_attr, spatial_scale_attr
 
@@ -69,11 +69,13 @@ def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
     check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
     ph, pw, sr = a["pooled_height"], a["pooled_width"], a["sampling_ratio"]
     bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw, sr)
-    return compute("align", X, batch, *bins, ph, pw, sr)
+    start, size, grid = bins
+    return compute(steps.align, X, batch=batch, start=start, bin_size=size, grid=grid, ph=ph,
+                   pw=pw, sampling_ratio=sr)
 
 
 ENTRY = Op(
-    specs=(SPEC,), kernel=roi_align, definition=definition, steps=("align",),
+    specs=(SPEC,), kernel=roi_align, definition=definition, steps=(steps.align,),
     forms=(NodeForm(DOMAIN, "RoIAlign", SPEC, "ort_roi graphs (ort_roi.builders)",
                     "Paddle roi_align"),),
 )

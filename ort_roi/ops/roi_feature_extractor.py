@@ -13,7 +13,7 @@ from ..definitions.multilevel import roi_feature_extractor_levels as definition
 from ..geometry import LEGACY, OPENVINO_ALIGNED, align_bins, level_scales, openvino_levels
 from ..kernels.checks import check_box_sizes, check_boxes, check_levels, check_output_size, \
     level_spec, per_level, quiet
-from ..kernels.dispatch import compute
+from ..kernels.dispatch import compute, steps
 from ..spec import DOMAIN, MAX_LEVELS, MAX_SAMPLING_RATIO, Attr, Input, NodeForm, Op, OpSpec, \
     Output, level_inputs, pooled_attr
 
@@ -78,8 +78,9 @@ def roi_feature_extractor(rois, *feats, output_size: int = 7, sampling_ratio: in
     p, sr = a["output_size"], a["sampling_ratio"]
     bins = align_bins(boxes, level_scales(scale, level, boxes.dtype),
                       OPENVINO_ALIGNED if a["aligned"] else LEGACY, p, p, sr)
-    out = compute("align_levels", X, np.zeros(boxes.shape[0], np.intp), *bins, level, p, p,
-                  sr, 0)
+    start, size, grid = bins
+    out = compute(steps.align_levels, X, batch=np.zeros(boxes.shape[0], np.intp), start=start,
+                  bin_size=size, grid=grid, level=level, ph=p, pw=p, sampling_ratio=sr, mode=0)
     return out, boxes.copy()
 
 
@@ -91,8 +92,9 @@ def roi_feature_extractor_levels(rois, *feats, **attrs):
 
 
 ENTRY = Op(
-    specs=tuple(SPECS.values()), kernel=roi_feature_extractor_levels, definition=definition,
-    steps=("align_levels",),
+    specs=tuple(SPECS.values()), kernel=roi_feature_extractor, node=roi_feature_extractor_levels,
+    definition=definition,
+    steps=(steps.align_levels,),
     forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi convert (from OpenVINO's ROI feature "
                          "extractor)", "OpenVINO") for s in SPECS.values())
     + (NodeForm("org.openvinotoolkit", "ExperimentalDetectronROIFeatureExtractor", SPECS[4],

@@ -7,7 +7,7 @@ import numpy as np
 from ..definitions.pooling import roi_pool as definition
 from ..kernels.checks import batch_from_counts, check_boxes, check_features, check_output_size, \
     quiet
-from ..kernels.dispatch import compute
+from ..kernels.dispatch import compute, steps
 from ..spec import COUNTS_DOC, DOMAIN, Input, NodeForm, Op, OpSpec, Output, pooled_attr, \
     spatial_scale_attr
 
@@ -51,12 +51,12 @@ def roi_pool(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
     boxes = check_boxes(op, "boxes", boxes, X, 4)
     batch = batch_from_counts(op, "boxes_num", boxes_num, X.shape[0], boxes.shape[0])
     check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
-    return compute("max_pool", X, batch, boxes, a["pooled_height"], a["pooled_width"],
-                   a["spatial_scale"])
+    return compute(steps.max_pool, X, batch=batch, boxes=boxes, ph=a["pooled_height"],
+                   pw=a["pooled_width"], spatial_scale=a["spatial_scale"])
 
 
 ENTRY = Op(
-    specs=(SPEC,), kernel=roi_pool, definition=definition, steps=("max_pool",),
+    specs=(SPEC,), kernel=roi_pool, definition=definition, steps=(steps.max_pool,),
     forms=(NodeForm(DOMAIN, "RoIPool", SPEC, "ort_roi graphs (ort_roi.builders)",
                     "Paddle roi_pool"),),
 )

@@ -7,7 +7,7 @@ import numpy as np
 from ..definitions.pooling import roi_pooling as definition
 from ..kernels.checks import batch_from_column, check_boxes, check_features, check_output_size, \
     quiet
-from ..kernels.dispatch import compute
+from ..kernels.dispatch import compute, steps
 from ..spec import DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, \
     spatial_scale_attr, SCALE_DOC
 
@@ -60,14 +60,15 @@ def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_h: int, pooled_w: int
     batch = batch_from_column(op, "rois", rois[:, 0], X.shape[0])
     check_output_size(SPEC, a, rois.shape[0], X.shape[1])
     if a["method"] == "max":
-        return compute("max_pool", X, batch, rois[:, 1:], a["pooled_h"], a["pooled_w"],
-                       a["spatial_scale"])
-    return compute("bilinear_pool", X, batch, rois[:, 1:], a["pooled_h"], a["pooled_w"])
+        return compute(steps.max_pool, X, batch=batch, boxes=rois[:, 1:], ph=a["pooled_h"],
+                       pw=a["pooled_w"], spatial_scale=a["spatial_scale"])
+    return compute(steps.bilinear_pool, X, batch=batch, boxes=rois[:, 1:], ph=a["pooled_h"],
+                   pw=a["pooled_w"])
 
 
 ENTRY = Op(
     specs=(SPEC,), kernel=roi_pooling, definition=definition,
-    steps=("max_pool", "bilinear_pool"),
+    steps=(steps.max_pool, steps.bilinear_pool),
     forms=(NodeForm(DOMAIN, "ROIPooling", SPEC, "ort_roi graphs (ort_roi.builders)",
                     "MXNet ROIPooling (max), OpenVINO ROIPooling-1 (bilinear)"),
            NodeForm("", "MaxRoiPool", SPEC, "ONNX graphs (MaxRoiPool-1)",

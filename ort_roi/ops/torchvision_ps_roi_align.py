@@ -7,7 +7,7 @@ import numpy as np
 
 from ..definitions.torchvision import torchvision_ps_roi_align as definition
 from ..kernels.checks import check_batch_rois, check_box_sizes, check_features, quiet
-from ..kernels.dispatch import compute
+from ..kernels.dispatch import compute, steps
 from ..spec import BATCH_ROIS, DOMAIN, Input, NodeForm, Op, OpSpec, Output, \
     check_channels_per_bin, pooled_attr, sampling_ratio_attr, spatial_scale_attr
 
@@ -60,11 +60,12 @@ def torchvision_ps_roi_align(X: np.ndarray, rois: np.ndarray, *, pooled_height: 
     check_channels_per_bin(op, X.shape[1], ph, pw)
     _, batch, boxes = check_batch_rois(op, "rois", rois, X)
     check_box_sizes(op, "rois", boxes, a["spatial_scale"])
-    return compute("ps_align", X, batch, boxes, ph, pw, a["spatial_scale"], a["sampling_ratio"])
+    return compute(steps.ps_align, X, batch=batch, boxes=boxes, ph=ph, pw=pw,
+                   spatial_scale=a["spatial_scale"], sampling_ratio=a["sampling_ratio"])
 
 
 ENTRY = Op(
-    specs=(SPEC,), kernel=torchvision_ps_roi_align, definition=definition, steps=("ps_align",),
+    specs=(SPEC,), kernel=torchvision_ps_roi_align, definition=definition, steps=(steps.ps_align,),
     forms=(NodeForm(DOMAIN, SPEC.name, SPEC,
                     "ort_roi.torch_export (torchvision.ops.ps_roi_align)",
                     "torchvision ps_roi_align"),),

@@ -8,7 +8,7 @@ import numpy as np
 from ..definitions.torchvision import torchvision_ps_roi_pool as definition
 from ..geometry import torchvision_psroi_bins
 from ..kernels.checks import check_batch_rois, check_features, quiet
-from ..kernels.dispatch import compute
+from ..kernels.dispatch import compute, steps
 from ..spec import BATCH_ROIS, DOMAIN, Input, NodeForm, Op, OpSpec, Output, \
     check_channels_per_bin, pooled_attr, spatial_scale_attr
 
@@ -59,11 +59,13 @@ def torchvision_ps_roi_pool(X: np.ndarray, rois: np.ndarray, *, pooled_height: i
     _, batch, boxes = check_batch_rois(op, "rois", rois, X)
     N, C, H, W = X.shape
     rows, cols = torchvision_psroi_bins(boxes, a["spatial_scale"], ph, pw, H, W)
-    return compute("pool_bins", X, batch, *rows, *cols, C // (ph * pw), ph, pw)
+    (hlo, hhi), (wlo, whi) = rows, cols
+    return compute(steps.pool_bins, X, batch=batch, hlo=hlo, hhi=hhi, wlo=wlo, whi=whi,
+                   oc=C // (ph * pw), ph=ph, pw=pw)
 
 
 ENTRY = Op(
-    specs=(SPEC,), kernel=torchvision_ps_roi_pool, definition=definition, steps=("pool_bins",),
+    specs=(SPEC,), kernel=torchvision_ps_roi_pool, definition=definition, steps=(steps.pool_bins,),
     forms=(NodeForm(DOMAIN, SPEC.name, SPEC, "ort_roi.torch_export (torchvision.ops.ps_roi_pool)",
                     "torchvision ps_roi_pool"),),
 )
