@@ -1,8 +1,8 @@
 """Run a per-roi loop on every core: NumPy and BLAS release the GIL inside their calls.
 
 While our workers run, the OpenBLAS that NumPy ships is held to one thread per call: the
-workers already use every core, and OpenBLAS's own threads on top of them cost time (W2
-RoIAlign: 0.35 s with both, 0.25 s with ours alone). The previous setting is restored when
+workers already use every core, and OpenBLAS's own threads on top of them cost time
+(docs/benchmarks.md, "Measurements behind design choices"). The previous setting is restored when
 the last running kernel finishes.
 """
 

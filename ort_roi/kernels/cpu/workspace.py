@@ -13,8 +13,8 @@ let go while a kernel still uses it lives on until that kernel drops it.
 
 The bridge's copy is one ``memcpy``. onnxruntime's output buffer starts on a page boundary,
 and so does a large NumPy array give or take 16 bytes; glibc copies a buffer above ~200 MB
-with a loop that is 4x slower when source and destination sit at nearly the same offset in
-their pages (W1's 229 MB output: 60 ms against 16 ms, measured). Reused outputs therefore
+with a loop that is slower when source and destination sit at nearly the same offset in
+their pages (docs/benchmarks.md, "Measurements behind design choices"). Reused outputs therefore
 start half a page off a page boundary.
 """
 
