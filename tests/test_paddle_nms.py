@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from ort_roi.export.paddle import _multiclass_nms3
+from ort_roi.export.paddle_cuts import multiclass_nms3
 
 paddle = pytest.importorskip("paddle", reason="needs paddle: pip install 'ort-roi[parity]'")
 
@@ -23,7 +23,7 @@ def _attrs(keep_top_k: int, background_label: int, nms_threshold: float = 0.5) -
 
 
 def _onnx_nms(a: dict, boxes: np.ndarray, scores: np.ndarray) -> list[np.ndarray]:
-    nodes = _multiclass_nms3(a, ["boxes", "scores"], ["out", "index", "num"], [3, 2], "nms")
+    nodes = multiclass_nms3(a, ["boxes", "scores"], ["out", "index", "num"], [3, 2], "nms")
     graph = helper.make_graph(
         nodes, "nms",
         [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [None, None, 4]),

@@ -32,7 +32,7 @@ from ..errors import node_label
 from ..ops.heatmaps_to_keypoints import SPEC as HEATMAPS_TO_KEYPOINTS
 from ..ops.paste_masks import SPEC as PASTE_MASKS
 from ..spec import DOMAIN, OpSpec
-from .toolkit import GraphIndex, NoMatch, anything, check_attrs, indexed, splice
+from .toolkit import GraphIndex, NoMatch, anything, check_attrs, indexed, loop_body, splice
 
 #: What the keypoint Loop's outer-scope tensors are, in the order its body first reads them.
 ROLES = ("maps", "widths_ceil", "heights_ceil", "widths", "heights", "offset_x", "offset_y",
@@ -56,7 +56,7 @@ def body_lines(loop: onnx.NodeProto, const) -> tuple[list[str], list[str]]:
     exporter put it, or the n-th outer tensor), then the body's outputs. Returns (lines,
     the outer tensors in order of first use). ``const(name)`` gives the value of a constant
     of the enclosing graph, else None."""
-    body = _body(loop)
+    body = loop_body(loop)
     names = {i.name: f"in{k}" for k, i in enumerate(body.input)}
     names.update({t.name: constant_key(numpy_helper.to_array(t)) for t in body.initializer})
     outer: list[str] = []
@@ -146,14 +146,10 @@ def _first_difference(lines: list[str], bodies: dict[str, list[str]]) -> str:
     return f"body node {k} is {got!r} where torch.onnx's ({key}) has {want!r}"
 
 
-def _body(loop: onnx.NodeProto):
-    return next((a.g for a in loop.attribute if a.name == "body"), None)
-
-
 def _resizes(loop: onnx.NodeProto) -> bool:
     """The Loop's body resizes (in any mode: a mode other than torch.onnx's is then named in
     the note)."""
-    body = _body(loop)
+    body = loop_body(loop)
     return body is not None and any(n.op_type == "Resize" for n in body.node)
 
 
@@ -260,11 +256,11 @@ class LoopForm:
 LOOPS = (
     LoopForm("heatmaps_to_keypoints", "torchvision's keypoint decoding",
              HEATMAPS_TO_KEYPOINTS, ROLES,
-             lambda n: _resizes(n) and "ArgMax" in {m.op_type for m in _body(n).node},
+             lambda n: _resizes(n) and "ArgMax" in {m.op_type for m in loop_body(n).node},
              _match_keypoints, True),
     LoopForm("paste_masks_in_image", "torchvision's mask pasting", PASTE_MASKS, MASK_ROLES,
              lambda n: _resizes(n) and "ConstantOfShape" in {
-                 m.op_type for m in _body(n).node}, _match_masks, False),
+                 m.op_type for m in loop_body(n).node}, _match_masks, False),
 )
 
 

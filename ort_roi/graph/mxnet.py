@@ -45,7 +45,7 @@ from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
 from ..spec import DOMAIN, MAX_LEVELS
 from .nodes import given_attrs, iter_nodes, opset
 from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs, indexed,
-                      splice)
+                      is_default, splice)
 
 EXPORTER = "mx2onnx"
 
@@ -53,10 +53,6 @@ EXPORTER = "mx2onnx"
 def _label(node: onnx.NodeProto) -> str:
     """A node as notes name it: its name, else its output's (mx2onnx names no node)."""
     return node.name or (node.output[0] if node.output else node_label(node))
-
-
-def _default(node: onnx.NodeProto) -> bool:
-    return node.domain in ("", "ai.onnx")
 
 
 def _slice(g: GraphIndex, name: str, start: int, end: int) -> onnx.NodeProto:
@@ -152,11 +148,11 @@ def _roi_align_patterns(g: GraphIndex):
     """(index, RoiAlign, the match or the NoMatch saying why not) of every ONNX RoiAlign of
     the main graph (``match_roi_align`` from the one Where reading it)."""
     for i, node in enumerate(g.graph.node):
-        if node.op_type != "RoiAlign" or not _default(node):
+        if node.op_type != "RoiAlign" or not is_default(node):
             continue
         users = g.consumers.get(node.output[0], []) if node.output else []
         try:
-            if len(users) != 1 or users[0].op_type != "Where" or not _default(users[0]):
+            if len(users) != 1 or users[0].op_type != "Where" or not is_default(users[0]):
                 raise NoMatch("its result is not read by one Where (the exporter's masking "
                               "of negative batch indices)")
             yield i, node, match_roi_align(g, users[0])
@@ -327,7 +323,7 @@ def fuse_fpn(model: onnx.ModelProto, g: GraphIndex | None = None
         g = indexed(model, EXPORTER, g)
         todo = None
         for node in model.graph.node:
-            if node.op_type != "Sum" or not _default(node):
+            if node.op_type != "Sum" or not is_default(node):
                 continue
             ras = [g.producer.get(i) for i in node.input]
             ras = [g.producer.get(w.input[2]) if w is not None and w.op_type == "Where"
@@ -375,7 +371,7 @@ def _bare_splits(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     if onnx_opset < 18 or "num_outputs" not in declared_attrs("Split", "", onnx_opset):
         return []
     return [node for node in iter_nodes(model.graph)
-            if node.op_type == "Split" and _default(node)
+            if node.op_type == "Split" and is_default(node)
             and "num_outputs" not in given_attrs(node)
             and (len(node.input) < 2 or not node.input[1])]
 

@@ -8,8 +8,8 @@ Paddle's ``assign`` (Unsqueeze(axes [0]) -> Add(a zero constant) -> Squeeze(axes
 more, and Identity nodes) into one ``ort_roi::RoIAlign(feat_l, rois_l, rois_num_l)`` per level;
 the L results (through Identity nodes) are concatenated on axis 0 and gathered on axis 0 by
 restore_index ([R, 1]: the Gather's output is [R, 1, C, PH, PW]). The levels' concatenation
-and the gather copy every pooled value twice (at 1000 rois x 256 x 7 x 7 two 50 MB copies,
-a third of the pooling's time); the fused op pools each roi once at its level straight into
+and the gather copy every pooled value twice (measured: docs/benchmarks.md, "Measurements
+behind design choices"); the fused op pools each roi once at its level straight into
 its row. ``fuse_fpn_stages`` finds each Gather that restore_index reaches, checks the stage
 exactly (every node on the paths the op export-paddle / paddle2onnx writes, with its whole
 attribute set; the assign chains' axes and zero constants; level l's RoIAlign reading rois_l
@@ -40,7 +40,7 @@ from ..ops import spec as spec_of
 from ..spec import DOMAIN, MAX_LEVELS
 from .builders import make_node
 from .nodes import given_attrs, node_attrs, opset
-from .toolkit import GraphIndex, NoMatch, check_attrs, indexed, splice
+from .toolkit import GraphIndex, NoMatch, check_attrs, indexed, is_default, splice
 
 EXPORTER = "export-paddle"
 DISTRIBUTE = "DistributeFpnProposals_L"
@@ -48,10 +48,6 @@ DISTRIBUTE = "DistributeFpnProposals_L"
 _CHAIN_OPS = ("Identity", "Unsqueeze", "Add", "Squeeze")
 #: the attributes every level's RoIAlign must share (the fused op has one of each)
 _SHARED = ("pooled_height", "pooled_width", "sampling_ratio", "aligned")
-
-
-def _default(node: onnx.NodeProto) -> bool:
-    return node.domain in ("", "ai.onnx")
 
 
 def _levels(node: onnx.NodeProto) -> int | None:
@@ -68,7 +64,7 @@ def through_assigns(g: GraphIndex, name: str, walked: list | None = None) -> str
     (NoMatch naming the node otherwise). The nodes walked are appended to ``walked``."""
     while True:
         n = g.producer.get(name)
-        if n is None or not _default(n) or n.op_type not in ("Identity", "Squeeze"):
+        if n is None or not is_default(n) or n.op_type not in ("Identity", "Squeeze"):
             return name
         if n.op_type == "Identity":
             check_attrs(n, g.opset, EXPORTER)
@@ -95,7 +91,7 @@ def _gathers(g: GraphIndex, restore: str) -> list[onnx.NodeProto]:
     while todo:
         name = todo.pop()
         for n in g.consumers.get(name, []):
-            if not _default(n) or id(n) in seen:
+            if not is_default(n) or id(n) in seen:
                 continue
             seen.add(id(n))
             if n.op_type == "Gather" and len(n.input) == 2 and n.input[1] == name:
@@ -243,7 +239,7 @@ def _through_casts(g: GraphIndex, name: str) -> str:
     """Back through Identity nodes and Casts to int64 (paddle2onnx's ``auto.cast``)."""
     while True:
         n = g.producer.get(name)
-        if n is None or not _default(n) or n.op_type not in ("Identity", "Cast"):
+        if n is None or not is_default(n) or n.op_type not in ("Identity", "Cast"):
             return name
         if n.op_type == "Cast" and given_attrs(n).get("to") != onnx.TensorProto.INT64:
             return name
@@ -254,7 +250,7 @@ def _shape_slice(g: GraphIndex, name: str, x: str) -> tuple[int, int | None] | N
     """(start, end) of a ``Slice(Shape(x), [start], [end])`` (end None: to the end) or of
     ``Shape(x)`` itself, x's dims start..end; else None."""
     n = g.producer.get(_through_casts(g, name))
-    if n is None or not _default(n):
+    if n is None or not is_default(n):
         return None
     if n.op_type == "Shape":
         return (0, None) if n.input[0] == x and not n.attribute else None
@@ -282,7 +278,7 @@ def _shape_entries(g: GraphIndex, name: str, x: str) -> list[tuple] | None:
     Shape(x) concatenated."""
     name = _through_casts(g, name)
     n = g.producer.get(name)
-    if n is not None and _default(n) and n.op_type == "Concat":
+    if n is not None and is_default(n) and n.op_type == "Concat":
         parts = list(n.input)
     else:
         parts = [name]
@@ -406,7 +402,7 @@ def empty_safe_reshapes(model: onnx.ModelProto) -> int:
     """
     onnx_opset = opset(model) or 1
     count = 0
-    for node in [n for n in model.graph.node if n.op_type == "Reshape" and _default(n)]:
+    for node in [n for n in model.graph.node if n.op_type == "Reshape" and is_default(n)]:
         g = GraphIndex(model.graph, onnx_opset, EXPORTER)
         new = _empty_safe(g, node, onnx_opset)
         if new is None:

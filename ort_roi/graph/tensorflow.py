@@ -50,7 +50,7 @@ from ..ops.crop_and_resize import SPEC
 from ..spec import DOMAIN, OPSET_VERSION
 from .loops import body_lines, constant_key
 from .nodes import given_attrs, iter_nodes, opset
-from .toolkit import GraphIndex, NoMatch, anything, check_attrs, indexed, splice
+from .toolkit import GraphIndex, NoMatch, anything, check_attrs, indexed, loop_body, splice
 
 EXPORTER = "tf2onnx"
 #: The body tf2onnx 1.17 writes for crop_and_resize's Loop, as ``loops.body_lines`` reads it:
@@ -99,13 +99,9 @@ BODY_NCHW = (
 METHODS = {"linear": "bilinear", "nearest": "nearest"}
 
 
-def _body(loop: onnx.NodeProto) -> onnx.GraphProto | None:
-    return next((a.g for a in loop.attribute if a.name == "body"), None)
-
-
 def reads_like_loop(loop: onnx.NodeProto) -> bool:
     """A Loop whose body resizes with coordinate_transformation_mode tf_crop_and_resize."""
-    body = _body(loop)
+    body = loop_body(loop)
     return body is not None and any(
         n.op_type == "Resize" and given_attrs(n).get("coordinate_transformation_mode")
         == "tf_crop_and_resize" for n in body.node)
@@ -170,7 +166,7 @@ def match_loop(g: GraphIndex, loop: onnx.NodeProto) -> tuple[list[str], dict, bo
     if len(loop.input) != 2 or len(loop.output) != 1:
         raise NoMatch(f"it has {len(loop.input) - 2} loop-carried values and "
                       f"{len(loop.output)} outputs where tf2onnx's has none and 1")
-    body = _body(loop)
+    body = loop_body(loop)
     params = _params(g, body)
     lines, outer = body_lines(loop, g.const)
     refs = {nchw: reference_body(params, g.opset or 1, nchw) for nchw in (False, True)}

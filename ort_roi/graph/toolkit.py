@@ -6,13 +6,14 @@ a node spliced in place of the subgraph it replaces. torchvision's stage (fusion
 from __future__ import annotations
 
 import copy
+import heapq
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..errors import node_label
+from ..errors import RoiOpError, node_label
 from .nodes import attribute_value, given_attrs, opset
 
 class NoMatch(Exception):
@@ -230,3 +231,55 @@ def reads(node: onnx.NodeProto) -> list[str]:
             for n in sub.node:
                 names += reads(n)
     return names
+
+
+def is_default(node: onnx.NodeProto) -> bool:
+    """The node is of ONNX's default domain (``""`` or ``"ai.onnx"``)."""
+    return node.domain in ("", "ai.onnx")
+
+
+def loop_body(loop: onnx.NodeProto) -> onnx.GraphProto | None:
+    """A Loop's body graph, else None."""
+    return next((a.g for a in loop.attribute if a.name == "body"), None)
+
+
+def topological(nodes: list[onnx.NodeProto], op: str) -> list[onnx.NodeProto]:
+    """The nodes in an order where each comes after its producers, as close to the given
+    one as that allows (RoiOpError naming ``op`` on a cycle)."""
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    deps = [{producer[x] for x in reads(n) if x in producer} - {i} for i, n in enumerate(nodes)]
+    users: dict[int, list[int]] = {}
+    for i, d in enumerate(deps):
+        for j in d:
+            users.setdefault(j, []).append(i)
+    ready = [i for i, d in enumerate(deps) if not d]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        i = heapq.heappop(ready)
+        out.append(nodes[i])
+        for u in users.get(i, ()):
+            deps[u].discard(i)
+            if not deps[u]:
+                heapq.heappush(ready, u)
+    if len(out) != len(nodes):
+        raise RoiOpError(op, "graph", "the exported graph has a cycle")
+    return out
+
+
+def prune(graph: onnx.GraphProto) -> None:
+    """Drop the nodes, initializers and value infos no output depends on."""
+    needed = {o.name for o in graph.output}
+    keep = []
+    for node in reversed(graph.node):
+        if any(o in needed for o in node.output) or not node.output:
+            keep.append(node)
+            needed.update(reads(node))
+    del graph.node[:]
+    graph.node.extend(reversed(keep))
+    inits = [i for i in graph.initializer if i.name in needed]
+    del graph.initializer[:]
+    graph.initializer.extend(inits)
+    infos = [v for v in graph.value_info if v.name in needed]
+    del graph.value_info[:]
+    graph.value_info.extend(infos)
