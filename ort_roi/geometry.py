@@ -14,7 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .libm import floor_log2
+from .levels import mmdeploy_levels, openvino_levels  # noqa: F401 - defined in levels.py
+
 
 # --- where a box lies: the RoIAlign family's variants ----------------------------------------
 
@@ -480,28 +481,7 @@ def rotated_samples(rows: np.ndarray, ph: int, pw: int, Gy: int, Gx: int, iy=Non
     return y, x, use
 
 
-# --- feature-pyramid levels -------------------------------------------------------------------
-
-def openvino_levels(boxes: np.ndarray, L: int) -> np.ndarray:
-    """OpenVINO's redistribute_rois, in float32 (log2f, the C library's): the level of each
-    box, L for area <= 0."""
-    b = boxes.astype(np.float32)
-    area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-    f = np.float32
-    level = np.clip(floor_log2(np.sqrt(np.maximum(area, f(0))) / f(224) + f(1e-6), 2), 0, L - 1)
-    return np.where(area > 0, level, L).astype(np.intp)
-
-
-def mmdeploy_levels(boxes: np.ndarray, finest_scale: int, L: int) -> np.ndarray:
-    """mmdeploy's rule on the boxes as given: sqrtf, then log2f of (scale / finest_scale +
-    1e-6) (the 1e-6 added in double, as the plugin's literal), floor, clamp; NaN is 0."""
-    b = boxes.astype(np.float32)
-    scale = np.sqrt((b[:, 3] - b[:, 1]) * (b[:, 2] - b[:, 0]))
-    q = (scale / np.float32(finest_scale)).astype(np.float64) + 1e-6
-    v = floor_log2(q.astype(np.float32), 0)
-    v = np.where(np.isnan(v), 0, v)
-    return np.clip(v, 0, L - 1).astype(np.intp)
-
+# --- mmdeploy's box rescale (its levels: ort_roi.levels) ---------------------------------------
 
 def mmdeploy_rescale(boxes: np.ndarray, factor: float) -> np.ndarray:
     """mmdeploy's rescale about the centre: half size = fma(size + 1, factor / 2, -1/2)."""

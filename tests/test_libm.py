@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from ort_roi import libm
-from ort_roi.geometry import mmdeploy_levels, openvino_levels
+from ort_roi.levels import mmdeploy_levels, openvino_levels
 from ort_roi.kernels.cpu import proposals as K
 
 try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import (FLT_MAX, LEGACY, MMDEPLOY_ALIGNED, OPENVINO_ALIGNED, mmdeploy_levels,
-                        mmdeploy_rescale, openvino_levels)
+from ..geometry import FLT_MAX, LEGACY, MMDEPLOY_ALIGNED, OPENVINO_ALIGNED, mmdeploy_rescale
+from ..levels import mmdeploy_levels, openvino_levels
 from .align import align_box
 
 

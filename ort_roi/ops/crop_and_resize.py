@@ -102,7 +102,7 @@ def axis_positions(lo: np.ndarray, hi: np.ndarray, size: int, crop: int) -> np.n
     return lo[:, None] * s1 + np.arange(crop, dtype=F32)[None, :] * scale[:, None]
 
 
-def bilinear_axis(pos: np.ndarray, size: int):
+def bilinear_taps(pos: np.ndarray, size: int):
     """(floor, ceil, weight) of positions [R, crop]; floor -1 where off [0, size-1] (NaN
     too)."""
     on = (pos >= 0) & (pos <= F32(size - 1))
@@ -170,8 +170,8 @@ def crop_and_resize(image: np.ndarray, boxes: np.ndarray, box_indices: np.ndarra
     if a["method"] == "nearest":
         return compute(steps.crop_nearest, image, batch=batch, y=nearest_axis(ys, H),
                        x=nearest_axis(xs, W), extrapolation_value=a["extrapolation_value"])
-    y0, y1, fy = bilinear_axis(ys, H)
-    x0, x1, fx = bilinear_axis(xs, W)
+    y0, y1, fy = bilinear_taps(ys, H)
+    x0, x1, fx = bilinear_taps(xs, W)
     return compute(steps.crop_bilinear, image, batch=batch, y0=y0, y1=y1, fy=fy, x0=x0, x1=x1,
                    fx=fx, extrapolation_value=a["extrapolation_value"])
 

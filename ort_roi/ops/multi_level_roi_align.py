@@ -13,10 +13,11 @@ import numpy as np
 
 from ..definitions.multilevel import multi_level_roi_align_levels as definition
 from ..geometry import FLT_MAX, LEGACY, MMDEPLOY_ALIGNED, align_bins, level_scales, \
-    mmdeploy_levels, mmdeploy_rescale
+    mmdeploy_rescale
 from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, check_output_size, \
     level_spec, per_level, quiet
 from ..kernels.dispatch import compute, steps
+from ..levels import mmdeploy_levels
 from ..spec import BATCH_ROIS, DOMAIN, MAX_LEVELS, Attr, NodeForm, Op, OpSpec, Output, \
     level_inputs, pooled_attr, sampling_ratio_attr
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.multilevel import roi_feature_extractor_levels as definition
-from ..geometry import LEGACY, OPENVINO_ALIGNED, align_bins, level_scales, openvino_levels
+from ..geometry import LEGACY, OPENVINO_ALIGNED, align_bins, level_scales
+from ..levels import openvino_levels
 from ..kernels.checks import check_box_sizes, check_boxes, check_levels, check_output_size, \
     level_spec, per_level, quiet
 from ..kernels.dispatch import compute, steps

@@ -31,6 +31,7 @@ import numpy as np
 from ... import libm
 from ...errors import RoiOpError
 from ...definitions.cxx import heap_select, insertion_sort, sort_heap
+from ...levels import fpn_levels
 
 F64 = np.float64
 #: kBBoxClipDefault: the largest log-scale a box side is decoded with
@@ -39,7 +40,6 @@ BBOX_CLIP = math.log(1000.0 / 16.0)
 NMS_BLOCK = 256
 #: libstdc++'s _S_threshold (introsort leaves ranges this small to the insertion sort)
 STL_THRESHOLD = 16
-INT_MIN = -(1 << 31)
 
 
 # --- libstdc++'s orders, vectorised ------------------------------------------------------------
@@ -730,30 +730,6 @@ def generate_proposals(scores: np.ndarray, bbox_deltas: np.ndarray, im_shape: np
 
 
 # --- distribute_fpn_proposals -------------------------------------------------------------------
-
-def fpn_levels(rois: np.ndarray, min_level: int, max_level: int, refer_level: int,
-               refer_scale: int, pixel_offset: bool) -> np.ndarray:
-    """The level of each roi: floor(log2(sqrt(area) / refer_scale + 1e-6) + refer_level) in T
-    (the C library's log2f / log2: ``libm.floor_log2``), clamped to [min_level, max_level];
-    a value no int holds converts to INT_MIN (x86), so clamps to min_level.
-
-    Args:
-        rois: [R, 4] T.
-    Returns:
-        [R] int64 levels.
-    """
-    T = rois.dtype.type
-    x1, y1, x2, y2 = rois.T
-    w, h = x2 - x1, y2 - y1
-    with np.errstate(over="ignore"):  # a huge roi's area is inf, as in Paddle
-        area = w * h if not pixel_offset else (w + T(1)) * (h + T(1))
-    area = np.where((x2 < x1) | (y2 < y1), T(0), area)
-    q = np.sqrt(area) / T(refer_scale) + T(1e-6)
-    v = libm.floor_log2(q, refer_level)
-    fits = np.abs(v) < 2.0 ** 31
-    lvl = np.where(fits, np.where(fits, v, 0).astype(np.int64), INT_MIN)
-    return np.clip(lvl, min_level, max_level)
-
 
 def distribute_fpn_proposals(fpn_rois: np.ndarray, rois_num: np.ndarray, min_level: int,
                              max_level: int, refer_level: int, refer_scale: int,

@@ -1,0 +1,58 @@
+"""The level rules of the multi-level RoI ops, one place: which feature map each box is
+pooled from, as each exporter computes it (OpenVINO's ExperimentalDetectronROIFeatureExtractor,
+mmdeploy's MMCVMultiLevelRoiAlign, Paddle's distribute_fpn_proposals: ``fpn_levels``, also
+the compute step of that name). log2 is the C library's (``ort_roi.libm``), as theirs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import libm
+from .libm import floor_log2
+
+INT_MIN = -(1 << 31)
+
+
+def openvino_levels(boxes: np.ndarray, L: int) -> np.ndarray:
+    """OpenVINO's redistribute_rois, in float32 (log2f, the C library's): the level of each
+    box, L for area <= 0."""
+    b = boxes.astype(np.float32)
+    area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    f = np.float32
+    level = np.clip(floor_log2(np.sqrt(np.maximum(area, f(0))) / f(224) + f(1e-6), 2), 0, L - 1)
+    return np.where(area > 0, level, L).astype(np.intp)
+
+
+def mmdeploy_levels(boxes: np.ndarray, finest_scale: int, L: int) -> np.ndarray:
+    """mmdeploy's rule on the boxes as given: sqrtf, then log2f of (scale / finest_scale +
+    1e-6) (the 1e-6 added in double, as the plugin's literal), floor, clamp; NaN is 0."""
+    b = boxes.astype(np.float32)
+    scale = np.sqrt((b[:, 3] - b[:, 1]) * (b[:, 2] - b[:, 0]))
+    q = (scale / np.float32(finest_scale)).astype(np.float64) + 1e-6
+    v = floor_log2(q.astype(np.float32), 0)
+    v = np.where(np.isnan(v), 0, v)
+    return np.clip(v, 0, L - 1).astype(np.intp)
+
+
+def fpn_levels(rois: np.ndarray, min_level: int, max_level: int, refer_level: int,
+               refer_scale: int, pixel_offset: bool) -> np.ndarray:
+    """The level of each roi: floor(log2(sqrt(area) / refer_scale + 1e-6) + refer_level) in T
+    (the C library's log2f / log2: ``libm.floor_log2``), clamped to [min_level, max_level];
+    a value no int holds converts to INT_MIN (x86), so clamps to min_level.
+
+    Args:
+        rois: [R, 4] T.
+    Returns:
+        [R] int64 levels.
+    """
+    T = rois.dtype.type
+    x1, y1, x2, y2 = rois.T
+    w, h = x2 - x1, y2 - y1
+    with np.errstate(over="ignore"):  # a huge roi's area is inf, as in Paddle
+        area = w * h if not pixel_offset else (w + T(1)) * (h + T(1))
+    area = np.where((x2 < x1) | (y2 < y1), T(0), area)
+    q = np.sqrt(area) / T(refer_scale) + T(1e-6)
+    v = libm.floor_log2(q, refer_level)
+    fits = np.abs(v) < 2.0 ** 31
+    lvl = np.where(fits, np.where(fits, v, 0).astype(np.int64), INT_MIN)
+    return np.clip(lvl, min_level, max_level)
