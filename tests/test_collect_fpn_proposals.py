@@ -302,7 +302,7 @@ def test_validate_compares_it_whole(tmp_path, capsys):
     assert cli.main(["validate", path]) == 0
     out = capsys.readouterr().out
     assert (f"(ort_roi::CollectFpnProposals_L{L}): OK: all its outputs equal its definition "
-            "(whole), max |diff| 0") in out, out
+            "(whole) (within 0.0001 + 0.0001 x |value|), max |diff| 0") in out, out
 
 
 def _good():

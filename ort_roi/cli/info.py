@@ -5,7 +5,6 @@ what runs each, what convert would do, and what the model needs."""
 from __future__ import annotations
 
 import argparse
-import pathlib
 import sys
 import warnings
 
@@ -27,10 +26,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     types, attributes and defaults, and what a plain session does with it, tried). With
     MODEL: its RoI nodes, what runs each, what convert would do, and what it needs."""
     if args.models:
-        paths = []
-        for m in args.models:  # a folder: its .onnx files
-            p = pathlib.Path(m)
-            paths += sorted(map(str, p.glob("*.onnx"))) if p.is_dir() else [m]
+        from .validate import model_files
+
+        paths = model_files(args.models)
         if not paths:
             print(f"ort-roi info: no .onnx file in {', '.join(args.models)}", file=sys.stderr)
             return 1

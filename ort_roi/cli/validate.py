@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import pathlib
 import sys
 import time
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ ROWS = 64
 NODE_SECONDS = 30.0
 #: A node's output equals its definition's where |diff| <= ATOL + RTOL * |definition|.
 RTOL = ATOL = 1e-4
+WITHIN = f"(within {ATOL:g} + {RTOL:g} x |value|)"
 
 
 @dataclass
@@ -288,7 +290,7 @@ def _compare_node(node: onnx.NodeProto, seen: dict[str, np.ndarray], onnx_opset:
     if done < n:
         which += (f", stopped after {seconds:g} s by --node-seconds" if done < len(picked)
                   else "") + ") equal"
-    return True, f"{what}: OK: {which} {defined}, max |diff| {worst:.2g}"
+    return True, f"{what}: OK: {which} {defined} {WITHIN}, max |diff| {worst:.2g}"
 
 
 def _compare_whole(node: onnx.NodeProto, spec: OpSpec, attrs: dict, inputs: list[np.ndarray],
@@ -313,7 +315,8 @@ def _compare_whole(node: onnx.NodeProto, spec: OpSpec, attrs: dict, inputs: list
         worst = max(worst, diff)
         if at is not None:
             return False, f"{what}: output {name!r} differs from {defined} at {at}: {by}"
-    return True, f"{what}: OK: all its outputs equal {defined} (whole), max |diff| {worst:.2g}"
+    return True, (f"{what}: OK: all its outputs equal {defined} (whole) {WITHIN}, "
+                  f"max |diff| {worst:.2g}")
 
 
 def _difference(got: np.ndarray, want: np.ndarray) -> tuple[float, tuple | None, str]:
@@ -375,8 +378,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     (ort_roi.definitions) recomputes some of its rows from those inputs (--rows,
     --node-seconds), compared with what onnxruntime computed. One line per node; progress on
     stderr; exit 0 when clean, 1 otherwise."""
+    paths = model_files(args.models)
+    if not paths:
+        print(f"ort-roi validate: no .onnx file in {', '.join(args.models)}", file=sys.stderr)
+        return 1
     bad = 0
-    for path in args.models:
+    for path in paths:
         start = time.perf_counter()
 
         def progress(msg: str) -> None:
@@ -437,7 +444,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         print(f"ort-roi convert: internal error {type(e).__name__}: {e} (please report it)",
               file=sys.stderr)
         return 1
-    print(f"{args.input} -> {args.output}: {len(done.moved)} node(s) rewritten "
+    print(f"{args.input} -> {args.output}: {moved_count(done.moved)} "
           f"({done.summary()}); every node of ort_roi or another exporter has its attributes "
           f"explicit")
     for note in done.notes:
@@ -445,10 +452,34 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def model_files(paths: list[str]) -> list[str]:
+    """The files named, a folder standing for the .onnx files in it (sorted)."""
+    out: list[str] = []
+    for p in paths:
+        d = pathlib.Path(p)
+        out += sorted(map(str, d.glob("*.onnx"))) if d.is_dir() else [p]
+    return out
+
+
+def moved_count(moved: list) -> str:
+    """What convert rewrote, counted as what it is: nodes, fused stages (a torchvision,
+    PaddleDetection or GluonCV RoI stage of many nodes become one) and fused Loops."""
+    stages = sum(" stage" in a for _, a, _ in moved)
+    loops = sum("Loop" in a and " stage" not in a for _, a, _ in moved)
+    nodes = len(moved) - stages - loops
+    parts = [f"{nodes} node(s) rewritten"] if nodes or not (stages or loops) else []
+    if stages:
+        parts.append(f"{stages} stage(s) fused into one node each")
+    if loops:
+        parts.append(f"{loops} Loop(s) fused into one node each")
+    return ", ".join(parts)
+
+
 def add_commands(sub) -> None:
     """Attach validate and convert to the ort-roi parser."""
     p = sub.add_parser("validate", help=cmd_validate.__doc__, description=cmd_validate.__doc__)
-    p.add_argument("models", nargs="+", metavar="MODEL")
+    p.add_argument("models", nargs="+", metavar="MODEL",
+                   help="ONNX files, or folders (their .onnx files)")
     p.add_argument("--rois", type=int, default=6,
                    help="boxes in the generated inputs where no declared size fixes them")
     p.add_argument("--rows", type=int, default=ROWS,
@@ -458,9 +489,9 @@ def add_commands(sub) -> None:
                    help=f"time for each node's comparison; past it the rows compared so far "
                         f"are reported (default {NODE_SECONDS:g})")
     p.set_defaults(fn=cmd_validate)
-    p = sub.add_parser("convert", help=cmd_convert.__doc__)
-    p.add_argument("input", metavar="IN")
-    p.add_argument("output", metavar="OUT")
+    p = sub.add_parser("convert", help=cmd_convert.__doc__, description=cmd_convert.__doc__)
+    p.add_argument("input", metavar="IN", help="the ONNX model to convert (not changed)")
+    p.add_argument("output", metavar="OUT", help="where to write the converted model")
     p.add_argument("--to", choices=("ort_roi", "onnx"), default="ort_roi",
                    help="ort_roi: RoiAlign / MaxRoiPool -> ort_roi (default); onnx: the reverse")
     p.add_argument("--roialign-max", choices=("sample", "onnx"), default="sample",
