@@ -599,3 +599,18 @@ def test_info_model_lists_its_roi_nodes_and_what_convert_would_do(capsys):
     full = capsys.readouterr().out
     assert len(short.splitlines()) < len(full.splitlines()) / 4
     assert "ort_roi::RoIAlign" in short and "--full" in short
+
+
+def test_validate_takes_a_folder(tmp_path, capsys):
+    """`ort-roi validate DIR` validates the .onnx files in it (it said "Is a directory");
+    a folder without one is named."""
+    for name in ("fast_rcnn_head.onnx", "mask_rcnn_head.onnx"):
+        (tmp_path / name).write_bytes((ROOT / "models" / name).read_bytes())
+    assert cli.main(["validate", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": OK: a plain onnxruntime session") == 2
+    assert "(within 0.0001 + 0.0001 x |value|), max |diff|" in out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli.main(["validate", str(empty)]) == 1
+    assert "no .onnx file in" in capsys.readouterr().err
