@@ -249,10 +249,10 @@ def session_row(ours, backend: Backend, repeat: int, row: dict, warmup: bool = T
         try:
             assert ort_roi.set_backend("cupy") == "cupy"
             s["cupy_s"], y = wall_time(ours, repeat, warmup)
-            # auto: its three measuring calls first (NumPy, the GPU twice), then timed
+            # auto: its measuring calls first (device.PROBES), then timed
             assert ort_roi.set_backend("auto") == "auto"
             device._timings.clear()
-            for _ in range(3):
+            for _ in device.PROBES:
                 ours()
             s["auto_s"], y_auto = wall_time(ours, repeat, warmup=False)
             s["auto_chose"] = sorted({min(t.seconds, key=t.seconds.get)

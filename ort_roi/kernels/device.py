@@ -5,9 +5,10 @@ Set it with the environment variable ``ORT_ROI_BACKEND`` (read at import) or
 (through pinned, reused buffers: kernels/cuda/staging.py), run the CUDA kernels and copy the
 output back, with one synchronisation per call; when CuPy or a GPU is missing they fall back
 to NumPy with one warning. ``auto`` measures: for each op and call shape (the feature maps'
-shapes, the number of boxes to a power of two) it times NumPy on the first call and the GPU
-on the next two (the first of those compiles), then runs the faster, timing the slower again
-every ``REPROBE`` calls; without a GPU it is NumPy, silently. The copies are what decide:
+shapes, the number of boxes to a power of two) it runs NumPy and the GPU alternately, twice
+each (``PROBES``; a first call warms up, the GPU's compiles: not counted), then the faster,
+timing the slower again every ``REPROBE`` calls; without a GPU it is NumPy, silently. The
+copies are what decide:
 an op whose output is large against its work (W1's 240 MB from 8 MB of input) can run
 faster on the CPU than copied to and from a GPU.
 """
@@ -105,6 +106,8 @@ if _env:
                       f"using numpy", RuntimeWarning, stacklevel=2)
 
 
+#: "auto": a call shape's first calls, each backend twice (a first call is not counted).
+PROBES = ("numpy", "cupy", "numpy", "cupy")
 #: "auto": the slower backend of a call shape is timed again every REPROBE calls.
 REPROBE = 64
 #: "auto": at most this many call shapes remembered (least recently used first out).
@@ -120,17 +123,16 @@ class _Timings:
         self.calls = 0
 
     def pick(self) -> str:
-        if self.tries["numpy"] < 1:
-            return "numpy"
-        if self.tries["cupy"] < 2:  # the first GPU call compiles and warms up: not counted
-            return "cupy"
+        n = self.tries["numpy"] + self.tries["cupy"]
+        if n < len(PROBES):
+            return PROBES[n]
         self.calls += 1
         fast, slow = sorted(self.seconds, key=self.seconds.__getitem__)
         return slow if self.calls % REPROBE == 0 else fast
 
     def record(self, backend: str, seconds: float) -> None:
         self.tries[backend] += 1
-        if backend == "cupy" and self.tries[backend] == 1:
+        if self.tries[backend] == 1:  # a first call warms up (the GPU's compiles): not counted
             return
         self.seconds[backend] = seconds
 
