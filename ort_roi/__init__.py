@@ -38,7 +38,7 @@ def torch_export(model, args: tuple = (), f=None, **kwargs):
     paste_masks_in_image (one node each, no per-box Loop) become ort_roi nodes that a plain
     onnxruntime session with ``ort_roi.session_options()`` runs, for both exporters. See
     ort_roi.export.pytorch. Needs torch and torchvision (``pip install
-    'ort-roi[torchvision]'``); ``import ort_roi`` does not import them.
+    '.[torchvision]'``); ``import ort_roi`` does not import them.
 
     Args:
         model: the ``torch.nn.Module`` to export, as ``torch.onnx.export`` takes it.
@@ -65,7 +65,7 @@ def paddle_export(path_prefix, f=None, opset_version: int = 17, **kwargs):
 
     The RoI ops become ort_roi nodes (or standard ones with ``standard=True``); paddle2onnx
     runs in a child process. See ort_roi.export.paddle. Needs paddle and paddle2onnx (``pip
-    install 'ort-roi[paddle]'``); ``import ort_roi`` does not import them.
+    install '.[paddle]'``); ``import ort_roi`` does not import them.
 
     Args:
         path_prefix: what ``paddle.jit.save`` or PaddleDetection's export wrote, without the

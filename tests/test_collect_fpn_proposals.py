@@ -36,7 +36,7 @@ def _found(*modules) -> bool:
 
 
 needs_paddle = pytest.mark.skipif(not _found("paddle"),
-                                  reason="needs paddle: pip install 'ort-roi[parity]'")
+                                  reason="needs paddle: pip install '.[parity]'")
 
 
 def load_goldens() -> list[dict]:
@@ -423,7 +423,7 @@ def _fpn_feed(n: int, seed: int) -> dict:
     return {**feed, **maps}
 
 
-@pytest.mark.skipif(not EXPORTER, reason="needs paddle2onnx: pip install 'ort-roi[paddle]'")
+@pytest.mark.skipif(not EXPORTER, reason="needs paddle2onnx: pip install '.[paddle]'")
 @pytest.mark.parametrize("post_nms_topN", [50, 1000])
 def test_export_paddle_fpn_rpn_equals_paddle(tmp_path, post_nms_topN):
     """paddle2onnx aborts on collect_fpn_proposals; export-paddle cuts it like the other

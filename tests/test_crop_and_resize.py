@@ -57,7 +57,7 @@ def _exact(got, want):
 
 def _tf():
     return pytest.importorskip(
-        "tensorflow", reason="TensorFlow not installed: pip install -e '.[tensorflow]'")
+        "tensorflow", reason="TensorFlow not installed: pip install '.[tensorflow]'")
 
 
 # -- TensorFlow: goldens and live ----------------------------------------------------------

@@ -263,9 +263,9 @@ def test_environment_variable_selects_the_backend():
 
 def _gpu():
     cupy = pytest.importorskip("cupy",
-                               reason="needs CuPy and an NVIDIA GPU: pip install 'ort-roi[cupy]'")
+                               reason="needs CuPy and an NVIDIA GPU: pip install '.[cupy]'")
     if not backend.gpu_available()[0]:
-        pytest.skip("no CUDA device (the GPU tests need one and pip install 'ort-roi[cupy]')")
+        pytest.skip("no CUDA device (the GPU tests need one and pip install '.[cupy]')")
     return cupy
 
 

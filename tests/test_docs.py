@@ -1,7 +1,7 @@
 """The docs site builds: ``mkdocs build --strict`` over docs/ (every link and anchor between the
 pages checked, mkdocs 1.6's ``validation:``) with the API reference generated from the
 docstrings (mkdocstrings), which names every public function and class of ``ort_roi``.
-Skips without the docs extra (``pip install 'ort-roi[docs]'``), as CI's step does not."""
+Skips without the docs extra (``pip install '.[docs]'``), as CI's step does not."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-pytest.importorskip("mkdocs", reason="needs mkdocs: pip install 'ort-roi[docs]'")
-pytest.importorskip("mkdocstrings", reason="needs mkdocstrings: pip install 'ort-roi[docs]'")
+pytest.importorskip("mkdocs", reason="needs mkdocs: pip install '.[docs]'")
+pytest.importorskip("mkdocstrings", reason="needs mkdocstrings: pip install '.[docs]'")
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from ort_roi.ops import FORMS
 from tests.versions import ORT, needs_opset_22
 
 needs_openvino = pytest.mark.skipif(not O.openvino_available(),
-                                    reason="needs openvino: pip install 'ort-roi[parity]'")
+                                    reason="needs openvino: pip install '.[parity]'")
 
 
 def _plain(model):

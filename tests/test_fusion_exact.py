@@ -5,7 +5,7 @@ computes what the native one does in onnxruntime. convert re-fuses its own ``--t
 output; it says what it did not do (dynamo's ScatterND merges, ort_roi nodes that stay with
 --to onnx) and gives the caller its notes; ``ort-roi convert`` refuses a file that is no model.
 The stage tests read ort_roi/data/torchvision_stage_7.onnx (torch.onnx, opset 17); the Loop,
-round-trip-at-other-opsets and dynamo tests need torch (pip install 'ort-roi[torchvision]')."""
+round-trip-at-other-opsets and dynamo tests need torch (pip install '.[torchvision]')."""
 
 import io
 import warnings
@@ -230,7 +230,7 @@ def test_convert_fuses_its_own_to_onnx_output_again():
 
 @pytest.mark.parametrize("opset", [11, 13, 15, 16])
 def test_the_round_trip_at_other_opsets(opset):
-    pytest.importorskip("torch", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+    pytest.importorskip("torch", reason="needs torchvision: pip install '.[torchvision]'")
     from tests.test_torchvision_stage import Pooler, _export, _feed, _inputs
 
     args = _inputs()
@@ -307,7 +307,7 @@ def _mask_trip_count(m):
     (_keypoints, _kp_clip_max), (_masks, _mask_resize_mode), (_masks, _mask_trip_count)],
     ids=lambda f: f.__name__.strip("_"))
 def test_a_loop_differing_in_one_attribute_is_not_fused_and_said_why(build, mutate):
-    pytest.importorskip("torch", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+    pytest.importorskip("torch", reason="needs torchvision: pip install '.[torchvision]'")
     native, feed = build()
     where, what = mutate(native)
     conv, done = ort_roi.convert(native, report=True)
@@ -324,7 +324,7 @@ def test_a_loop_differing_in_one_attribute_is_not_fused_and_said_why(build, muta
 
 def test_a_dynamo_exported_stage_is_left_with_a_note():
     torch = pytest.importorskip("torch",
-                                reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+                                reason="needs torchvision: pip install '.[torchvision]'")
     from tests.test_torchvision_stage import Pooler, _inputs
 
     args = _inputs()

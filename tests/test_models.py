@@ -129,9 +129,9 @@ def test_exported_rfcn_head_equals_eager_torchvision():
     """The same head in eager torch, from the file's own weights (the head is
     tools/export_torchvision.py's rfcn_head)."""
     torch = pytest.importorskip("torch",
-                                reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+                                reason="needs torchvision: pip install '.[torchvision]'")
     tv = pytest.importorskip("torchvision.ops",
-                             reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+                             reason="needs torchvision: pip install '.[torchvision]'")
     from onnx import numpy_helper
 
     model = onnx.load(RFCN)

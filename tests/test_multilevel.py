@@ -26,7 +26,7 @@ from ort_roi import geometry as G
 from ort_roi.graph.schemas import SHAPE_INFERENCE
 
 needs_openvino = pytest.mark.skipif(not O.openvino_available(),
-                                    reason="needs openvino: pip install 'ort-roi[parity]'")
+                                    reason="needs openvino: pip install '.[parity]'")
 
 
 def _tol(dtype):

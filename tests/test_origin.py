@@ -203,9 +203,9 @@ def test_every_committed_graph_is_told():
 def test_torch_onnx_is_told_live(tmp_path):
     """What torch.onnx (both exporters) writes now."""
     torch = pytest.importorskip(
-        "torch", reason="torch.onnx's graphs: pip install 'ort-roi[torchvision]'")
+        "torch", reason="torch.onnx's graphs: pip install '.[torchvision]'")
     torchvision = pytest.importorskip(
-        "torchvision", reason="torch.onnx's graphs: pip install 'ort-roi[torchvision]'")
+        "torchvision", reason="torch.onnx's graphs: pip install '.[torchvision]'")
 
     class Head(torch.nn.Module):
         def forward(self, x, boxes):
@@ -229,7 +229,7 @@ def test_torch_onnx_is_told_live(tmp_path):
 def test_paddle2onnx_is_told_live(tmp_path):
     """What ort-roi export-paddle (paddle2onnx) writes now."""
     pytest.importorskip("paddle2onnx",  # (the extra brings paddle too)
-                        reason="paddle2onnx's graphs: pip install 'ort-roi[paddle]'")
+                        reason="paddle2onnx's graphs: pip install '.[paddle]'")
     import paddle
     from paddle.vision import ops
 

@@ -22,7 +22,7 @@ from ort_roi.export.paddle import rewrite_stand_ins, run_paddle2onnx
 #: paddle2onnx and Paddle, the extra ``paddle`` (the extra ``parity`` has Paddle alone)
 NO_EXPORTER = any(importlib.util.find_spec(m) is None for m in ("paddle2onnx", "paddle"))
 pytestmark = pytest.mark.skipif(NO_EXPORTER,
-                                reason="needs paddle2onnx: pip install 'ort-roi[paddle]'")
+                                reason="needs paddle2onnx: pip install '.[paddle]'")
 
 OC, PH, PW = 2, 2, 3  # psroi_pool: output channels and bins; the map has OC*PH*PW channels
 C = OC * PH * PW
@@ -245,7 +245,7 @@ def test_a_python_without_paddle2onnx_says_what_to_install(saved, tmp_path):
     bare = tmp_path / "bare-python"  # the same Python without its site-packages
     bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
     bare.chmod(0o755)
-    with pytest.raises(ImportError, match=r"pip install 'ort-roi\[paddle\]'"):
+    with pytest.raises(ImportError, match=r"pip install '\.\[paddle\]'"):
         ort_roi.paddle_export(saved["standard"], python=str(bare))
 
 

@@ -16,7 +16,7 @@ import ort_roi
 
 NO_EXPORTER = any(importlib.util.find_spec(m) is None for m in ("paddle2onnx", "paddle"))
 pytestmark = pytest.mark.skipif(NO_EXPORTER,
-                                reason="needs paddle2onnx: pip install 'ort-roi[paddle]'")
+                                reason="needs paddle2onnx: pip install '.[paddle]'")
 
 
 @pytest.fixture(scope="module")

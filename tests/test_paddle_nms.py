@@ -2,7 +2,7 @@
 image) against Paddle's own CPU kernel, bit for bit: boxes on a coarse grid (equal coordinates,
 boxes that touch), many of zero area (Paddle: two that touch have IoU 0 / 0 = NaN, the later one
 suppressed), tied scores, keep_top_k cutting through ties, a background label. Live: skips
-without paddle (pip install 'ort-roi[paddle]')."""
+without paddle (pip install '.[paddle]')."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from ort_roi.export.paddle_cuts import multiclass_nms3
 
-paddle = pytest.importorskip("paddle", reason="needs paddle: pip install 'ort-roi[parity]'")
+paddle = pytest.importorskip("paddle", reason="needs paddle: pip install '.[parity]'")
 
 
 def _attrs(keep_top_k: int, background_label: int, nms_threshold: float = 0.5) -> dict:

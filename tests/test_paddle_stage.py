@@ -441,7 +441,7 @@ NEEDS = [m for m in ("paddle", "paddle2onnx", "ppdet") if importlib.util.find_sp
 
 
 @pytest.mark.skipif(bool(NEEDS), reason="needs " + ", ".join(NEEDS) + ": pip install "
-                    "'ort-roi[paddle]' and `pip install --no-deps paddledet==2.6.0` (see "
+                    "'.[paddle]' and `pip install --no-deps paddledet==2.6.0` (see "
                     "tests/test_paddledet.py)")
 def test_paddledet_r18_fused_equals_unfused_and_paddle_inference(tmp_path):
     from tools import paddledet_e2e as e2e

@@ -19,7 +19,7 @@ OPS = [n for n in ("GenerateProposals", "DistributeFpnProposals_L4")
        if form(ort_roi.DOMAIN, n) is None]
 pytestmark = [
     pytest.mark.skipif(bool(NEEDS), reason="needs " + ", ".join(NEEDS) + ": pip install "
-                       "'ort-roi[paddle]' and `pip install --no-deps paddledet==2.6.0` with its "
+                       "'.[paddle]' and `pip install --no-deps paddledet==2.6.0` with its "
                        "imports (pyyaml typeguard tqdm scipy shapely terminaltables pycocotools "
                        "opencv-python-headless requests six matplotlib scikit-learn pandas)"),
     pytest.mark.skipif(bool(OPS), reason="ort_roi does not register " + ", ".join(OPS)),

@@ -14,9 +14,9 @@ from tests.conftest import ordered, run_plain, tolerance
 
 SEEDS = (101, 202)
 needs_paddle = pytest.mark.skipif(not O.paddle_available(),
-                                  reason="needs paddle: pip install 'ort-roi[parity]'")
+                                  reason="needs paddle: pip install '.[parity]'")
 needs_openvino = pytest.mark.skipif(not O.openvino_available(),
-                                    reason="needs openvino: pip install 'ort-roi[parity]'")
+                                    reason="needs openvino: pip install '.[parity]'")
 
 
 def _check(case, expected):

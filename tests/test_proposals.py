@@ -32,7 +32,7 @@ def _paddle():
 
 
 needs_paddle = pytest.mark.skipif(not _paddle(),
-                                  reason="needs paddle: pip install 'ort-roi[parity]'")
+                                  reason="needs paddle: pip install '.[parity]'")
 
 
 def _registered() -> bool:

@@ -63,7 +63,7 @@ def missing_extra(code: str) -> str | None:
     for name in sorted(names & set(EXTRAS)):
         if importlib.util.find_spec(name) is None:
             extra = EXTRAS[name]
-            return f"needs {name}: pip install 'ort-roi[{extra}]'"
+            return f"needs {name}: pip install '.[{extra}]'"
     return None
 
 
@@ -184,7 +184,7 @@ def test_commands_split():
 def test_every_skip_for_a_missing_extra_names_the_extra():
     """A test that skips because an optional module is missing says which extra brings it
     (the Quick start promises it): every ``pytest.importorskip`` of an extra's module and every
-    ``skipif`` on paddle / openvino has ``reason="... pip install 'ort-roi[EXTRA]'"``."""
+    ``skipif`` on paddle / openvino has ``reason="... pip install '.[EXTRA]'"``."""
     import ast
 
     seen = 0
@@ -204,6 +204,6 @@ def test_every_skip_for_a_missing_extra_names_the_extra():
                 continue
             if extra:
                 seen += 1
-                assert f"pip install 'ort-roi[{extra}]'" in reason, \
+                assert f"pip install '.[{extra}]'" in reason, \
                     f"{path.name}:{node.lineno}: skip reason {reason!r} names no extra"
     assert seen >= 20

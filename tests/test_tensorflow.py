@@ -240,9 +240,9 @@ def test_contrib_on_an_nchw_map_gets_a_transpose(golden):
 
 @pytest.fixture(scope="module")
 def tf():
-    pytest.importorskip("tf2onnx", reason="tf2onnx not installed: pip install -e '.[tensorflow]'")
+    pytest.importorskip("tf2onnx", reason="tf2onnx not installed: pip install '.[tensorflow]'")
     return pytest.importorskip(
-        "tensorflow", reason="TensorFlow not installed: pip install -e '.[tensorflow]'")
+        "tensorflow", reason="TensorFlow not installed: pip install '.[tensorflow]'")
 
 
 @pytest.mark.parametrize("case", CASES[:4] + ["nearest_ties", "crop_1x5", "float64_image"])

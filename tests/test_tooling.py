@@ -241,7 +241,7 @@ def test_per_level_boxes_fall_on_their_level():
 
 
 def test_bench_plot_writes_a_png(tmp_path):
-    pytest.importorskip("matplotlib", reason="needs matplotlib: pip install 'ort-roi[plot]'")
+    pytest.importorskip("matplotlib", reason="needs matplotlib: pip install '.[plot]'")
     png = tmp_path / "bench.png"
     assert cli.main(["bench", "W6", "--repeat", "1", "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
@@ -249,7 +249,7 @@ def test_bench_plot_writes_a_png(tmp_path):
 
 def test_bench_plot_draws_every_peer_of_a_full_run(tmp_path):
     """A full run has more peers than a 10-colour map (it raised KeyError on the 11th)."""
-    pytest.importorskip("matplotlib", reason="needs matplotlib: pip install 'ort-roi[plot]'")
+    pytest.importorskip("matplotlib", reason="needs matplotlib: pip install '.[plot]'")
     from ort_roi.cli import bench
 
     peers = {f"peer {i}": {"ratio": 1.0 + i, "s": 0.01} for i in range(14)}
@@ -271,7 +271,7 @@ def test_bench_plot_without_matplotlib_says_so_before_timing(tmp_path, monkeypat
     png = tmp_path / "bench.png"
     assert cli.main(["bench", "W6", "--plot", str(png)]) == 2
     out, err = capsys.readouterr()
-    assert "pip install 'ort-roi[plot]'" in err and out == "" and not png.exists()
+    assert "pip install '.[plot]'" in err and out == "" and not png.exists()
 
 
 def test_bench_bridge_floor_hands_back_the_given_output_through_a_session():
@@ -569,7 +569,7 @@ def test_bench_help_lists_every_workload_and_explains_the_rows(capsys):
     assert "box P2 912, box P3 78, box P4 10, box P5 0, mask P2 59" in out
     for words in ("peer time / ort_roi time", "the least and largest ratio of a single round",
                   "largest absolute difference", "bridge", "fused multi-level stage",
-                  "pip install 'ort-roi[parity]'"):
+                  "pip install '.[parity]'"):
         assert words in out
 
 

@@ -2,7 +2,7 @@
 nodes through both of torch's exporters (TorchScript and dynamo), run by a plain onnxruntime
 session with ort_roi.session_options(), equal to eager torchvision: max pooling bit for bit,
 the averaging ops to float rounding (1e-5). Skipped without torch, torchvision and onnxscript
-(pip install 'ort-roi[torchvision]')."""
+(pip install '.[torchvision]')."""
 
 import io
 import subprocess
@@ -16,9 +16,9 @@ import pytest
 
 import ort_roi
 
-torch = pytest.importorskip("torch", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
-pytest.importorskip("torchvision", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
-pytest.importorskip("onnxscript", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+torch = pytest.importorskip("torch", reason="needs torchvision: pip install '.[torchvision]'")
+pytest.importorskip("torchvision", reason="needs torchvision: pip install '.[torchvision]'")
+pytest.importorskip("onnxscript", reason="needs torchvision: pip install '.[torchvision]'")
 from torchvision import ops  # noqa: E402
 
 EXPORTERS = {"torchscript": False, "dynamo": True}

@@ -1,6 +1,6 @@
 """Live parity with torchvision.ops (CPU): RoIAlign (aligned 0/1, fixed and adaptive
 sampling) and ROIPooling max against roi_align / roi_pool. Skipped without torch
-(pip install 'ort-roi[torchvision]'; a large install, kept out of the test extras)."""
+(pip install '.[torchvision]'; a large install, kept out of the test extras)."""
 
 import numpy as np
 import pytest
@@ -8,9 +8,9 @@ import pytest
 from tests import cases as C
 from tests.conftest import run_plain
 
-torch = pytest.importorskip("torch", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+torch = pytest.importorskip("torch", reason="needs torchvision: pip install '.[torchvision]'")
 tv = pytest.importorskip("torchvision.ops",
-                         reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+                         reason="needs torchvision: pip install '.[torchvision]'")
 
 pytestmark = pytest.mark.parity
 

@@ -2,7 +2,7 @@
 HeatmapsToKeypoints node: the kernel against its definition and against onnxruntime's own
 Resize + ArgMax (torchvision's exported Loop, bit for bit), convert's fusion of that Loop at
 opsets 11 to 17, ort_roi.torch_export through both exporters, and the op's bad inputs. The
-torch parts skip without torch (pip install 'ort-roi[torchvision]')."""
+torch parts skip without torch (pip install '.[torchvision]')."""
 
 import io
 import json
@@ -140,9 +140,9 @@ def test_bad_inputs_raise_naming_op_input_and_value(maps, rois, message):
 
 def _torch():
     torch = pytest.importorskip("torch",
-                                reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+                                reason="needs torchvision: pip install '.[torchvision]'")
     pytest.importorskip("torchvision",
-                        reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+                        reason="needs torchvision: pip install '.[torchvision]'")
     from torchvision.models.detection import roi_heads
 
     class Decode(torch.nn.Module):
@@ -210,7 +210,7 @@ def test_a_loop_that_does_not_match_exactly_is_left_as_it_is_and_said_why():
 
 def test_the_stored_loop_bodies_are_what_this_torch_writes():
     """ort_roi/data/torchvision_loops.json, made by tools/export_torchvision.py, is current."""
-    pytest.importorskip("torch", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+    pytest.importorskip("torch", reason="needs torchvision: pip install '.[torchvision]'")
     from importlib import resources
 
     from tools import export_torchvision as tool

@@ -2,7 +2,7 @@
 the kernel against its definition and against onnxruntime's own Resize with the exported
 Loop's slicing (bit for bit), convert's fusion of torchvision's exported Loop at opsets 11 to
 17, ort_roi.torch_export through both exporters, and the op's bad inputs. The torch parts skip
-without torch (pip install 'ort-roi[torchvision]')."""
+without torch (pip install '.[torchvision]')."""
 
 import io
 import warnings
@@ -145,9 +145,9 @@ def test_float_boxes_are_refused_by_the_kernel():
 
 def _torch():
     torch = pytest.importorskip("torch",
-                                reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+                                reason="needs torchvision: pip install '.[torchvision]'")
     pytest.importorskip("torchvision",
-                        reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+                        reason="needs torchvision: pip install '.[torchvision]'")
     from torchvision.models.detection import roi_heads
 
     class Paste(torch.nn.Module):

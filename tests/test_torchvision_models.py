@@ -5,7 +5,7 @@ mask pasting and Keypoint R-CNN's decoding one node per image (no Loop, no Scatt
 left), and every output equal to the native graph's within 1e-3 on images that were not the
 export's. Small models (ResNet-18 FPN, MobileNet-v3 FPN, 128 x 144 images) with seeded
 random weights carrying a trained model's load (tools/torchvision_e2e.py times the full-size
-ones). Skips without torch (pip install 'ort-roi[torchvision]')."""
+ones). Skips without torch (pip install '.[torchvision]')."""
 
 import functools
 import io
@@ -29,9 +29,9 @@ EXPECTED = {
 
 def _build(kind: str):
     torch = pytest.importorskip("torch",
-                                reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+                                reason="needs torchvision: pip install '.[torchvision]'")
     pytest.importorskip("torchvision",
-                        reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+                        reason="needs torchvision: pip install '.[torchvision]'")
     from torchvision.models import detection as D
     from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
 
@@ -58,7 +58,7 @@ def _build(kind: str):
 @functools.lru_cache(maxsize=None)
 def _graphs(kind: str) -> dict:
     torch = pytest.importorskip("torch",
-                                reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+                                reason="needs torchvision: pip install '.[torchvision]'")
     model = _build(kind)
     g = torch.Generator().manual_seed(3)
     images = [torch.rand(3, *SIZE, generator=g) for _ in range(2)]

@@ -1,7 +1,7 @@
 """torchvision's RoI stage: MultiScaleRoIAlign exported by torch.onnx (TorchScript, opsets 11 to
 17) is fused at convert into one PyramidRoIAlign node; ort_roi.torch_export writes the stage,
 roi_align, roi_pool, ps_roi_align and ps_roi_pool as ort_roi nodes through both exporters.
-Skipped without torch (pip install 'ort-roi[torchvision]')."""
+Skipped without torch (pip install '.[torchvision]')."""
 
 import io
 import warnings
@@ -14,9 +14,9 @@ import pytest
 
 import ort_roi
 
-torch = pytest.importorskip("torch", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+torch = pytest.importorskip("torch", reason="needs torchvision: pip install '.[torchvision]'")
 tv = pytest.importorskip("torchvision",
-                         reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+                         reason="needs torchvision: pip install '.[torchvision]'")
 from torchvision.ops import MultiScaleRoIAlign  # noqa: E402
 
 IMAGE = (64, 80)  # H, W of the images the boxes live in

@@ -1,7 +1,7 @@
 """``ort-roi validate`` on real detection models: each RoI node's output, captured in one
 onnxruntime run, against its definition on the inputs the model fed it; a wrong node reported
 FAILED by name; declared sizes kept. The torchvision models (small Mask R-CNN, native and
-converted) skip without torch (pip install 'ort-roi[torchvision]')."""
+converted) skip without torch (pip install '.[torchvision]')."""
 
 import os
 import subprocess
@@ -18,7 +18,7 @@ from ort_roi.cli import main as cli
 from ort_roi.graph.inputs import generate_inputs
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "models")
-TORCH = "needs torchvision: pip install 'ort-roi[torchvision]'"
+TORCH = "needs torchvision: pip install '.[torchvision]'"
 
 
 def _save(tmp_path, m, name="m.onnx"):
@@ -98,8 +98,8 @@ def test_validate_answers_ok_on_mask_rcnn_native_and_converted(tmp_path, capsys)
     """It ran 30 minutes on a whole detector (onnx.reference's NMS) or answered FAILED on
     Mask R-CNN for 21 detections against 20 (a score threshold's float noise): now each RoI
     node against its definition, in bounded time."""
-    pytest.importorskip("torch", reason="needs torch: pip install 'ort-roi[torchvision]'")
-    pytest.importorskip("torchvision", reason="needs torchvision: pip install 'ort-roi[torchvision]'")
+    pytest.importorskip("torch", reason="needs torch: pip install '.[torchvision]'")
+    pytest.importorskip("torchvision", reason="needs torchvision: pip install '.[torchvision]'")
     from tests import test_torchvision_models as tvm
 
     graphs = tvm._graphs("mask_resnet18")

@@ -15,7 +15,7 @@ opset 17, as a Loop over boxes and with extra_opset com.microsoft (Transpose,
 com.microsoft::CropAndResize, Transpose). Ratios are TF / kernel and Loop / session,
 contrib / session (> 1: ort_roi faster).
 
-Needs tensorflow and tf2onnx (``pip install -e '.[tensorflow]'``) next to ort_roi. TF uses
+Needs tensorflow and tf2onnx (``pip install '.[tensorflow]'``) next to ort_roi. TF uses
 its own thread pool, ort_roi its kernel threads (ort_roi.set_num_threads).
 """
 

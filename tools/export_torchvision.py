@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The graphs the project ships that torch exports (torch 2.14.1, torchvision 0.29.1).
 
-    pip install -e '.[torchvision]' && python -m tools.export_torchvision
+    pip install '.[torchvision]' && python -m tools.export_torchvision
 
 1. models/torchvision_rfcn_head.onnx: an R-FCN head written with torchvision's
    position-sensitive ops and exported by ``ort_roi.torch_export`` (TorchScript, opset 17):

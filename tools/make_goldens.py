@@ -4,14 +4,14 @@
     python -m tools.make_goldens --mxnet-python /path/to/mxnet-venv/bin/python
     python -m tools.make_goldens mmcv_roi_align_rotated     # one suite (no MXNet needed)
 
-Needs paddlepaddle and openvino in this interpreter (pip install -e '.[parity]') and MXNet
+Needs paddlepaddle and openvino in this interpreter (pip install '.[parity]') and MXNet
 1.9.1 in a venv of its own (it needs numpy==1.23.5):
     python -m venv mxvenv && mxvenv/bin/pip install mxnet==1.9.1 numpy==1.23.5
 
 Each case of tests/cases.py is run through its oracle (MXNet for ROIPooling max, OpenVINO
 for ROIPooling bilinear and, reading exported ONNX nodes, MMCVRoIAlignRotated and
 ExperimentalDetectronROIFeatureExtractor; Paddle for RoIPool, PSROIPool and RoIAlign;
-torchvision (pip install -e '.[torchvision]') for its ps_roi_align, ps_roi_pool and the
+torchvision (pip install '.[torchvision]') for its ps_roi_align, ps_roi_pool and the
 MultiScaleRoIAlign stage, PyramidRoIAlign); ROIPooling max also
 records OpenVINO's output. One file per suite holds, per case, the inputs, the attributes
 (JSON), the oracle's output ("expected") and the flags.

@@ -5,7 +5,7 @@ from its collect_fpn_proposals (``paddle._C_ops``: Paddle 3 has no Python API fo
 
     python -m tools.make_proposal_goldens [proposals|collect] [--out tests/goldens]
 
-Needs paddle (pip install -e '.[parity]': paddlepaddle 3.3.1). Each case of
+Needs paddle (pip install '.[parity]': paddlepaddle 3.3.1). Each case of
 tests/proposal_cases.py (its collect_cases() for the second file) runs through Paddle's CPU
 kernels; the file holds, per case, its inputs ("name:scores", ...), the op, attributes and
 Paddle's version (JSON, "name:meta") and Paddle's outputs in the order of the ort_roi node's

@@ -3,7 +3,7 @@
 
     python -m tools.make_tf_goldens [--out tests/goldens]
 
-Needs tensorflow (pip install -e '.[tensorflow]': tensorflow-cpu 2.20). Each case of
+Needs tensorflow (pip install '.[tensorflow]': tensorflow-cpu 2.20). Each case of
 tests/crop_cases.py runs through TensorFlow's CPU kernel; the file holds, per case, its
 inputs ("name:image", "name:boxes", "name:box_indices"), the attributes (JSON, "name:meta")
 and TensorFlow's output ("name:expected"), so tests/test_crop_and_resize.py checks ort_roi

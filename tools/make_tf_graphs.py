@@ -5,7 +5,7 @@ tf.image.crop_and_resize and TensorFlow's outputs, so that tests/test_tensorflow
 
     python -m tools.make_tf_graphs [--out tests/goldens]
 
-Needs tensorflow and tf2onnx (pip install -e '.[tensorflow]': tensorflow-cpu 2.20, tf2onnx
+Needs tensorflow and tf2onnx (pip install '.[tensorflow]': tensorflow-cpu 2.20, tf2onnx
 1.17). For each case of tests/crop_cases.py: its inputs ("name:image", "name:boxes",
 "name:box_indices"), TensorFlow's output ("name:expected"), and tf2onnx's graph of
 crop_and_resize with the case's attributes and image dtype, as a Loop ("name:loop") and with

@@ -20,7 +20,7 @@ converted ones must be within 1e-5 relative), then the median
 time of each runner over ``--repeat`` interleaved rounds (TF eager and tf.function, the two
 tf2onnx graphs, the two converted graphs), and an onnxruntime profile summary (time per op
 type) of the Loop graph and of its conversion. Needs tensorflow and tf2onnx
-(``pip install -e '.[tensorflow]'``). ``--out DIR`` keeps the .onnx files.
+(``pip install '.[tensorflow]'``). ``--out DIR`` keeps the .onnx files.
 """
 
 from __future__ import annotations

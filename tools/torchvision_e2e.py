@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """torchvision's detection models end to end: native onnxruntime against ort_roi.
 
-    pip install -e '.[torchvision]'
+    pip install '.[torchvision]'
     python -m tools.torchvision_e2e [faster mask keypoint] [--repeat 9] [--thresh0]
                                     [--out DIR] [--json FILE] [--profile]
 

@@ -617,7 +617,7 @@ def plot(results: dict, path: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.plot and importlib.util.find_spec("matplotlib") is None:  # before the timing
-        print("ort-roi bench: --plot needs matplotlib: pip install 'ort-roi[plot]'",
+        print("ort-roi bench: --plot needs matplotlib: pip install '.[plot]'",
               file=sys.stderr)
         return 2
     # torch's (and Paddle's) OpenMP threads spin after each of their ops, by default for up
@@ -675,7 +675,7 @@ def _epilog() -> str:
         "W9 and W10: TensorFlow's crop_and_resize (TF OD API's Faster R-CNN), a row per",
         "'R<boxes> <crop>' pair: ort_roi::CropAndResize as convert writes it against",
         "onnxruntime running tf2onnx's Loop and com.microsoft::CropAndResize graphs, and TF's",
-        "own op (pip install 'ort-roi[tensorflow]'); the tf2onnx graphs differ from TF (and",
+        "own op (pip install '.[tensorflow]'); the tf2onnx graphs differ from TF (and",
         "ort_roi) on boxes ending at 1.0 (the diff column).",
         "",
         "each row: WORKLOAD OP, ort_roi's time (and, in brackets, 'bridge': the same session",
@@ -684,8 +684,8 @@ def _epilog() -> str:
         "ort_roi is faster), (LO-HI) the least and largest ratio of a single round, and",
         "diff: the largest absolute difference of its output from ours. Times are medians",
         "of --repeat rounds after a warm-up, every runner timed once per round, in turn.",
-        "Peers: onnxruntime always; OpenVINO, Paddle (pip install 'ort-roi[parity]') and",
-        "torchvision (pip install 'ort-roi[torchvision]') when installed. A table of the",
+        "Peers: onnxruntime always; OpenVINO, Paddle (pip install '.[parity]') and",
+        "torchvision (pip install '.[torchvision]') when installed. A table of the",
         "same follows the rows. Measured results: docs/benchmarks.md.",
     ]
     return "\n".join(lines)

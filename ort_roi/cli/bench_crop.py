@@ -31,7 +31,7 @@ GRAPH = "data/tf2onnx_crop_and_resize_{form}_{crop}.onnx"
 FORMS = {"ORT tf2onnx Loop": "loop", "ORT tf2onnx com.microsoft": "contrib"}
 TF = "TF crop_and_resize"
 #: Why a peer is missing, for the bench's log (a peer that is None was skipped).
-NEEDS = {TF: "tensorflow is not installed: pip install 'ort-roi[tensorflow]'"}
+NEEDS = {TF: "tensorflow is not installed: pip install '.[tensorflow]'"}
 NAMES = ("image", "boxes", "box_indices")
 
 

@@ -49,7 +49,7 @@ CHILD = Path(__file__).with_name("paddle_child.py")
 MARK = 1 << 20
 #: The Python that runs paddle2onnx when none is named: ``$ORT_ROI_PADDLE_PYTHON`` or this one.
 PYTHON_ENV = "ORT_ROI_PADDLE_PYTHON"
-INSTALL_HINT = "needs paddle2onnx: pip install 'ort-roi[paddle]'"
+INSTALL_HINT = "needs paddle2onnx: pip install '.[paddle]' in ort_roi's source folder"
 
 
 def paddle_export(path_prefix: str | os.PathLike, f: str | os.PathLike | None = None,
