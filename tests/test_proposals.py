@@ -318,6 +318,7 @@ def _literal_nms(boxes, scores, thr, eta, pixel_offset):
     return D.nms(T, [list(b) for b in boxes], list(scores), T(thr), eta, pixel_offset)
 
 
+@needs_numpy_2
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_nms_grid_equals_the_literal_loop(monkeypatch, seed, dtype):
@@ -386,6 +387,7 @@ def test_nms_grid_equals_block_nms_on_rpn_boxes(dtype):
             assert np.array_equal(got, want), (norm, thr)
 
 
+@needs_numpy_2
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_step_equals_definition_all_anchors_through_the_grid(monkeypatch, dtype):
     """GenerateProposals with every anchor taken (pre/post_nms_top_n 0) through the grid
