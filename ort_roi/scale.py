@@ -937,7 +937,7 @@ def predict_batches(ds: Any, model: str | os.PathLike | bytes, *, actors: int = 
 class Reply(NamedTuple):
     """What :meth:`Client.post` got: the last answer, and how it got there.
 
-    Args:
+    Attributes:
         status: the HTTP status of the last answer (0: the connection failed each time).
         text: its body (the outputs' JSON on a 200, the message otherwise).
         attempts: tries made (1: answered at once).

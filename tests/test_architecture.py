@@ -306,7 +306,14 @@ def test_the_public_api_is_documented():
             problems.append(f"{name}: class without its own docstring")
             continue
         init = list(inspect.signature(obj).parameters)
-        if init and "Args:" not in obj.__doc__:
+        # a NamedTuple's constructor takes its fields: its Attributes: (Google style, what
+        # the API reference's docstring parser reads as the fields) say them
+        fields = getattr(obj, "_fields", None) if issubclass(obj, tuple) else None
+        if fields and "Attributes:" in obj.__doc__:
+            missing = [f for f in fields if f"{f}:" not in obj.__doc__]
+            if missing:
+                problems.append(f"{name}: its fields {', '.join(missing)} not in Attributes:")
+        elif init and "Args:" not in obj.__doc__:
             problems.append(f"{name}: its constructor takes {', '.join(init)}; no Args:")
         for attr, member in vars(obj).items():
             if attr.startswith("_") and attr != "__call__":
