@@ -8,6 +8,8 @@ op's input order), attrs). tools/make_proposal_goldens.py runs them through Padd
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 
@@ -249,3 +251,17 @@ def collect_definition_only_cases() -> list[dict]:
                 scores=[[0.9, 0.8, 0.7, 0.1, 0.2], [0.6, 0.5, 0.3]], seed=20),
         collect("collect_middle_image_empty_in_a_level", [[2, 0, 2], [1, 1, 1]], 7, seed=21),
     ]
+
+
+def load_goldens(path: str) -> list[dict]:
+    """The cases of a goldens file tools/make_proposal_goldens.py wrote: name, op, attrs,
+    inputs and the expected outputs (Paddle's)."""
+    with np.load(path) as z:
+        names = sorted({k.rsplit(":", 1)[0] for k in z.files})
+        out = []
+        for n in names:
+            meta = json.loads(str(z[f"{n}:meta"]))
+            out.append(dict(name=n, op=meta["op"], attrs=meta["attrs"],
+                            inputs={k: z[f"{n}:{k}"] for k in meta["inputs"]},
+                            expected=[z[f"{n}:out{i}"] for i in range(meta["outputs"])]))
+        return out

@@ -9,7 +9,6 @@ distribute_fpn_proposals -> roi_align, against Paddle."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -39,19 +38,7 @@ needs_paddle = pytest.mark.skipif(not _found("paddle"),
                                   reason="needs paddle: pip install '.[parity]'")
 
 
-def load_goldens() -> list[dict]:
-    with np.load(GOLDEN) as z:
-        names = sorted({k.rsplit(":", 1)[0] for k in z.files})
-        out = []
-        for n in names:
-            meta = json.loads(str(z[f"{n}:meta"]))
-            out.append(dict(name=n, op=meta["op"], attrs=meta["attrs"],
-                            inputs={k: z[f"{n}:{k}"] for k in meta["inputs"]},
-                            expected=[z[f"{n}:out{i}"] for i in range(meta["outputs"])]))
-        return out
-
-
-GOLDENS = load_goldens()
+GOLDENS = P.load_goldens(GOLDEN)
 
 
 def _definition(case) -> list:

@@ -280,20 +280,27 @@ def test_gpu_kernels_match_numpy(kind, case):
     _check(kind, cupy.asnumpy(got), fn(*args, **case["attrs"]))
 
 
-def _roi_align_in_session_on_cupy_backend():
-    """(output of a plain onnxruntime session run with the cupy backend, NumPy kernel's)."""
+def _roi_align_session():
+    """(a plain onnxruntime session of one RoIAlign node, its feed, the NumPy kernel's
+    output)."""
     case = C.roi_align_cases(16)[0]
     args = list(case["inputs"].values())
     m = builders.single_op_model("RoIAlign", args[0].dtype, args[2].dtype, **case["attrs"])
     sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
                                 providers=["CPUExecutionProvider"])
     feed = dict(zip([i.name for i in sess.get_inputs()], args))
+    return sess, feed, ops.roi_align(*args, **case["attrs"])
+
+
+def _roi_align_in_session_on_cupy_backend():
+    """(output of a plain onnxruntime session run with the cupy backend, NumPy kernel's)."""
+    sess, feed, want = _roi_align_session()
     try:
         assert ort_roi.set_backend("cupy") == "cupy"
         got = sess.run(None, feed)[0]
     finally:
         ort_roi.set_backend("numpy")
-    return got, ops.roi_align(*args, **case["attrs"])
+    return got, want
 
 
 @pytest.mark.gpu
@@ -383,13 +390,7 @@ def test_auto_backend_in_onnxruntime_equals_numpy(host_cupy):
     from ort_roi.kernels import device
 
     device._timings.clear()
-    case = C.roi_align_cases(16)[0]
-    args = list(case["inputs"].values())
-    m = builders.single_op_model("RoIAlign", args[0].dtype, args[2].dtype, **case["attrs"])
-    sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
-                                providers=["CPUExecutionProvider"])
-    feed = dict(zip([i.name for i in sess.get_inputs()], args))
-    want = ops.roi_align(*args, **case["attrs"])
+    sess, feed, want = _roi_align_session()
     try:
         assert ort_roi.set_backend("auto") == "auto"
         for _ in range(6):

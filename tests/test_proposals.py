@@ -6,7 +6,6 @@ the ops in real onnxruntime sessions, and the bad-input catalogue."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -49,19 +48,7 @@ needs_entry = pytest.mark.skipif(not _registered(), reason="GenerateProposals / 
                                  "dispatch table yet")
 
 
-def load_goldens() -> list[dict]:
-    with np.load(GOLDEN) as z:
-        names = sorted({k.rsplit(":", 1)[0] for k in z.files})
-        out = []
-        for n in names:
-            meta = json.loads(str(z[f"{n}:meta"]))
-            out.append(dict(name=n, op=meta["op"], attrs=meta["attrs"],
-                            inputs={k: z[f"{n}:{k}"] for k in meta["inputs"]},
-                            expected=[z[f"{n}:out{i}"] for i in range(meta["outputs"])]))
-        return out
-
-
-GOLDENS = load_goldens()
+GOLDENS = P.load_goldens(GOLDEN)
 
 
 def _definition(case):
