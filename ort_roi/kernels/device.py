@@ -152,29 +152,17 @@ def _shape_key(kernel: Callable, inputs: Sequence[np.ndarray], features: Sequenc
     return tuple(parts)
 
 
-def chosen(kernel: Callable, inputs: Sequence[np.ndarray], features: Sequence[int]) -> str:
-    """The backend "auto" runs this call on (measured per call shape).
-
-    Args:
-        kernel, inputs, features: as for ``call``.
-    Returns:
-        "numpy" or "cupy".
-    """
+def _timings_of(kernel: Callable, inputs: Sequence[np.ndarray],
+                features: Sequence[int]) -> _Timings:
+    """The measurements of this call's shape (made on its first call; the least recently
+    used shape let go past SHAPES)."""
     key = _shape_key(kernel, inputs, features)
     with _lock:
         t = _timings.pop(key, None) or _Timings()
         _timings[key] = t
         while len(_timings) > SHAPES:
             _timings.popitem(last=False)
-        return t.pick()
-
-
-def _record(kernel, inputs, features, backend: str, seconds: float) -> None:
-    key = _shape_key(kernel, inputs, features)
-    with _lock:
-        t = _timings.get(key)
-        if t is not None:
-            t.record(backend, seconds)
+        return t
 
 
 def _on_gpu(kernel: Callable, inputs: Sequence[np.ndarray], features: Sequence[int],
@@ -212,9 +200,13 @@ def call(kernel: Callable[..., Any], inputs: Sequence[np.ndarray], features: Seq
         return _on_gpu(kernel, inputs, features, **attrs)
     if backend == "numpy":
         return _on_cpu(kernel, inputs, **attrs)
-    use = chosen(kernel, inputs, features)
+    t = _timings_of(kernel, inputs, features)
+    with _lock:
+        use = t.pick()
     start = time.perf_counter()
     ys = (_on_gpu(kernel, inputs, features, **attrs) if use == "cupy"
           else _on_cpu(kernel, inputs, **attrs))
-    _record(kernel, inputs, features, use, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    with _lock:
+        t.record(use, seconds)
     return ys
