@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ort_roi.cli import main as cli
-from ort_roi.cli import bench, bench_crop
+from ort_roi.cli import bench_crop, bench_report, bench_workloads
 from ort_roi.graph.rewrite import convert
 
 HAVE_TF = importlib.util.find_spec("tensorflow") is not None
@@ -19,7 +19,7 @@ LOOP, CONTRIB = "ORT tf2onnx Loop", "ORT tf2onnx com.microsoft"
 
 
 def test_workloads_are_the_issues_faster_rcnn_shapes():
-    ws = bench.workloads()
+    ws = bench_workloads.workloads()
     w9, w10 = ws["W9_tf_crop_64"], ws["W10_tf_crop_c4"]
     assert (w9["N"], w9["H"], w9["W"], w9["C"]) == (1, 64, 64, 256)
     assert (w10["N"], w10["H"], w10["W"], w10["C"]) == (2, 38, 50, 1024)
@@ -31,7 +31,7 @@ def test_workloads_are_the_issues_faster_rcnn_shapes():
 
 def test_inputs_are_detection_like():
     """Boxes clipped to [0, 1] with a quarter or so ending at 1.0, indices round robin."""
-    w = dict(bench.workloads()["W10_tf_crop_c4"], R=300, pooled=7)
+    w = dict(bench_workloads.workloads()["W10_tf_crop_c4"], R=300, pooled=7)
     image, boxes, idx = bench_crop.make_inputs(w)
     assert image.shape == (2, 38, 50, 1024) and image.dtype == np.float32
     assert boxes.shape == (300, 4) and boxes.dtype == np.float32
@@ -83,7 +83,7 @@ def test_bench_w9_rows_ratios_and_differences(tmp_path, capsys):
         assert r["peers"][CONTRIB]["max_abs_diff"] < 10
         if HAVE_TF:
             assert r["peers"][bench_crop.TF]["max_abs_diff"] == 0
-        assert f"| {name} | CropAndResize |" in bench.markdown(json.loads(out.read_text()))
+        assert f"| {name} | CropAndResize |" in bench_report.markdown(json.loads(out.read_text()))
     assert ("TF crop_and_resize: skipped (tensorflow is not installed" in text) != HAVE_TF
 
 

@@ -11,7 +11,7 @@ import pytest
 import ort_roi
 from tests import defs as D
 from ort_roi import builders, ops
-from ort_roi.cli import bench
+from ort_roi.cli import bench_workloads
 from ort_roi.kernels.cpu import workspace as _workspace
 
 from ort_roi.kernels.cpu import strategies
@@ -35,8 +35,8 @@ def _peak_extra(fn) -> int:
 
 
 def _workload(name):
-    w = bench.workloads()[name]
-    X, boxes, counts = bench.make_inputs(w)
+    w = bench_workloads.workloads()[name]
+    X, boxes, counts = bench_workloads.make_inputs(w)
     p = w["pooled"]
     align = dict(pooled_height=p, pooled_width=p, spatial_scale=w["spatial_scale"],
                  sampling_ratio=w["sampling_ratio"])

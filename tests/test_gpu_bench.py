@@ -1,7 +1,7 @@
 """tools/gpu_bench.py (``python -m tools.gpu_bench``) runs every workload: here on the NumPy backend (``--backend numpy
 --dry-run``: one call per row), so that a GPU run (tools/gpu_check.sh on a lent machine) meets
-no workload it cannot build. The rows are ``ort-roi bench``'s (``bench.plan``), the inputs its
-own (``bench.cases``)."""
+no workload it cannot build. The rows are ``ort-roi bench``'s (``bench_workloads.plan``), the inputs
+its own (``bench_cases.cases``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ort_roi.cli import bench
+from ort_roi.cli import bench_workloads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = [sys.executable, "-m", "tools.gpu_bench"]  # run from the repository root
@@ -31,9 +31,9 @@ def test_every_workload_runs_on_numpy(dry_run):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res["errors"] == []
-    planned = [(name, op) for name, _, op in bench.plan()]
+    planned = [(name, op) for name, _, op in bench_workloads.plan()]
     assert [(x["workload"], x["op"]) for x in res["rows"]] == planned
-    assert {k.split("_")[0] for k in bench.workloads()} == {
+    assert {k.split("_")[0] for k in bench_workloads.workloads()} == {
         x["workload"].split("_")[0] for x in res["rows"]}  # W1 .. W10, none left out
     for x in res["rows"]:
         assert x["session"]["numpy_s"] > 0, x
@@ -131,7 +131,7 @@ def test_the_cupy_path_on_the_host_build(host_cupy, tmp_path):
     res = json.loads(out.read_text())
     assert rc == 0 and res["errors"] == [], res["errors"]
     assert res["backend"] == "cupy" and res["device"].startswith("host build")
-    assert len(res["rows"]) == len(bench.plan(["W4", "W5", "W6", "W7", "W8f", "W9"]))
+    assert len(res["rows"]) == len(bench_workloads.plan(["W4", "W5", "W6", "W7", "W8f", "W9"]))
     for x in res["rows"]:
         s = x["session"]
         assert s["cupy_s"] > 0 and s["cupy_vs_numpy_max_abs_diff"] < 1e-4, x

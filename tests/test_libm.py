@@ -166,7 +166,7 @@ ALLOWED = {
     "libm.py": "the one place: NumPy's value checked against the C library's",
     "geometry.py": "rotated boxes' cos / sin: RoIAlignRotated is held to a tolerance (bilinear "
                    "averages), not bit for bit",
-    "cli/bench.py": "generates the benchmark's random boxes",
+    "cli/bench_workloads.py": "generates the benchmark's random boxes",
 }
 
 

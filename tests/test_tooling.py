@@ -184,7 +184,7 @@ def test_convert_leaves_bilinear_pooling_alone_and_says_why():
 
 def test_bench_runs_w6_and_writes_json(tmp_path):
     """ort-roi bench on the tiny workload: times, ratios and agreeing outputs, JSON written."""
-    from ort_roi.cli import bench
+    from ort_roi.cli import bench_report
 
     out = tmp_path / "bench.json"
     assert cli.main(["bench", "W6", "--repeat", "1", "--json", str(out)]) == 0
@@ -198,14 +198,14 @@ def test_bench_runs_w6_and_writes_json(tmp_path):
         lo, mid, hi = native["round_ratios"]  # one round: its ratio three times
         assert lo == mid == hi > 0
         assert native["max_abs_diff"] < 1e-6
-    assert "| W6_tiny | RoIAlign |" in bench.markdown(results)
+    assert "| W6_tiny | RoIAlign |" in bench_report.markdown(results)
 
 
 def test_bench_per_level_workload_rows_and_stage(tmp_path):
     """W8f: one row per level (ort_roi::RoiAlign against onnxruntime's, same boxes) and the
     box pooler's whole stage: torchvision's exported MultiScaleRoIAlign, fused, against the
     same graph run natively and converted without fusion; the outputs agree."""
-    from ort_roi.cli import bench
+    from ort_roi.cli import bench_workloads
 
     out = tmp_path / "bench.json"
     assert cli.main(["bench", "w8f", "--repeat", "1", "--json", str(out)]) == 0
@@ -222,7 +222,8 @@ def test_bench_per_level_workload_rows_and_stage(tmp_path):
             assert r["op"] == "RoiAlign" and "ORT RoiAlign" in peers
         for v in peers.values():
             assert v["max_abs_diff"] < 1e-5 and v["s"] > 0
-    maps, boxes = bench.make_level_inputs(bench.workloads()["W8f_faster_levels"])
+    w = bench_workloads.workloads()["W8f_faster_levels"]
+    maps, boxes = bench_workloads.make_level_inputs(w)
     assert [len(boxes[("box", lv)]) for lv in (2, 3, 4, 5)] == [687, 307, 6, 0]
     assert maps[2].shape == (1, 256, 96, 120) and maps[5].shape == (1, 256, 12, 15)
 
@@ -230,10 +231,10 @@ def test_bench_per_level_workload_rows_and_stage(tmp_path):
 def test_per_level_boxes_fall_on_their_level():
     """The W8 boxes land on the level of their row by torchvision's own LevelMapper rule
     (floor(4 + log2(sqrt(area) / 224) + 1e-6), clamped to 2..5)."""
-    from ort_roi.cli import bench
+    from ort_roi.cli import bench_workloads
 
     for name in ("W8_rcnn_levels", "W8f_faster_levels"):
-        _, boxes = bench.make_level_inputs(bench.workloads()[name])
+        _, boxes = bench_workloads.make_level_inputs(bench_workloads.workloads()[name])
         for (_, level), b in boxes.items():
             area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
             k = np.clip(np.floor(4 + np.log2(np.sqrt(area) / 224) + 1e-6), 2, 5)
@@ -250,19 +251,20 @@ def test_bench_plot_writes_a_png(tmp_path):
 def test_bench_plot_draws_every_peer_of_a_full_run(tmp_path):
     """A full run has more peers than a 10-colour map (it raised KeyError on the 11th)."""
     pytest.importorskip("matplotlib", reason="needs matplotlib: pip install '.[plot]'")
-    from ort_roi.cli import bench
+    from ort_roi.cli import bench_report
 
     peers = {f"peer {i}": {"ratio": 1.0 + i, "s": 0.01} for i in range(14)}
     results = {"rows": [{"workload": "W1_faster_rcnn_c4", "op": "RoIAlign", "peers": peers}]}
     png = tmp_path / "all.png"
-    bench.plot(results, str(png))
+    bench_report.plot(results, str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_bench_plot_labels_keep_the_scaling_rows_apart():
-    from ort_roi.cli import bench
+    from ort_roi.cli import bench_report
 
-    assert [bench._short(w) for w in ["W1_faster_rcnn_c4", "W2_R100", "W2_R4000", "W6_tiny"]] \
+    names = ["W1_faster_rcnn_c4", "W2_R100", "W2_R4000", "W6_tiny"]
+    assert [bench_report._short(w) for w in names] \
         == ["W1", "W2_R100", "W2_R4000", "W6"]
 
 
@@ -277,9 +279,9 @@ def test_bench_plot_without_matplotlib_says_so_before_timing(tmp_path, monkeypat
 def test_bench_bridge_floor_hands_back_the_given_output_through_a_session():
     """The floor runner is a real session whose stand-in kernel returns y unchanged, while
     the op itself still computes."""
-    from ort_roi.cli import bench
+    from ort_roi.cli import bench_cases, bench_workloads
 
-    ours, _ = bench.cases(bench.workloads()["W6_tiny"], "ROIPooling.max")
+    ours, _ = bench_cases.cases(bench_workloads.workloads()["W6_tiny"], "ROIPooling.max")
     y = ours()
     marker = np.full_like(y, 7.5)
     floor = ours.floor(marker)
@@ -290,11 +292,11 @@ def test_bench_bridge_floor_hands_back_the_given_output_through_a_session():
 _FLOORS_ONE_AFTER_ANOTHER = """
 import gc
 import numpy as np
-from ort_roi.cli import bench
-w = bench.workloads()["W6_tiny"]
+from ort_roi.cli import bench_cases, bench_workloads
+w = bench_workloads.workloads()["W6_tiny"]
 ys = []
 for op in ["RoIAlign", "ROIPooling.max", "RoIAlign", "ROIPooling.max"]:
-    ours, _ = bench.cases(w, op)
+    ours, _ = bench_cases.cases(w, op)
     y = ours()
     floor = ours.floor(np.full_like(y, len(ys)))  # the previous floor session is dropped here
     ys.append(float(floor()[0, 0, 0, 0]))
@@ -319,7 +321,7 @@ def test_bench_floors_of_several_ops_one_after_another_do_not_crash():
 def test_bench_times_ours_and_the_peers_in_turn():
     """Each round times every runner once, in turn (a slow spell hits them all alike); the
     result is each runner's median and last output."""
-    from ort_roi.cli import bench
+    from ort_roi.cli import bench_timing
 
     calls = []
 
@@ -329,8 +331,8 @@ def test_bench_times_ours_and_the_peers_in_turn():
             return out
         return fn
 
-    times = bench.time_together({"a": runner("a", 1), "b": runner("b", 2)}, repeat=3,
-                                min_sample_s=0)
+    times = bench_timing.time_together({"a": runner("a", 1), "b": runner("b", 2)}, repeat=3,
+                                       min_sample_s=0)
     assert calls == ["a", "b"] * 4  # a warm-up, then three rounds
     assert {k: v[1] for k, v in times.items()} == {"a": 1, "b": 2}
     assert all(len(rounds) == 3 and t == sorted(rounds)[1] for t, _, rounds in times.values())
@@ -340,12 +342,13 @@ def test_time_together_shuffles_each_round_when_seeded_and_can_skip_the_warm_up(
     """The tools' whole-model runs (tools.paddledet_e2e, torchvision_e2e) take each round in a
     fresh random order (``shuffle``: a seed, the same orders for the same seed); a caller that
     has warmed its runners up says ``warmup=False`` (tools.gpu_bench, mxnet_graphs)."""
-    from ort_roi.cli import bench
+    from ort_roi.cli import bench_timing
 
     def orders(seed):
         calls = []
         fns = {k: (lambda k=k: calls.append(k)) for k in "abcd"}
-        times = bench.time_together(fns, repeat=6, min_sample_s=0, shuffle=seed, warmup=False)
+        times = bench_timing.time_together(fns, repeat=6, min_sample_s=0, shuffle=seed,
+                                           warmup=False)
         assert all(len(rounds) == 6 for _, _, rounds in times.values())
         return [tuple(calls[i:i + 4]) for i in range(0, len(calls), 4)]
 
@@ -355,10 +358,10 @@ def test_time_together_shuffles_each_round_when_seeded_and_can_skip_the_warm_up(
 
 
 def test_bench_round_ratios_pair_each_round():
-    from ort_roi.cli import bench
+    from ort_roi.cli import bench_timing
 
     # peer / ours per round: 2, 0.5, 3
-    assert bench.round_ratios([2.0, 1.0, 3.0], [1.0, 2.0, 1.0]) == [0.5, 2.0, 3.0]
+    assert bench_timing.round_ratios([2.0, 1.0, 3.0], [1.0, 2.0, 1.0]) == [0.5, 2.0, 3.0]
 
 
 # --- validate answers: does a plain session with ort_roi.session_options() run the file? -------
@@ -516,12 +519,12 @@ def test_bench_takes_workload_names_in_any_case_and_says_what_it_measured(capsys
 def test_bench_plot_shows_speedups_with_distinct_labels():
     """The plot shows peer time / ort_roi time per row (not absolute times on a log axis),
     and its row labels differ by more than case (RoIAlign and RoiAlign did not)."""
-    from ort_roi.cli import bench
+    from ort_roi.cli import bench_report
 
     rows = [{"workload": "W1_faster_rcnn_c4", "op": op, "ort_roi_s": 0.1,
              "peers": {"ORT RoiAlign": {"s": 0.25, "ratio": 2.5}}}
             for op in ("RoIAlign", "RoiAlign", "ROIPooling.max")]
-    data = bench.speedups({"rows": rows})
+    data = bench_report.speedups({"rows": rows})
     assert [x for _, _, x in data] == [2.5, 2.5, 2.5]
     labels = [label for label, _, _ in data]
     assert len({label.lower() for label in labels}) == 3, labels
@@ -555,13 +558,13 @@ def test_cupy_fallback_warning_is_printed_once():
 def test_bench_help_lists_every_workload_and_explains_the_rows(capsys):
     """``ort-roi bench --help`` names each workload of workloads.json with its shape and ops,
     and says what a row's columns are."""
-    from ort_roi.cli import bench
+    from ort_roi.cli import bench_workloads
 
     with pytest.raises(SystemExit) as e:
         cli.main(["bench", "--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for name, w in bench.workloads().items():
+    for name, w in bench_workloads.workloads().items():
         line = next(ln for ln in out.splitlines() if f" {name}: " in ln)
         assert line.split()[0] == name.split("_")[0]
         assert line.endswith("; " + ", ".join(w["ops"]))

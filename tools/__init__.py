@@ -7,7 +7,7 @@
 - end to end: ``torchvision_e2e``, ``paddledet_e2e``, ``paddle_rfcn_e2e``, ``tf_e2e``,
   ``mxnet_graphs gluoncv / compare / precision``.
 
-One timing harness: ``ort_roi.cli.bench.time_together`` (``ort-roi bench``'s own: runners
+One timing harness: ``ort_roi.cli.bench_timing.time_together`` (``ort-roi bench``'s own: runners
 timed in turn each round, ``shuffle=seed`` for a fresh random order, ``min_sample_s=0`` for one
 call per sample). Two timings are of another kind and stay their own: ``gpu_bench``'s CUDA
 events (device time), and ``paddle_stage_bench.blocks`` (alternating blocks of calls, the

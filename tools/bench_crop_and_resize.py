@@ -85,7 +85,7 @@ def main() -> None:
     import tensorflow as tf
 
     import ort_roi
-    from ort_roi.cli.bench import time_together
+    from ort_roi.cli.bench_timing import time_together
     from ort_roi.ops.crop_and_resize import SPEC, crop_and_resize
 
     if args.threads:

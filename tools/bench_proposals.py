@@ -13,7 +13,7 @@ import argparse
 
 import numpy as np
 
-from ort_roi.cli.bench import round_ratios, time_together
+from ort_roi.cli.bench_timing import round_ratios, time_together
 
 
 def anchors_for(h: int, w: int, stride: int, size: int) -> np.ndarray:

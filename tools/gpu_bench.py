@@ -3,9 +3,9 @@
     python -m tools.gpu_bench [W1 W2 ...] [--backend cupy|numpy] [--repeat 20] [--dry-run]
                               [--out results.json] [--md results.md]
 
-The rows are ``ort-roi bench``'s (``ort_roi.cli.bench.plan``: every workload of
+The rows are ``ort-roi bench``'s (``ort_roi.cli.bench_workloads.plan``: every workload of
 ort_roi/data/workloads.json, the per-level and CropAndResize workloads expanded as it expands
-them) and their inputs are the ones it builds (``bench.cases``, same seeds). For each row:
+them) and their inputs are the ones it builds (``bench_cases.cases``, same seeds). For each row:
 
 1. **kernel**: the op's public kernel (``ort_roi.ops.kernel``) on the row's inputs, the feature
    maps on the device (``--backend cupy``; as the bridge hands them over), median CUDA-event
@@ -91,8 +91,8 @@ class Backend:
 
 def wall_time(fn: Callable, repeat: int, warmup: bool = True):
     """(median wall-clock seconds of ``fn``, which returns host data, after a warm-up; its
-    last output): ``ort_roi.cli.bench.time_together``, one call per sample."""
-    from ort_roi.cli.bench import time_together
+    last output): ``ort_roi.cli.bench_timing.time_together``, one call per sample."""
+    from ort_roi.cli.bench_timing import time_together
 
     median, y, _ = time_together({"fn": fn}, repeat, min_sample_s=0, warmup=warmup)["fn"]
     return median, y
@@ -151,11 +151,11 @@ def tv_peer(op: str, feed: dict, attrs: dict, tv):
 def fpn_kernels(w: dict, op: str):
     """W7 (FPN, 4 levels): (inputs [boxes or rois, *levels], features, kernel(*inputs), and
     torchvision's MultiScaleRoIAlign as fn(feats on torch) or None), the inputs
-    ``bench.make_fpn_inputs`` makes (those of ``bench.cases``)."""
+    ``bench_workloads.make_fpn_inputs`` makes (those of ``bench_cases.cases``)."""
     from ort_roi import ops
-    from ort_roi.cli import bench
+    from ort_roi.cli.bench_workloads import make_fpn_inputs
 
-    feats, boxes = bench.make_fpn_inputs(w)
+    feats, boxes = make_fpn_inputs(w)
     P, sr, strides = w["pooled"], w["sampling_ratio"], w["strides"]
     L = len(feats)
     if op == "ExperimentalDetectronROIFeatureExtractor":
@@ -179,7 +179,7 @@ def kernel_row(w: dict, op: str, ours, backend: Backend, repeat: int, row: dict,
 
     torch, tv = _torch_cuda() if backend.name == "cupy" else (None, "backend numpy")
     peer = None
-    if hasattr(ours, "feed"):  # one registered op (bench's _Ours): its own kernel and inputs
+    if hasattr(ours, "feed"):  # one registered op (bench_peers.Ours): its own kernel and inputs
         spec = ops.spec(ours.op)
         fn = ops.kernel((DOMAIN, ours.op))
         inputs = [ours.feed[i.name] for i in spec.inputs]
@@ -236,7 +236,7 @@ def kernel_row(w: dict, op: str, ours, backend: Backend, repeat: int, row: dict,
 
 
 def session_row(ours, backend: Backend, repeat: int, row: dict, warmup: bool = True) -> None:
-    """The session half of a row: ``ours`` (bench.cases' runner of the row's graph in a plain
+    """The session half of a row: ``ours`` (bench_cases.cases' runner of the row's graph in a plain
     onnxruntime session) on the numpy backend and, with cupy, on the cupy backend."""
     import ort_roi
 
@@ -352,10 +352,12 @@ def main(argv=None) -> int:
     repeat, warmup = (1, False) if args.dry_run else (args.repeat, True)
     md = args.md or (os.path.splitext(args.out)[0] + ".md" if args.out else None)
 
-    from ort_roi.cli import bench
+    from ort_roi.cli.bench_cases import cases
+    from ort_roi.cli.bench_timing import describe, machine
+    from ort_roi.cli.bench_workloads import plan
 
     try:
-        todo = bench.plan(args.workloads)
+        todo = plan(args.workloads)
     except ValueError as e:
         print(f"gpu_bench: {e}", file=sys.stderr)
         return 2
@@ -369,19 +371,19 @@ def main(argv=None) -> int:
             return 2
     backend = Backend(args.backend)
     results = dict(device=backend.device, backend=backend.name, repeat=repeat,
-                   machine=bench.machine(), rows=[], skipped=[], errors=[])
+                   machine=machine(), rows=[], skipped=[], errors=[])
     if backend.name == "cupy":
         torch, why = _torch_cuda()
         results["machine"]["torch"] = torch.__version__ if torch else why
         if torch is None:
             results["skipped"].append(dict(workload="*", op="*", what="GPU peers", why=why))
-    print(f"gpu_bench: {len(todo)} rows on {backend.device}; {bench.describe(results['machine'])}",
+    print(f"gpu_bench: {len(todo)} rows on {backend.device}; {describe(results['machine'])}",
           flush=True)
     for wname, w, op in todo:
         row = dict(workload=wname, op=op)
         t0 = time.perf_counter()
         try:
-            ours, _ = bench.cases(w, op)  # the bench's inputs and graph (its CPU peers unused)
+            ours, _ = cases(w, op)  # the bench's inputs and graph (its CPU peers unused)
             kernel_row(w, op, ours, backend, repeat, row, results["skipped"], warmup)
             session_row(ours, backend, max(1, repeat // 2), row, warmup)
         except Exception as e:  # noqa: BLE001 - one row's failure: reported, the rest run

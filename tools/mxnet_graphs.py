@@ -501,7 +501,7 @@ def compare(out_dir: str, models=MODELS, runs: int = 5) -> None:
     import onnxruntime as ort
 
     import ort_roi
-    from ort_roi.cli.bench import time_together
+    from ort_roi.cli.bench_timing import time_together
 
     def session(model, ours: bool):
         so = ort_roi.session_options() if ours else ort.SessionOptions()

@@ -19,7 +19,7 @@ a parallel node, taking a core from the Python kernel that runs next; two sessio
 turn meet each other's spinning threads, which one session alone never does (measured on the
 stage alone, R50 480x640, 1000 rois, 2 cores: run by run in turn the unfused stage took 68-106
 ms and the fused one 78-129 ms, in blocks 93 and 76 ms). So the
-whole models are timed run by run in turn (ort_roi.cli.bench.time_together: the stage is 10%
+whole models are timed run by run in turn (ort_roi.cli.bench_timing.time_together: the stage is 10%
 of a run and the model's first node is a Conv) and profiled in blocks of runs of each
 session; ``--stage`` also times the stage alone in blocks (the first run of each block not
 counted): the subgraph from the Distribute's inputs and the levels' maps to the Gather, cut
@@ -146,7 +146,7 @@ def stage_alone(path: str, f: dict, repeat: int, threads: int, work: str) -> dic
     import onnx
     import onnxruntime as ort
 
-    from ort_roi.cli.bench import round_ratios
+    from ort_roi.cli.bench_timing import round_ratios
     from ort_roi.graph.paddle import fuse_fpn_stages
 
     model = onnx.load(path)
@@ -223,7 +223,7 @@ def _bench(args, e2e, work: str) -> dict:
     import onnxruntime as ort
 
     import ort_roi
-    from ort_roi.cli.bench import round_ratios, time_together
+    from ort_roi.cli.bench_timing import round_ratios, time_together
     from ort_roi.graph.paddle import fuse_fpn_stages
 
     path = args.model

@@ -459,9 +459,9 @@ def profile(path: str, f: dict, runs: int = 3) -> list[tuple[str, float]]:
 
 def interleaved(runners: dict, repeat: int, seed: int = 0) -> dict:
     """Median seconds of each runner over ``repeat`` rounds (each in a fresh random order:
-    ``ort_roi.cli.bench.time_together``, one call per sample) and the median of the rounds'
+    ``ort_roi.cli.bench_timing.time_together``, one call per sample) and the median of the rounds'
     ratios paddle / ort."""
-    from ort_roi.cli.bench import time_together
+    from ort_roi.cli.bench_timing import time_together
 
     timed = time_together(runners, repeat, min_sample_s=0, shuffle=seed)
     times = {k: v[2] for k, v in timed.items()}

@@ -53,7 +53,7 @@ def main() -> None:
     import tensorflow as tf
 
     import ort_roi
-    from ort_roi.cli.bench import time_together
+    from ort_roi.cli.bench_timing import time_together
     from tools.make_tf_graphs import tf2onnx_graph
 
     if args.threads:

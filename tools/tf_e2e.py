@@ -176,7 +176,7 @@ def main() -> None:
     import tf2onnx
 
     import ort_roi
-    from ort_roi.cli.bench import time_together
+    from ort_roi.cli.bench_timing import time_together
 
     out_dir = args.out or tempfile.mkdtemp(prefix="tf_e2e_")
     os.makedirs(out_dir, exist_ok=True)

@@ -175,7 +175,7 @@ def run_model(kind: str, repeat: int, thresh0: bool, out_dir: str | None,
     diffs = {k: max_diff(outs[k], outs["native"]) for k in ("converted", "torch_export")}
     diffs["native vs eager torch"] = max_diff(outs["native"], eager)
     detections = int(outs["native"][0].shape[0])
-    from ort_roi.cli.bench import time_together
+    from ort_roi.cli.bench_timing import time_together
 
     timed = time_together({k: functools.partial(s.run, None, feed) for k, s in sess.items()},
                           repeat, min_sample_s=0, shuffle=0)

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import importlib.util
 from importlib import resources
-from typing import Callable
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
 from ..graph.rewrite import convert
+from ..runtime.session import session_options
+from .bench_peers import Ours, cpu_session
+from .bench_timing import Runner
 
-Runner = Callable[[], np.ndarray]
 OP = "CropAndResize"
 #: The package's tf2onnx graphs (tools/make_tf_graphs.py BENCH_GRAPH).
 GRAPH = "data/tf2onnx_crop_and_resize_{form}_{crop}.onnx"
@@ -84,29 +85,26 @@ def _tensorflow(image, boxes, idx, crop: int) -> Runner | None:
     return run
 
 
-def cases(w: dict, ours_class, session) -> tuple[object, dict[str, Runner | None]]:
+def cases(w: dict) -> tuple[Ours, dict[str, Runner | None]]:
     """Our runner and the peers' for one row.
 
     Args:
         w: the row (rows()).
-        ours_class: bench._Ours (our node in a plain session, with its bridge floor).
-        session: bench._session.
 
     Returns:
-        (ours, {peer name: runner, or None where its framework is not installed}).
+        (ours: our node in a plain session, with its bridge floor (bench_peers.Ours),
+        {peer name: runner, or None where its framework is not installed}).
 
     Raises:
         AssertionError: ``convert`` of the shipped Loop graph does not give our node's output.
     """
-    from ..runtime.session import session_options
-
     crop = w["pooled"]
     image, boxes, idx = make_inputs(w)
     feed = dict(zip(NAMES, (image, boxes, idx)))
-    ours = ours_class(OP, feed, crop_height=crop, crop_width=crop, method="bilinear",
-                      extrapolation_value=0.0)
+    ours = Ours(OP, feed, crop_height=crop, crop_width=crop, method="bilinear",
+                extrapolation_value=0.0)
     graphs = {peer: tf2onnx_graph(form, crop) for peer, form in FORMS.items()}
-    converted = session(convert(graphs["ORT tf2onnx Loop"]), session_options())
+    converted = cpu_session(convert(graphs["ORT tf2onnx Loop"]), session_options())
     if not np.array_equal(converted.run(None, feed)[0], ours()):  # a bug of ours: say so
         raise RuntimeError(f"ort-roi convert of tf2onnx's Loop graph differs from {OP} on {w}")
     quiet = ort.SessionOptions()
@@ -114,7 +112,7 @@ def cases(w: dict, ours_class, session) -> tuple[object, dict[str, Runner | None
     quiet.log_severity_level = 3  # tf2onnx's contrib graph declares a wrong output shape
     peers: dict[str, Runner | None] = {}
     for peer, g in graphs.items():
-        sess = session(g, quiet)
+        sess = cpu_session(g, quiet)
         peers[peer] = lambda sess=sess: sess.run(None, feed)[0]
     peers[TF] = _tensorflow(image, boxes, idx, crop)
     return ours, peers
