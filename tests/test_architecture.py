@@ -136,6 +136,16 @@ def test_the_layout_shows_the_flow():
     assert not {m for m in cuda if m.startswith("ort_roi.kernels.cpu")}, cuda
 
 
+def test_the_bench_is_a_command_over_its_parts():
+    """``ort-roi bench`` is split by concern (cli/bench_*.py): the command (cli/bench.py) sits
+    on top, imported by the CLI alone; the timing harness (bench_timing, which tools/ shares)
+    reaches no other part of the bench, and the runners (bench_peers) no workload or row."""
+    edges = _graph()
+    bench = {m for m in MODULES if m.startswith("ort_roi.cli.bench")}
+    assert {m for m in MODULES if "ort_roi.cli.bench" in edges[m]} == {"ort_roi.cli.main"}
+    assert not edges["ort_roi.cli.bench_timing"] & bench
+    assert edges["ort_roi.cli.bench_peers"] & bench == {"ort_roi.cli.bench_timing"}
+
 def _op_modules() -> list[str]:
     return sorted(m for m in MODULES if m.startswith("ort_roi.ops.") and m != "ort_roi.ops")
 
