@@ -22,8 +22,8 @@ from tests.conftest import load_golden
 from ort_roi import ops
 from ort_roi.cli import main as cli
 from ort_roi.runtime.bridge import GUARD_ATTR
-from ort_roi import geometry as G
 from ort_roi.graph.schemas import SHAPE_INFERENCE
+from ort_roi.levels import mmdeploy_levels, openvino_levels
 
 needs_openvino = pytest.mark.skipif(not O.openvino_available(),
                                     reason="needs openvino: pip install '.[parity]'")
@@ -94,7 +94,7 @@ def test_extractor_levels_follow_openvinos_rule():
     float64 runs the same rule (OpenVINO computes it in float32)."""
     rng = np.random.default_rng(7)
     boxes, feats = C.fpn_inputs(rng, 4, 1, np.float64, R=200)
-    level = G.openvino_levels(boxes, 4)
+    level = openvino_levels(boxes, 4)
     assert set(level[3:].tolist()) == {0, 1, 2, 3}
     assert level[0] == 4  # zero size: no level (an inverted box has a positive area)
     a = dict(output_size=3, sampling_ratio=2, aligned=1, pyramid_scales=C.STRIDES[:4])
@@ -136,7 +136,7 @@ def test_mmdeploy_is_its_level_rule_composed_with_mmcv_roi_align(aligned, pool_m
     a = dict(output_height=3, output_width=2, sampling_ratio=2, pool_mode=pool_mode,
              aligned=aligned)
     got = ops.multi_level_roi_align(rois, *feats, featmap_strides=C.STRIDES[:4], **a)
-    level = G.mmdeploy_levels(boxes, 56, 4)
+    level = mmdeploy_levels(boxes, 56, 4)
     assert set(level.tolist()) == {0, 1, 2, 3}
     for r in range(len(rois)):
         one = ops.mmcv_roi_align(

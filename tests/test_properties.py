@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests import literal
 from tests import defs as D
-from ort_roi import geometry, ops
+from ort_roi import ops
+from ort_roi.geometry import sampling
 from ort_roi.kernels.cpu.strategies import force
 
 SETTINGS = settings(max_examples=200, deadline=None,
@@ -217,9 +218,9 @@ def test_mmcv_roi_align_rotated(strategy, data, ph, pw, s, sr, aligned, clockwis
 
 
 def _every_sample():
-    """RoIAlign's max over every sample of each bin (geometry.max_sample_positions keeps them
+    """RoIAlign's max over every sample of each bin (geometry.sampling.max_sample_positions keeps them
     all below SAMPLES_PER_PIXEL * (size + 2) a bin side: out of reach here)."""
-    return mock.patch.object(geometry, "SAMPLES_PER_PIXEL", 1 << 40)
+    return mock.patch.object(sampling, "SAMPLES_PER_PIXEL", 1 << 40)
 
 
 @pytest.mark.parametrize("per_pixel", [0, 1])
@@ -253,7 +254,7 @@ def test_roi_align_max_of_one_sample_per_distinct_taps_is_the_max_of_every_sampl
         kernel, definition = ops.multi_level_roi_align, D.multi_level_roi_align
     with _every_sample():
         want = definition(*args, **a)
-    with mock.patch.object(geometry, "SAMPLES_PER_PIXEL", per_pixel):
+    with mock.patch.object(sampling, "SAMPLES_PER_PIXEL", per_pixel):
         assert_close(kernel(*args, **a), want, True)
         assert_close(definition(*args, **a), want, True)
     if op == "mmcv max":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import bilinear_axis, bilinear_coords, roi_pool_bins
+from ..geometry import bilinear_pool_neighbours, bilinear_pool_positions, roi_pool_bins
 from .common import images_of
 
 
@@ -51,8 +51,10 @@ def roi_pooling(X, rois, *, pooled_h, pooled_w, spatial_scale, method="max"):
         if method == "max":
             out[r] = _max_pool_box(X[b], box, pooled_h, pooled_w, spatial_scale)
             continue
-        vy, y0, y1, fy = bilinear_axis(bilinear_coords(box[1:2], box[3:4], pooled_h, H), H)
-        vx, x0, x1, fx = bilinear_axis(bilinear_coords(box[0:1], box[2:3], pooled_w, W), W)
+        ys = bilinear_pool_positions(box[1:2], box[3:4], pooled_h, H)
+        xs = bilinear_pool_positions(box[0:1], box[2:3], pooled_w, W)
+        vy, y0, y1, fy = bilinear_pool_neighbours(ys, H)
+        vx, x0, x1, fx = bilinear_pool_neighbours(xs, W)
         for p in range(pooled_h):
             for q in range(pooled_w):
                 if not (vy[0, p] and vx[0, q]):

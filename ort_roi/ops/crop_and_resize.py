@@ -9,6 +9,8 @@ import numpy as np
 
 from ..definitions.crop_and_resize import crop_and_resize as definition
 from ..errors import RoiOpError
+from ..geometry import crop_and_resize_nearest_index, crop_and_resize_neighbours, \
+    crop_and_resize_positions
 from ..kernels.checks import batch_from_indices, check_finite, float_input, quiet
 from ..kernels.dispatch import compute, is_cupy, steps
 from ..spec import DOMAIN, TYPES, Attr, Dims, Input, NodeForm, Op, OpSpec, Output
@@ -91,36 +93,6 @@ def _check_boxes(op: str, boxes) -> np.ndarray:
     return b32
 
 
-def axis_positions(lo: np.ndarray, hi: np.ndarray, size: int, crop: int) -> np.ndarray:
-    """Sample positions [R, crop] along an axis of ``size`` pixels, float32 in TensorFlow's
-    order: lo*(size-1) + i*((hi-lo)*(size-1)/(crop-1)); crop 1: 0.5*(lo+hi)*(size-1) in
-    double, rounded to float32."""
-    s1 = F32(size - 1)
-    if crop == 1:
-        return (0.5 * (lo + hi).astype(np.float64) * (size - 1)).astype(F32)[:, None]
-    scale = (hi - lo) * s1 / F32(crop - 1)
-    return lo[:, None] * s1 + np.arange(crop, dtype=F32)[None, :] * scale[:, None]
-
-
-def bilinear_taps(pos: np.ndarray, size: int):
-    """(floor, ceil, weight) of positions [R, crop]; floor -1 where off [0, size-1] (NaN
-    too)."""
-    on = (pos >= 0) & (pos <= F32(size - 1))
-    p = np.where(on, pos, F32(0))
-    f = np.floor(p)
-    lo = np.where(on, f.astype(np.intp), -1)
-    return lo, np.ceil(p).astype(np.intp), (p - f).astype(F32)
-
-
-def nearest_axis(pos: np.ndarray, size: int) -> np.ndarray:
-    """roundf of positions [R, crop] (half away from zero; they are >= 0); -1 off the map."""
-    on = (pos >= 0) & (pos <= F32(size - 1))
-    p = np.where(on, pos, F32(0))
-    f = np.floor(p)
-    near = f.astype(np.intp) + ((p - f) >= F32(0.5))
-    return np.where(on, near, -1)
-
-
 @quiet
 def crop_and_resize(image: np.ndarray, boxes: np.ndarray, box_indices: np.ndarray, *,
                     crop_height: int, crop_width: int, method: str = "bilinear",
@@ -165,13 +137,15 @@ def crop_and_resize(image: np.ndarray, boxes: np.ndarray, box_indices: np.ndarra
         raise RoiOpError(op, where,
                          f"the output [R, crop_height, crop_width, C] = [{R}, {ch}, {cw}, {C}] "
                          f"would have more than {MAX_OUTPUT_ELEMENTS} elements")
-    ys = axis_positions(boxes[:, 0], boxes[:, 2], H, ch)
-    xs = axis_positions(boxes[:, 1], boxes[:, 3], W, cw)
+    ys = crop_and_resize_positions(boxes[:, 0], boxes[:, 2], H, ch)
+    xs = crop_and_resize_positions(boxes[:, 1], boxes[:, 3], W, cw)
     if a["method"] == "nearest":
-        return compute(steps.crop_nearest, image, batch=batch, y=nearest_axis(ys, H),
-                       x=nearest_axis(xs, W), extrapolation_value=a["extrapolation_value"])
-    y0, y1, fy = bilinear_taps(ys, H)
-    x0, x1, fx = bilinear_taps(xs, W)
+        return compute(steps.crop_nearest, image, batch=batch,
+                       y=crop_and_resize_nearest_index(ys, H),
+                       x=crop_and_resize_nearest_index(xs, W),
+                       extrapolation_value=a["extrapolation_value"])
+    y0, y1, fy = crop_and_resize_neighbours(ys, H)
+    x0, x1, fx = crop_and_resize_neighbours(xs, W)
     return compute(steps.crop_bilinear, image, batch=batch, y0=y0, y1=y1, fy=fy, x0=x0, x1=x1,
                    fx=fx, extrapolation_value=a["extrapolation_value"])
 

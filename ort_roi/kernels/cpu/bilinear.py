@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...geometry import bilinear_axis, bilinear_coords
+from ...geometry import bilinear_pool_neighbours, bilinear_pool_positions
 from . import workspace
 from .parallel import for_ranges
 
@@ -26,8 +26,10 @@ def bilinear_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int,
     out = workspace.output((R, C, ph, pw), X.dtype)
     if R == 0 or C == 0:
         return out
-    vy, y0, y1, fy = bilinear_axis(bilinear_coords(boxes[:, 1], boxes[:, 3], ph, H), H)
-    vx, x0, x1, fx = bilinear_axis(bilinear_coords(boxes[:, 0], boxes[:, 2], pw, W), W)
+    vy, y0, y1, fy = bilinear_pool_neighbours(
+        bilinear_pool_positions(boxes[:, 1], boxes[:, 3], ph, H), H)
+    vx, x0, x1, fx = bilinear_pool_neighbours(
+        bilinear_pool_positions(boxes[:, 0], boxes[:, 2], pw, W), W)
     on_map = np.flatnonzero((vy[:, :, None] & vx[:, None, :]).reshape(R * P))
     r, p = np.divmod(on_map, P)
     iy, ix = np.divmod(p, pw)

@@ -1,8 +1,8 @@
 """CropAndResize (TensorFlow's crop_and_resize) in NumPy, in NHWC as the image comes: no
-layout copy. The sample positions come from the host geometry (ops/crop_and_resize.py); here
-each output pixel's neighbours are gathered as whole pixels (all channels at once, rows of
-the image seen as [N*H*W, C]) straight into the output, a range of pixels per core, and
-interpolated in float32 in TensorFlow's order."""
+layout copy. The sample positions and their neighbours come from the host geometry
+(geometry/crop_and_resize.py); here each output pixel's neighbours are gathered as whole
+pixels (all channels at once, rows of the image seen as [N*H*W, C]) straight into the output,
+a range of pixels per core, and interpolated in float32 in TensorFlow's order."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Position-sensitive average pooling over integer bins: Paddle's psroi_pool (PSROIPool) and
 torchvision's ps_roi_pool (TorchvisionPSRoIPool) differ only in where their bins lie, which
-their ops compute on the host (geometry.py); one pooling computes both from the bins."""
+their ops compute on the host (geometry/pooling.py, geometry/torchvision.py); one pooling
+computes both from the bins."""
 
 from __future__ import annotations
 

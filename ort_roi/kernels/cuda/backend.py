@@ -7,8 +7,8 @@ backend table (kernels/dispatch.py) computes those with the NumPy step, where a 
 exceed what one GPU thread should loop over (huge adaptive grids of the max and of rotated
 boxes). The CUDA kernels (one thread per bin and block of channels, compiled once per process
 with --fmad=false through cupy.RawModule) do the arithmetic in T; the geometry of the
-RoIAlign family comes from the host (geometry.py), computed once for both backends, and goes
-to the device in one copy per call, as the rows named below.
+RoIAlign family comes from the host (ort_roi.geometry), computed once for both backends, and
+goes to the device in one copy per call, as the rows named below.
 """
 
 from __future__ import annotations

@@ -378,9 +378,9 @@ __global__ void roi_align_rotated(const T* X, const T* rois, T* out, long long n
   }
 }
 
-// CropAndResize (TensorFlow's crop_and_resize): X is NHWC [N, H, W, C] of T, the output
-// float [R, CH, CW, C] (TensorFlow computes in float whatever T is). The host computes each
-// box's geometry in float as TensorFlow does (ops/crop_and_resize.py): geo int [R, 1 + 2*CH +
+// CropAndResize (TensorFlow's crop_and_resize): X is NHWC [N, H, W, C] of T, the output float
+// [R, CH, CW, C] (TensorFlow computes in float whatever T is). The host computes each box's
+// geometry in float as TensorFlow does (geometry/crop_and_resize.py): geo int [R, 1 + 2*CH +
 // 2*CW] = [batch, top[CH], bottom[CH], left[CW], right[CW]] (top or left -1: off the map, the
 // extrapolation value) and w float [R, CH + CW] = [fy[CH], fx[CW]]. mode 0: bilinear, x first
 // (top = tl + (tr - tl) * fx, bottom likewise), then top + (bottom - top) * fy; mode 1:
