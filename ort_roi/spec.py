@@ -31,11 +31,11 @@ MAX_LEVELS = 6
 
 #: The largest output side an attribute may ask for (pooled / output / crop sizes, output
 #: channels): detectors pool 7 to 56, TF OD API crops 7 to 33; a side past this is a broken
-#: graph (CropAndResize's MAX_CROP_SIDE).
+#: graph.
 MAX_OUTPUT_SIDE = 1 << 16
-#: The most elements one output may have: 8 GiB of float32, indices within int32 on the GPU
-#: (CropAndResize's MAX_OUTPUT_ELEMENTS). The attributes' own product (one box, one channel)
-#: is checked when they are resolved, R and C with them by the kernel (``check_output_size``),
+#: The most elements one output may have: 8 GiB of float32, indices within int32 on the GPU.
+#: The attributes' own product (one box, one channel) is checked when they are resolved, R and
+#: C with them by the kernel (``check_output_size``; CropAndResize's NHWC output by its own),
 #: both before anything is allocated.
 MAX_OUTPUT_ELEMENTS = (1 << 31) - 1
 #: The largest fixed sampling_ratio: samples per bin side (a ratio past this multiplies a

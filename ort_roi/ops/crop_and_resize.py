@@ -13,14 +13,10 @@ from ..geometry import crop_and_resize_nearest_index, crop_and_resize_neighbours
     crop_and_resize_positions
 from ..kernels.checks import batch_from_indices, check_finite, float_input, quiet
 from ..kernels.dispatch import compute, is_cupy, steps
-from ..spec import DOMAIN, TYPES, Attr, Dims, Input, NodeForm, Op, OpSpec, Output
+from ..spec import DOMAIN, MAX_OUTPUT_ELEMENTS, TYPES, Attr, Dims, Input, NodeForm, Op, \
+    OpSpec, Output
 
 F32 = np.float32
-#: The largest crop side (TF OD API crops 7 to 33; a side past this is a broken graph).
-MAX_CROP_SIDE = 1 << 16
-#: The most output elements (R * crop_height * crop_width * C) one call may produce: 8 GiB
-#: of float32; indices stay within int32 on the GPU.
-MAX_OUTPUT_ELEMENTS = (1 << 31) - 1
 
 
 def crop_shapes(spec: OpSpec, dims: Sequence[Dims], attrs: Mapping[str, Any],
@@ -128,10 +124,7 @@ def crop_and_resize(image: np.ndarray, boxes: np.ndarray, box_indices: np.ndarra
     N, H, W, C = image.shape
     R = boxes.shape[0]
     batch = batch_from_indices(op, "box_indices", box_indices, N, R)
-    for name, side in (("crop_height", ch), ("crop_width", cw)):
-        if side > MAX_CROP_SIDE:
-            raise RoiOpError(op, f"attribute '{name}'",
-                             f"must be <= {MAX_CROP_SIDE}, got {side}")
+    # each side <= MAX_OUTPUT_SIDE and ch * cw <= MAX_OUTPUT_ELEMENTS: checked by resolve
     if R * ch * cw * C > MAX_OUTPUT_ELEMENTS:
         where = "input 'boxes'" if ch * cw * C <= MAX_OUTPUT_ELEMENTS else "attribute 'crop_height'"
         raise RoiOpError(op, where,
