@@ -262,17 +262,15 @@ def test_no_module_outside_the_entries_switches_on_an_op():
 
 def _public_api() -> list:
     """(name, object) of every public function and class: ``ort_roi.__all__``,
-    ``ort_roi.builders.__all__``, ``ort_roi.ops.__all__`` (registry and kernels) and the
-    classes of ``ort_roi.scale``; modules and constants are left out."""
+    ``ort_roi.builders.__all__``, ``ort_roi.ops.__all__`` (registry and kernels) and
+    ``ort_roi.scale.__all__``; modules and constants are left out."""
     import inspect
 
     import ort_roi
     from ort_roi import builders, ops, scale
 
-    found = [(f"{m.__name__}.{n}", getattr(m, n)) for m in (ort_roi, builders, ops)
+    found = [(f"{m.__name__}.{n}", getattr(m, n)) for m in (ort_roi, builders, ops, scale)
              for n in m.__all__]
-    found += [(f"ort_roi.scale.{n}", o) for n, o in vars(scale).items()
-              if inspect.isclass(o) and o.__module__ == scale.__name__ and not n.startswith("_")]
     return [(n, o) for n, o in found if inspect.isclass(o) or inspect.isfunction(o)]
 
 

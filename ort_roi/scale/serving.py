@@ -1,0 +1,168 @@
+"""The Ray Serve application: :class:`HttpIngress` (reads each request and hands it to a
+predictor replica, retrying where the replica was lost), :func:`http_options` (Serve's proxy,
+loopback, requests bounded in time) and :func:`application` (the two deployments with
+production settings)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import random
+from typing import Any, Mapping
+
+from .bodies import read_body
+from .limits import ERROR_HEADER, HttpError, Limits, as_limits, response
+from .replica import HttpPredictor
+
+
+class HttpIngress:
+    """The HTTP ingress of :func:`application`: reads and checks each request (method,
+    content type, body size and time) and hands the body to an :class:`HttpPredictor`
+    replica, retrying on another replica when the one it went to was lost (killed, or
+    replaced by its health check): inference is idempotent, so a lost replica costs no
+    request. What cannot be answered now is 503 with ``Retry-After`` (the predictors' queue
+    is full, or every attempt found a replica lost); slow clients hold an ingress slot, never
+    a model's.
+
+    Args:
+        predictor: the :class:`HttpPredictor` deployment's handle (Serve passes it for the
+            bound deployment).
+        limits: the caps (:class:`Limits`, or a dict of its fields); defaults if None.
+        attempts: tries per request on a lost replica (the first included).
+        backoff_s: the wait before the second try, doubled for each later one (jittered).
+        retry_after_s: the ``Retry-After`` of a 503.
+    """
+
+    def __init__(self, predictor: Any, limits: Limits | Mapping[str, Any] | None = None,
+                 attempts: int = 4, backoff_s: float = 0.05, retry_after_s: float = 1.0):
+        self.predictor = predictor
+        self.limits = as_limits(limits)
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self.retry_after_s = retry_after_s
+
+    async def forward(self, body: bytes) -> tuple[int, str, dict]:
+        """Have a predictor replica answer ``body``, retrying where the replica was lost.
+
+        Args:
+            body: the request's body.
+
+        Returns:
+            (status, text, headers): the predictor's answer, or 503 with ``Retry-After``.
+        """
+        from ray import exceptions as rex
+        from ray.serve.exceptions import BackPressureError
+
+        after = str(max(1, math.ceil(self.retry_after_s)))
+        lost = (rex.RayActorError, rex.ActorUnavailableError)
+        why = "?"
+        for attempt in range(self.attempts):
+            if attempt:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * random.uniform(.5, 1.5))
+            try:
+                status, text = await self.predictor.respond.remote(body)
+                return status, text, {}
+            except BackPressureError as e:
+                return 503, f"ort_roi: overloaded: {e}; retry after {after} s", \
+                    {"Retry-After": after, ERROR_HEADER: "overloaded"}
+            except lost as e:  # the replica was lost with the request: try another
+                why = type(e).__name__
+            except rex.RayTaskError as e:
+                if not isinstance(getattr(e, "cause", None), lost):
+                    return 500, f"ort_roi: model error: {type(e).__name__}: {e}", {}
+                why = type(e.cause).__name__
+        return 503, (f"ort_roi: unavailable: {self.attempts} attempts each found the model's "
+                     f"replica lost ({why}); retry after {after} s"), {"Retry-After": after}
+
+    async def __call__(self, request: Any) -> Any:
+        """Ray Serve's HTTP entry point.
+
+        Args:
+            request: the ``starlette.requests.Request`` Serve hands over.
+
+        Returns:
+            A ``starlette.responses.Response``.
+        """
+        try:
+            body = await read_body(request, self.limits)
+        except HttpError as e:
+            return response(e.status, e.message, e.headers)
+        status, text, headers = await self.forward(body)
+        return response(status, text, headers)
+
+
+def http_options(port: int = 8000, request_timeout_s: float = 30.0,
+                 host: str = "127.0.0.1") -> dict:
+    """``serve.start(http_options=...)`` for an ort_roi service: Serve's proxy on ``host``
+    (loopback unless said), every request bounded in time (a slow client or a stuck request
+    is answered 408 and the proxy goes on).
+
+    Args:
+        port: the proxy's port.
+        request_timeout_s: the end-to-end limit of a request.
+        host: the address to listen on.
+
+    Returns:
+        The options, a dict.
+    """
+    return {"host": host, "port": port, "request_timeout_s": request_timeout_s}
+
+
+def application(model: str | os.PathLike | bytes, *, replicas: int = 2,
+                ingress_replicas: int = 1, cpus_per_replica: float = 1.0,
+                intra_op_threads: int = 1, check_finite: bool = True,
+                limits: Limits | Mapping[str, Any] | None = None,
+                max_ongoing_requests: int = 2, max_queued_requests: int = 16,
+                health_check_period_s: float = 2.0, health_check_timeout_s: float = 2.0,
+                attempts: int = 4, retry_after_s: float = 1.0, ingress: bool = True) -> Any:
+    """The production form of the Serve recipe: an :class:`HttpIngress` in front of
+    ``replicas`` :class:`HttpPredictor` replicas; ``serve.run(application(...))``.
+
+    ``ingress=False`` deploys the predictors alone, one Serve hop less (on a 2-core machine
+    running everything, about 1.5 times the requests a second): then a request whose replica
+    is lost is Serve's own 500 (no ``X-Ort-Roi-Error``; :class:`Client` retries it) and a slow
+    client holds one of a predictor's ``max_ongoing_requests`` until ``read_timeout_s``.
+
+    Args:
+        model: the ONNX model's path (or bytes), loaded by each replica.
+        replicas: predictor replicas.
+        ingress_replicas: ingress replicas (light: reading bodies and retrying).
+        cpus_per_replica: Ray CPUs per predictor replica (with ``intra_op_threads``).
+        intra_op_threads: onnxruntime's intra-op threads per predictor replica.
+        check_finite: refuse NaN or Inf in inputs or outputs (400).
+        limits: the caps (:class:`Limits`, or a dict of its fields).
+        max_ongoing_requests: requests a predictor replica holds at once: it runs one model
+            at a time (a thread per request; 2 keeps the next one's JSON parsed meanwhile).
+        max_queued_requests: requests the ingress queues for the predictors beyond those;
+            more are answered 503 with ``Retry-After``, so a request's wait stays bounded.
+        health_check_period_s: how often Serve runs each predictor's ``check_health``.
+        health_check_timeout_s: how long a health check may take (3 missed in a row: the
+            replica is replaced).
+        attempts: the ingress's tries per request when a replica is lost.
+        retry_after_s: the ``Retry-After`` of the 503s.
+        ingress: put the :class:`HttpIngress` in front (else the predictors take HTTP).
+
+    Returns:
+        A bound Serve application.
+    """
+    from ray import serve
+    from ray.serve.config import BackpressureConfig
+
+    limits = as_limits(limits)
+    retry = BackpressureConfig(status_code=503, retry_after_s=retry_after_s)
+    predictor = serve.deployment(
+        HttpPredictor, name="HttpPredictor", num_replicas=replicas,
+        ray_actor_options={"num_cpus": cpus_per_replica},
+        max_ongoing_requests=max_ongoing_requests, max_queued_requests=max_queued_requests,
+        backpressure_config=retry, health_check_period_s=health_check_period_s,
+        health_check_timeout_s=health_check_timeout_s, graceful_shutdown_timeout_s=5,
+    ).bind(model, intra_op_threads, check_finite, limits)
+    if not ingress:
+        return predictor
+    front = serve.deployment(
+        HttpIngress, name="HttpIngress", num_replicas=ingress_replicas,
+        ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256,
+        max_queued_requests=512, backpressure_config=retry, graceful_shutdown_timeout_s=5,
+    )
+    return front.bind(predictor, limits, attempts, 0.05, retry_after_s)
