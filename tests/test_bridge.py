@@ -12,6 +12,7 @@ from onnx import helper, TensorProto
 
 import ort_roi
 from ort_roi import builders, ops
+from ort_roi.runtime import attributes
 from ort_roi.runtime import bridge as _bridge
 
 X16 = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
@@ -158,13 +159,13 @@ def test_front_door_rejects_bad_attributes_at_load():
                                         (2.5, "2.5"), (1e-7, "1e-07"), (1 / 12, "0.0833333")])
 def test_float_attribute_recovery(value, text):
     assert "%g" % np.float32(value) == text
-    assert _bridge.parse_float(text) == np.float32(value)
+    assert attributes.parse_float(text) == np.float32(value)
 
 
 def test_exact_scale_front_door_vs_plain():
     """A scale 6 digits cannot identify: the front door still uses the model's float32."""
     scale = float(np.float32(0.123456789))
-    assert _bridge.parse_float("%g" % scale) != np.float32(scale)
+    assert attributes.parse_float("%g" % scale) != np.float32(scale)
     X = np.random.default_rng(1).standard_normal((1, 2, 64, 64))
     b = np.array([[30, 40, 400, 380]], np.float64)
     feed = {"X": X, "boxes": b, "boxes_num": np.array([1], np.int32)}

@@ -11,7 +11,7 @@ import pytest
 
 import ort_roi
 from ort_roi import builders, ops
-from ort_roi.runtime import bridge
+from ort_roi.runtime import attributes
 from tests.test_errors import EXPECT, feed, two_level_graph
 
 MODES = {"parallel": ort.ExecutionMode.ORT_PARALLEL,
@@ -177,7 +177,7 @@ def _check_exact(sess, scale):
     exact = ops.roi_align(X64, B64, np.array([1]), pooled_height=3, pooled_width=3,
                               spatial_scale=scale, sampling_ratio=2)
     np.testing.assert_array_equal(y, exact)
-    rounded = float(bridge.parse_float("%g" % scale))
+    rounded = float(attributes.parse_float("%g" % scale))
     assert rounded != np.float32(scale)
     assert not np.array_equal(y, ops.roi_align(
         X64, B64, np.array([1]), pooled_height=3, pooled_width=3, spatial_scale=rounded,
@@ -186,20 +186,20 @@ def _check_exact(sess, scale):
 
 def test_float_tokens_are_released_with_their_sessions():
     gc.collect()
-    baseline = bridge.tokens_held()
+    baseline = attributes.tokens_held()
     kept = {i: _session(_scale(i)) for i in (0, 1, 2)}  # live throughout: never reused
-    assert bridge.tokens_held() == baseline + 3
+    assert attributes.tokens_held() == baseline + 3
     for i in range(3, 1003):
         sess = _session(_scale(i))
         if i % 250 == 0:
             _check_exact(sess, _scale(i))
         del sess
     gc.collect()
-    assert bridge.tokens_held() == baseline + 3
+    assert attributes.tokens_held() == baseline + 3
     for i in kept:
         _check_exact(kept[i], _scale(i))
     late = _session(_scale(5000))
     _check_exact(late, _scale(5000))
     del kept, late
     gc.collect()
-    assert bridge.tokens_held() == baseline
+    assert attributes.tokens_held() == baseline

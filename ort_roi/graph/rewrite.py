@@ -61,10 +61,10 @@ def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
             roialign_max: str = "sample", fuse: bool = True,
             exporter: str | None = None) -> Rewrite:
     """Rewrite ``model`` in place (see the module doc); returns what was done. With
-    ``float_token`` (the front door's bridge.float_token) float attributes of the nodes the
-    bridge runs become tokens that reach the kernels exactly. ``roialign_max``: how ONNX RoiAlign's mode "max"
-    is computed (ROIALIGN_MAX). The exporters' passes come from one table
-    (``exporters.run_passes``): the graph's exporter is told once (``exporter``: a name of
+    ``float_token`` (a front-door session's attributes.FloatTokens) float attributes of the
+    nodes the bridge runs become tokens that reach the kernels exactly. ``roialign_max``: how
+    ONNX RoiAlign's mode "max" is computed (ROIALIGN_MAX). The exporters' passes come from one
+    table (``exporters.run_passes``): the graph's exporter is told once (``exporter``: a name of
     ``exporters.NAMES`` to say it instead) and only its repairs apply. Raises RoiOpError
     naming a node whose attributes are bad, ValueError a bad argument."""
     if to not in ("ort_roi", "onnx"):

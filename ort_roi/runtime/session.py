@@ -10,7 +10,7 @@ attribute text only, never the session, the node or the run. So the front door
   thread that called ``run``, and ``bridge.raising`` registers that thread for the run: an op
   failing on it belongs to this run and no other, whatever other threads run meanwhile
   (other sessions, plain or front-door, or this one);
-- writes its own float tokens (``bridge.FloatTokens``) into its private copy of the graph,
+- writes its own float tokens (``attributes.FloatTokens``) into its private copy of the graph,
   a token per float attribute of each node, so the attribute text an op receives names its
   node exactly (nodes of ops without float attributes are told apart by their attributes
   and by the run's feed, ``locate``). The tokens are released when the onnxruntime session
@@ -18,6 +18,7 @@ attribute text only, never the session, the node or the run. So the front door
 
 Plain sessions (``session_options()``) are unchanged: an op's error is logged and its output
 filled with NaN (an exception would abort the process), placed in its graph by ``locate``.
+What onnxruntime itself refuses (a graph, a feed) is named in ort_roi's terms by ``diagnose``.
 """
 
 from __future__ import annotations
@@ -34,11 +35,9 @@ import onnx
 import onnxruntime as ort
 
 from .. import forksafe
-from ..errors import RoiOpError, node_label
-from ..graph.nodes import given_attrs, iter_nodes, spec_of
+from ..errors import RoiOpError
 from ..graph.rewrite import Rewrite, rewrite
-from ..spec import TYPES
-from . import bridge, locate
+from . import attributes, bridge, diagnose, locate
 
 
 #: The session config entry that marks SessionOptions on which ort_roi's ops are registered.
@@ -101,7 +100,7 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
-def prepare_model(model: onnx.ModelProto, tokens: bridge.FloatTokens | None = None,
+def prepare_model(model: onnx.ModelProto, tokens: attributes.FloatTokens | None = None,
                   roialign_max: str = "sample", fuse: bool = True,
                   exporter: str | None = None) -> Rewrite:
     """The front door's preparation: the graph-rewrite pass (``graph.rewrite``: native
@@ -217,13 +216,13 @@ class InferenceSession:
                  providers: Sequence[Any] | None = None, *, roialign_max: str = "sample",
                  fuse: bool = True, exporter: str | None = None, **kw: Any):
         m = _load(model)
-        tokens = bridge.FloatTokens()
+        tokens = attributes.FloatTokens()
         try:
             done = prepare_model(m, tokens, roialign_max=roialign_max, fuse=fuse,
                                  exporter=exporter)
             for note in done.notes:
                 warnings.warn(note, stacklevel=2)
-            _check_attributes(m)
+            diagnose.check_attributes(m)
             so = session_options(sess_options)  # registers the ops on sess_options, once
             self._sess = self._create(m, so, providers, kw)
         except BaseException:
@@ -232,8 +231,8 @@ class InferenceSession:
         weakref.finalize(self._sess, tokens.release)  # held while onnxruntime's session lives
         _keep_sequential(self._sess, so)
         locate.remember(self._sess, m)  # errors name the node and tensor
-        self._consumers = _consumers(m)
-        self._declared = _declared_inputs(m)
+        self._consumers = diagnose.consumers(m)
+        self._declared = diagnose.declared_inputs(m)
 
     @staticmethod
     def _create(m: onnx.ModelProto, so: ort.SessionOptions, providers, kw) -> ort.InferenceSession:
@@ -243,8 +242,8 @@ class InferenceSession:
                 return ort.InferenceSession(m.SerializeToString(), so,
                                             providers=providers or ["CPUExecutionProvider"], **kw)
         except Exception as e:  # onnxruntime refused the graph: say why in our terms
-            raise _type_error(m) or RoiOpError("ort_roi", "model",
-                                               f"onnxruntime could not load it: {e}") from e
+            raise diagnose.type_error(m) or RoiOpError(
+                "ort_roi", "model", f"onnxruntime could not load it: {e}") from e
 
     def run(self, output_names, input_feed, run_options=None) -> list[np.ndarray]:
         """Run like onnxruntime; raises RoiOpError if an ort_roi op rejected its input.
@@ -264,7 +263,8 @@ class InferenceSession:
                 and input that read it).
         """
         return self._raising(lambda: self._sess.run(output_names, input_feed, run_options),
-                             input_feed, lambda e: self._feed_error(input_feed, e))
+                             input_feed, lambda e: diagnose.feed_error(
+                                 input_feed, e, self._declared, self._consumers))
 
     def _raising(self, call: Any, feed: dict | None = None, refused: Any = None) -> Any:
         """``call()`` (one run of the onnxruntime session) with the errors of our ops raised:
@@ -347,138 +347,5 @@ class InferenceSession:
         thread.start()
         return thread
 
-    def _feed_error(self, feed: dict, e: Exception) -> RoiOpError:
-        """onnxruntime failed a run: where the feed does not fit a declared input, say which
-        graph input and, where one of our nodes reads it, which op, node and input; else the
-        graph's own node failed (onnxruntime's first line names it)."""
-        for name, value in feed.items():
-            if name not in self._declared:
-                continue
-            dtype, shape = self._declared[name]
-            a = np.asarray(value)
-            if dtype is not None and a.dtype != dtype:
-                problem = (f"graph input {name!r} is declared {_type_name(dtype)}, got "
-                           f"{_type_name(a.dtype)}")
-            elif shape is not None and not (len(shape) == a.ndim and all(
-                    not isinstance(d, int) or d == n for d, n in zip(shape, a.shape))):
-                problem = (f"graph input {name!r} is declared {_dims(shape)}, got shape "
-                           f"{list(a.shape)}")
-            else:
-                continue
-            where = self._consumers.get(name)
-            if where is None:
-                return RoiOpError("ort_roi", "feed", problem)
-            op, inp, node = where
-            return RoiOpError(op, f"input '{inp}'", problem, node=node, tensor=name)
-        # the feed fits the declared inputs and no node of ours failed: a node of the graph
-        # itself did (onnxruntime's message names it), not the feed
-        return RoiOpError("ort_roi", "run", f"onnxruntime failed running the model (the feed "
-                          f"fits its declared inputs; no ort_roi node failed): {_first_line(e)}")
-
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sess, name)
-
-
-_ONNX_TYPE_NAMES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
-                    np.dtype(np.float16): "float16", np.dtype(np.int32): "int32",
-                    np.dtype(np.int64): "int64"}
-
-
-def _our_inputs(model: onnx.ModelProto):
-    """(node, spec, value name, spec input) for every input of every node of ours."""
-    for node in iter_nodes(model.graph):
-        spec = spec_of(node)
-        for name, inp in zip(node.input, spec.inputs if spec else ()):
-            yield node, spec, name, inp
-
-
-def _check_attributes(model: onnx.ModelProto) -> None:
-    """What each node's attributes imply together, checked at creation by its spec's shape
-    rule with the shapes unknown (a DistributeFpnProposals_L4 whose max_level - min_level + 1
-    is 3, ...): RoiOpError naming the op, the node and the attributes, where the run would
-    only see outputs of the wrong number."""
-    for node in iter_nodes(model.graph):
-        spec = spec_of(node)
-        if spec is None:
-            continue
-        try:
-            spec.output_shapes([None] * len(spec.inputs), given_attrs(node))
-        except RoiOpError as e:
-            raise e.at(node_label(node)) from None
-
-
-def _consumers(model: onnx.ModelProto) -> dict[str, tuple[str, str, str]]:
-    """Graph value name -> (op, input name, node) of the first ort_roi node reading it."""
-    found: dict[str, tuple[str, str, str]] = {}
-    for node, spec, name, inp in _our_inputs(model):
-        found.setdefault(name, (spec.name, inp.name, node_label(node)))
-    return found
-
-
-def _declared_inputs(model: onnx.ModelProto) -> dict[str, tuple]:
-    """Graph input -> (NumPy dtype or None, dims or None: ints, names or "?")."""
-    out = {}
-    for vi in model.graph.input:
-        t = vi.type.tensor_type
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type) if t.elem_type else None
-        shape = None
-        if t.HasField("shape"):
-            shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                     for d in t.shape.dim]
-        out[vi.name] = (dtype, shape)
-    return out
-
-
-def _type_name(dtype) -> str:
-    """A dtype as onnxruntime names tensor types: tensor(float), tensor(double), ..."""
-    return f"tensor({_ONNX_TYPE_NAMES.get(np.dtype(dtype), np.dtype(dtype).name)})"
-
-
-def _dims(shape: list) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def _first_line(e: Exception) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__
-
-
-def _type_error(model: onnx.ModelProto) -> RoiOpError | None:
-    """If one of our nodes reads a tensor of a type it has no kernel for, say which: a type
-    outside its constraint, or (ops whose T inputs share one type, ``same_types``: onnxruntime
-    has one kernel per type) a T input of another type than the node's first."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model).graph
-    except Exception:  # noqa: BLE001 - fall back to what the graph declares
-        inferred = model.graph
-    types = {v.name: v.type.tensor_type.elem_type
-             for v in [*inferred.input, *inferred.value_info, *inferred.output]}
-    types.update({t.name: t.data_type for t in inferred.initializer})
-    for node, spec, name, inp in _our_inputs(model):
-        elem = types.get(name, 0)
-        if not elem:
-            continue
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
-        if dtype not in TYPES[inp.type]:
-            allowed = " or ".join(t.name for t in TYPES[inp.type])
-            return RoiOpError(spec.name, f"input '{inp.name}'",
-                              f"must be {allowed}, got {dtype.name}; onnxruntime has no "
-                              f"kernel for it", node=node_label(node), tensor=name)
-    for node in iter_nodes(model.graph):
-        spec = spec_of(node)
-        if spec is None or not spec.same_types:
-            continue
-        first = None  # (spec input, dtype) of the node's first T input of known type
-        for name, inp in zip(node.input, spec.inputs):
-            if inp.type != "T" or not types.get(name, 0):
-                continue
-            dtype = onnx.helper.tensor_dtype_to_np_dtype(types[name])
-            if first is None:
-                first = (inp, dtype)
-            elif dtype != first[1]:
-                return RoiOpError(spec.name, f"input '{inp.name}'",
-                                  f"must have the dtype of {first[0].name} ({first[1].name}), "
-                                  f"got {dtype.name}: the op's float inputs share one type T; "
-                                  f"onnxruntime has no kernel for the mix",
-                                  node=node_label(node), tensor=name)
-    return None
