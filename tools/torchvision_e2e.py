@@ -19,13 +19,16 @@ are the image's sides):
    R-CNN's pasting Loop into PasteMasks), run by a plain session with
    ``ort_roi.session_options()``;
 3. ``ort_roi.torch_export`` of the same model (the same nodes written by the exporter), run
-   the same way.
+   the same way;
+4. with ``--openvino`` (OpenVINO installed, the 'parity' extra), OpenVINO reading the native
+   graph (1.) itself: the whole-model peer, with its own kernels for every node.
 
 It checks that no ScatterElements merge is left in the RoI heads and that the detections equal
 the native graph's (max abs difference of every output), then times the three sessions in one
 process, interleaved (each round runs them in a fresh random order; a ratio is native time /
 ours within a round, and the median of the rounds is reported), and with ``--profile`` runs
-onnxruntime's profiler on each and reports where the time went. ``--thresh0`` builds the
+onnxruntime's profiler on each and reports where the time went (OpenVINO's per-node counters
+with ``--openvino``). ``--thresh0`` builds the
 models with box_score_thresh=0 instead (NMS-bound; reported, not held to the targets).
 """
 
@@ -139,6 +142,38 @@ def profile_summary(path: str, runs: int) -> dict:
             "top_ops_ms": {k: round(v / 1e3, 2) for k, v in top}}
 
 
+def openvino_runner(native: bytes, feed: dict, profile: bool = False):
+    """OpenVINO's CPU plugin compiling the native graph (f32, its default threads): a runner
+    returning the outputs in the graph's order, and the compiled model's infer request."""
+    import openvino as ov
+
+    core = ov.Core()
+    config = {"INFERENCE_PRECISION_HINT": "f32"}
+    if profile:
+        config["PERF_COUNT"] = True
+    compiled = core.compile_model(core.read_model(native, b""), "CPU", config)
+    req = compiled.create_infer_request()
+
+    def run() -> list:
+        res = req.infer(feed)
+        return [np.asarray(res[o]) for o in compiled.outputs]
+    return run, req
+
+
+def openvino_profile(req, runs: int) -> dict:
+    """OpenVINO's per-node counters of the last run, summed by node type (ms): where its
+    time goes, beside onnxruntime's profile of ours."""
+    by_type: dict[str, float] = {}
+    for _ in range(runs):
+        req.infer()
+        for p in req.profiling_info:
+            us = p.real_time.total_seconds() * 1e6
+            by_type[p.node_type] = by_type.get(p.node_type, 0.0) + us / runs
+    top = sorted(by_type.items(), key=lambda kv: -kv[1])[:8]
+    return {"nodes_ms": sum(by_type.values()) / 1e3,
+            "top_ops_ms": {k: round(v / 1e3, 2) for k, v in top}}
+
+
 def max_diff(a: list, b: list) -> float:
     """The largest difference over every output; inf when the shapes differ (another
     number of detections)."""
@@ -149,7 +184,7 @@ def max_diff(a: list, b: list) -> float:
 
 
 def run_model(kind: str, repeat: int, thresh0: bool, out_dir: str | None,
-              profile: bool, log=print) -> dict:
+              profile: bool, log=print, openvino: bool = False) -> dict:
     import torch
 
     size = SIZES[kind]
@@ -169,16 +204,20 @@ def run_model(kind: str, repeat: int, thresh0: bool, out_dir: str | None,
     stage_ops = {k: roi_stage_ops(m) for k, m in models.items()}
     sess = {k: make_session(m, k != "native") for k, m in models.items()}
     feed = {"image": torch.rand(3, *size, generator=g).numpy()}  # not the export's image
-    outs = {k: s.run(None, feed) for k, s in sess.items()}
+    runners = {k: functools.partial(s.run, None, feed) for k, s in sess.items()}
+    if openvino:
+        runners["openvino"] = openvino_runner(native, feed)[0]
+    outs = {k: run() for k, run in runners.items()}
     with torch.no_grad():
         eager = [t.numpy() for t in model([torch.from_numpy(feed["image"])])[0].values()]
     diffs = {k: max_diff(outs[k], outs["native"]) for k in ("converted", "torch_export")}
     diffs["native vs eager torch"] = max_diff(outs["native"], eager)
+    if openvino:
+        diffs["openvino vs native"] = max_diff(outs["openvino"], outs["native"])
     detections = int(outs["native"][0].shape[0])
     from ort_roi.cli.bench_timing import time_together
 
-    timed = time_together({k: functools.partial(s.run, None, feed) for k, s in sess.items()},
-                          repeat, min_sample_s=0, shuffle=0)
+    timed = time_together(runners, repeat, min_sample_s=0, shuffle=0)
     times = {k: v[2] for k, v in timed.items()}
     res = {"model": kind, "size": list(size), "box_score_thresh": 0.0 if thresh0 else 0.05,
            "detections": detections, "eager_torch_detections": int(eager[0].shape[0]),
@@ -187,6 +226,10 @@ def run_model(kind: str, repeat: int, thresh0: bool, out_dir: str | None,
     for k in ("converted", "torch_export"):
         r = [a / b for a, b in zip(times["native"], times[k])]
         res["speedup"][k] = {"median": statistics.median(r), "min": min(r), "max": max(r)}
+    if openvino:  # OpenVINO's time / ours, per round
+        r = [a / b for a, b in zip(times["openvino"], times["converted"])]
+        res["openvino_vs_converted"] = {"median": statistics.median(r), "min": min(r),
+                                        "max": max(r)}
     if profile:
         res["profile"] = {}
         for k, m in models.items():
@@ -199,6 +242,9 @@ def run_model(kind: str, repeat: int, thresh0: bool, out_dir: str | None,
             res["profile"][k] = profile_summary(path, runs + 1)
             if not out_dir:  # kept only with --out
                 os.remove(path)
+        if openvino:
+            _, req = openvino_runner(native, feed, profile=True)
+            res["profile"]["openvino"] = openvino_profile(req, 4)
     log(json.dumps(res, indent=1))
     return res
 
@@ -211,11 +257,14 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="onnxruntime's profile of each")
     ap.add_argument("--out", help="keep the three graphs (and the profiles) here")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--openvino", action="store_true",
+                    help="also OpenVINO running the native graph (the whole-model peer)")
     args = ap.parse_args()
     unknown = sorted(set(args.models) - set(SIZES))
     if unknown:
         ap.error(f"unknown model(s) {unknown}: choose from {list(SIZES)}")
-    results = [run_model(k, args.repeat, args.thresh0, args.out, args.profile)
+    results = [run_model(k, args.repeat, args.thresh0, args.out, args.profile,
+                         openvino=args.openvino)
                for k in args.models or list(SIZES)]
     print("\n| model | detections | native | converted | torch_export | max abs diff |")
     print("|---|---|---|---|---|---|")
@@ -225,6 +274,12 @@ def main() -> int:
               f"{m['native']:.3f} s | {m['converted']:.3f} s ({sp['converted']['median']:.2f}x) | "
               f"{m['torch_export']:.3f} s ({sp['torch_export']['median']:.2f}x) | "
               f"{max(r['max_abs_diff']['converted'], r['max_abs_diff']['torch_export']):.1e} |")
+    for r in results:
+        if "openvino_vs_converted" in r:
+            o = r["openvino_vs_converted"]
+            print(f"{r['model']}: OpenVINO on the native graph {r['median_s']['openvino']:.3f} s, "
+                  f"OpenVINO / converted {o['median']:.2f}x ({o['min']:.2f}-{o['max']:.2f}); "
+                  f"its outputs vs native {r['max_abs_diff']['openvino vs native']:.1e}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
