@@ -61,6 +61,7 @@ def _level_cases(w: dict, op: str):
     plain = cpu_session(native)
     peers["ORT, torchvision's stage"] = lambda: plain.run(None, feed)[0]
     peers["ort_roi, unfused"] = lambda: unfused.run(None, feed)[0]
+    peers["OpenVINO, torchvision's stage"] = openvino_onnx(native, feed)
     return (lambda: fused.run(None, feed)[0]), peers
 
 
