@@ -70,17 +70,37 @@ def machine() -> dict:
     """What the numbers were measured on: CPU, cores, Python and library versions."""
     import os
 
-    cpu = platform.processor() or platform.machine()
+    cpu, flags = platform.processor() or platform.machine(), None
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+            lines = f.read().splitlines()
+        cpu = next(ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name"))
+        flags = next(ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags"))
     except (OSError, StopIteration):
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "machine": platform.machine(),
+            "avx512": None if flags is None else "avx512f" in flags,
+            "numpy_simd": numpy_simd(),
             "python": platform.python_version(), "numpy": np.__version__,
             "onnxruntime": ort.__version__, "ort_roi": __version__}
 
 
+def numpy_simd() -> list[str]:
+    """The SIMD targets NumPy dispatches to on this CPU (its highest first), as
+    ``NPY_DISABLE_CPU_FEATURES`` would name them; [] where NumPy does not say."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:
+        try:
+            from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+        except ImportError:
+            return []
+    return [f for f in reversed(__cpu_dispatch__) if __cpu_features__.get(f)]
+
+
 def describe(info: dict) -> str:
-    return (f"{info['cpu']}, {info['cores']} cores; Python {info['python']}, numpy "
+    avx = {True: ", AVX-512", False: ", no AVX-512"}.get(info.get("avx512"), "")
+    simd = info.get("numpy_simd") or []
+    top = f" (NumPy dispatches {simd[0]})" if simd else ""
+    return (f"{info['cpu']}{avx}{top}, {info['cores']} cores; Python {info['python']}, numpy "
             f"{info['numpy']}, onnxruntime {info['onnxruntime']}, ort_roi {info['ort_roi']}")
