@@ -35,8 +35,8 @@ layer's output, exported by tf2onnx at opsets 11, 13 and 17 as a Loop ("<case>:l
 and with extra_opset com.microsoft ("<case>:contrib<opset>"), with the inputs ("<case>:image",
 "<case>:boxes", "<case>:box_indices") and TensorFlow's outputs ("<case>:crops",
 "<case>:expected"): below opset 14 tf2onnx leaves the Loop form's layer half converted, and the
-contrib form's at every opset converted from a wrong shape (graph/tensorflow.py,
-``repair_layers``).
+contrib form's at every opset converted from a wrong shape (graph/tensorflow/layers.py;
+``repair_layers`` in graph/tensorflow/repair.py).
 """
 
 from __future__ import annotations

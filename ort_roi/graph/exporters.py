@@ -18,7 +18,7 @@ is of one of two kinds:
   reads it, and a note names the nodes and how to ask for the repair.
 
 The passes of each exporter live in its module (fusion.py and loops.py: torch.onnx;
-tensorflow.py: tf2onnx; mxnet.py: mx2onnx; paddle.py: paddle2onnx through export-paddle);
+tensorflow/: tf2onnx; mxnet.py: mx2onnx; paddle.py: paddle2onnx through export-paddle);
 this table is the one place that says which runs when.
 """
 
