@@ -1,4 +1,5 @@
-"""The one exception type of ort_roi."""
+"""The one exception type of ort_roi, and how messages name a node (``node_label``) and
+another exception in one line (``first_line``)."""
 
 from __future__ import annotations
 
@@ -76,3 +77,12 @@ class RoiOpError(ValueError):
 def node_label(node) -> str:
     """How messages name a graph node: its name, or its op type when it has none."""
     return node.name or f"<unnamed {node.op_type}>"
+
+
+def first_line(e: Exception) -> str:
+    """An exception's message in one line: its first line, and the first later one that names
+    a node (onnx's checker and shape inference say which node after a first line of context);
+    its type where it says nothing."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    context = [ln for ln in lines if "node" in ln.lower() and ln is not lines[0]]
+    return "; ".join(lines[:1] + context[:1]) or type(e).__name__

@@ -512,7 +512,8 @@ def test_validate_compares_proposal_stages_whole(tmp_path, capsys):
     differs."""
     import onnx
 
-    from ort_roi.cli import main as cli, validate
+    from ort_roi.cli import main as cli
+    from ort_roi.cli.compare import compare_node
 
     path = str(tmp_path / "rpn.onnx")
     onnx.save(_rpn_graph(), path)
@@ -529,11 +530,11 @@ def test_validate_compares_proposal_stages_whole(tmp_path, capsys):
     seen.update(zip(node.output, ops_kernel("GenerateProposals")(
         *(seen[i] for i in node.input), **{a.name: onnx.helper.get_attribute_value(a)
                                            for a in node.attribute})))
-    ok, line = validate._compare_node(node, seen, 17, 8, 10.0)
+    ok, line = compare_node(node, seen, 17, 8, 10.0)
     assert ok, line
     seen["probs"] = seen["probs"].copy()
     seen["probs"][3, 0] += 0.01
-    ok, line = validate._compare_node(node, seen, 17, 8, 10.0)
+    ok, line = compare_node(node, seen, 17, 8, 10.0)
     assert not ok and ("output 'probs' differs from its definition at (3, 0): 2.05277 vs 2.04277, |diff| 0.01"
                       in line), line
 

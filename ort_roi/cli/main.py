@@ -9,7 +9,7 @@ import sys
 from typing import Sequence
 
 from .. import __version__
-from . import bench, export_paddle, info, validate
+from . import bench, convert, export_paddle, info, validate
 from .demo import cmd_demo
 
 
@@ -19,7 +19,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("demo", help=cmd_demo.__doc__).set_defaults(fn=cmd_demo)
     info.add_command(sub)
-    validate.add_commands(sub)
+    validate.add_command(sub)
+    convert.add_command(sub)
     bench.add_command(sub)
     export_paddle.add_command(sub)
     args = p.parse_args(argv)

@@ -1,11 +1,10 @@
-"""``ort-roi validate`` (does a plain onnxruntime session with ort_roi.session_options() run
+"""``ort-roi validate``: does a plain onnxruntime session with ort_roi.session_options() run
 the file as it is, and does each RoI node in it compute its definition on the inputs the model
-feeds it?) and ``ort-roi convert`` (the rewrite pass, graph/rewrite.py)."""
+feeds it (compared in compare.py)?"""
 
 from __future__ import annotations
 
 import argparse
-import math
 import pathlib
 import sys
 import time
@@ -16,15 +15,14 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..errors import RoiOpError, node_label
-from ..graph import exporters, reference, schemas, shapes
+from ..errors import RoiOpError, first_line, node_label
+from ..graph import schemas
 from ..graph.inputs import generate_inputs
 from ..graph.nodes import given_attrs, iter_nodes, node_attrs, opset
 from ..graph.rewrite import rewrite
-from ..runtime.probe import plain_session_error
-from ..spec import OpSpec
 from ..ops import form
-from .compare import run_plain
+from ..runtime.probe import plain_session_error
+from .compare import compare_node, run_plain
 
 
 PLAIN = "a plain onnxruntime session with ort_roi.session_options()"
@@ -33,9 +31,6 @@ PLAIN = "a plain onnxruntime session with ort_roi.session_options()"
 ROWS = 64
 #: Seconds each node's comparison may take; past them it stops and says so (``--node-seconds``).
 NODE_SECONDS = 30.0
-#: A node's output equals its definition's where |diff| <= ATOL + RTOL * |definition|.
-RTOL = ATOL = 1e-4
-WITHIN = f"(within {ATOL:g} + {RTOL:g} x |value|)"
 
 
 @dataclass
@@ -99,7 +94,7 @@ def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0, rows: int 
     try:
         m = onnx.load(model) if isinstance(model, str) else model
     except Exception as e:  # noqa: BLE001 - any load failure is the finding
-        v.problems.append(("load", f"cannot read the model: {_first_line(e)}"))
+        v.problems.append(("load", f"cannot read the model: {first_line(e)}"))
         v.runnable = False
         return v
     if isinstance(model, str):
@@ -115,7 +110,7 @@ def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0, rows: int 
         try:
             done = rewrite(c, "ort_roi")
         except Exception as e:  # noqa: BLE001 - the rewrite's refusal names the node
-            v.after_convert = Validation(problems=[("convert", _first_line(e))], runnable=False)
+            v.after_convert = Validation(problems=[("convert", first_line(e))], runnable=False)
             return v
         say("checking what `ort-roi convert` makes of it")
         v.after_convert = Validation(roi_nodes=v.roi_nodes, notes=list(done.notes))
@@ -179,7 +174,7 @@ def _check_and_run(m: onnx.ModelProto, v: Validation, r: int, seed: int, rows: i
         try:
             fn()
         except Exception as e:  # noqa: BLE001 - the first failure is the finding
-            v.problems.append((step, _first_line(e)))
+            v.problems.append((step, first_line(e)))
             return
         say(f"{'onnx checker (full)' if step == 'checker' else 'strict shape inference'}: "
             f"passed ({time.perf_counter() - t:.1f} s)")
@@ -212,7 +207,7 @@ def _check_and_run(m: onnx.ModelProto, v: Validation, r: int, seed: int, rows: i
     for i, node in enumerate(nodes, 1):
         t = time.perf_counter()
         say(f"node {i}/{len(nodes)} {node_label(node)!r}: comparing with its definition")
-        ok, line = _compare_node(node, seen, onnx_opset, rows, node_seconds)
+        ok, line = compare_node(node, seen, onnx_opset, rows, node_seconds)
         if ok:
             v.compared.append(line)
         else:
@@ -238,101 +233,6 @@ def _run_exposed(m: onnx.ModelProto, nodes: list[onnx.NodeProto],
     sess, got, errors = run_plain(c, feed)
     seen.update(zip((o.name for o in sess.get_outputs()), got))
     return seen, errors
-
-
-def _compare_node(node: onnx.NodeProto, seen: dict[str, np.ndarray], onnx_opset: int,
-                  rows: int, seconds: float) -> tuple[bool, str]:
-    """Compare a node's captured outputs with its definition on at most ``rows`` of its boxes
-    (evenly spaced), in chunks until ``seconds`` have passed. Returns (ok, the node's line)."""
-    f = form(node.domain, node.op_type)
-    kernel = "" if f.registered else " on onnxruntime's kernel"
-    what = f"node {node_label(node)!r} ({f.domain or 'onnx'}::{f.op_type}{kernel})"
-    try:
-        spec, attrs = reference.node_definition(node, onnx_opset)
-        inputs = [seen[x] for x in node.input]
-    except (RoiOpError, ValueError, KeyError) as e:
-        return False, f"{what}: its definition cannot be set up: {e}"
-    defined = "its definition" + ("" if spec.key == f.key else f" ({spec.domain}::{spec.name})")
-    if not spec.rowwise:
-        return _compare_whole(node, spec, attrs, inputs, seen, what, defined)
-    n = len(inputs[spec.boxes_input])
-    picked = np.unique(np.linspace(0, n - 1, min(rows, n)).round().astype(np.int64))
-    k = max(1, math.ceil(len(picked) / 8))
-    chunks = [picked[i::k] for i in range(k)]  # each spread over the rows, so a stop is too
-    start, done, worst = time.perf_counter(), 0, 0.0
-    for chunk in chunks:
-        try:
-            want = reference.run_definition(spec, attrs,
-                                            reference.select_rows(spec, inputs, chunk))
-        except Exception as e:  # noqa: BLE001 - a definition's refusal is the finding
-            return False, f"{what}: {defined} raised {type(e).__name__}: {e}"
-        for name, w in zip(node.output, want):
-            if not name:
-                continue
-            got = seen[name]
-            if got.shape[1:] != w.shape[1:] or len(got) != n:
-                return False, (f"{what}: output {name!r} has shape {list(got.shape)}; "
-                               f"{defined} gives rows of shape {list(w.shape[1:])} for "
-                               f"{n} boxes")
-            diff, at, by = _difference(got[chunk], w)
-            worst = max(worst, diff)
-            if at is not None:
-                return False, (f"{what}: output {name!r} differs from {defined} at row "
-                               f"{int(chunk[at[0]])} (index {at[1:]}): {by} ({done + len(chunk)}"
-                               f" of {n} rows compared)")
-        done += len(chunk)
-        if time.perf_counter() - start > seconds and done < len(picked):
-            break
-    if n == 0:
-        return True, f"{what}: OK: the run gave it no boxes; {defined} gives no rows either"
-    which = ((f"all {n} rows equal" if n > 1 else "its one row equals") if done == n else
-             f"{done} of {n} rows (evenly spaced; at most --rows {rows}")
-    if done < n:
-        which += (f", stopped after {seconds:g} s by --node-seconds" if done < len(picked)
-                  else "") + ") equal"
-    return True, f"{what}: OK: {which} {defined} {WITHIN}, max |diff| {worst:.2g}"
-
-
-def _compare_whole(node: onnx.NodeProto, spec: OpSpec, attrs: dict, inputs: list[np.ndarray],
-                   seen: dict[str, np.ndarray], what: str, defined: str) -> tuple[bool, str]:
-    """Compare every output of a node whose rows are not its boxes' own (a proposal stage
-    selects and reorders them) with its definition run on all of its inputs (whole: not
-    bounded by --node-seconds; GenerateProposals' literal definition takes seconds on a
-    C4 RPN of 6000 anchors per image)."""
-    try:
-        want = reference.run_definition(spec, attrs, inputs)
-    except Exception as e:  # noqa: BLE001 - a definition's refusal is the finding
-        return False, f"{what}: {defined} raised {type(e).__name__}: {e}"
-    worst = 0.0
-    for name, w in zip(node.output, want):
-        if not name:
-            continue
-        got = seen[name]
-        if got.shape != w.shape:
-            return False, (f"{what}: output {name!r} has shape {list(got.shape)}; {defined} "
-                           f"gives {list(w.shape)}")
-        diff, at, by = _difference(got, w)
-        worst = max(worst, diff)
-        if at is not None:
-            return False, f"{what}: output {name!r} differs from {defined} at {at}: {by}"
-    return True, (f"{what}: OK: all its outputs equal {defined} (whole) {WITHIN}, "
-                  f"max |diff| {worst:.2g}")
-
-
-def _difference(got: np.ndarray, want: np.ndarray) -> tuple[float, tuple | None, str]:
-    """The largest |got - want| and, where they differ by more than ATOL + RTOL x |want|, the
-    index of the first such element and the words saying by how much."""
-    a, b = got.astype(np.float64), want.astype(np.float64)
-    if not a.size:
-        return 0.0, None, ""
-    diff = np.abs(a - b)
-    worst = float(np.nanmax(diff, initial=0.0))
-    bad = ~(np.isclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True))
-    if not bad.any():
-        return worst, None, ""
-    at = tuple(int(i) for i in np.argwhere(bad)[0])
-    return worst, at, (f"{a[at]:.6g} vs {b[at]:.6g}, |diff| {diff[at]:.3g} > {ATOL:g} + "
-                       f"{RTOL:g} x |definition|")
 
 
 def _check(m: onnx.ModelProto, notes: list[str]) -> None:
@@ -362,12 +262,6 @@ def _copy(m: onnx.ModelProto) -> onnx.ModelProto:
     c = onnx.ModelProto()
     c.CopyFrom(m)
     return c
-
-
-def _first_line(e: Exception) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    context = [ln for ln in lines if "node" in ln.lower() and ln is not lines[0]]
-    return "; ".join(lines[:1] + context[:1]) or type(e).__name__
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -421,37 +315,6 @@ def _print_lines(v: Validation, indent: str) -> None:
         print(f"{indent}note: {msg}")
 
 
-def cmd_convert(args: argparse.Namespace) -> int:
-    """Rewrite a graph so that a plain onnxruntime session with ort_roi runs it: ONNX
-    RoiAlign / MaxRoiPool into ort_roi, torchvision's exported MultiScaleRoIAlign stages
-    into one PyramidRoIAlign node each, exporters' nodes with every attribute (--to onnx: ort_roi
-    RoiAlign / ROIPooling max and the fused stages back to standard ONNX)."""
-    try:
-        m = onnx.load(args.input)
-    except Exception as e:  # noqa: BLE001 - a missing file or not a model: say which
-        print(f"ort-roi convert: cannot read the model {args.input}: {_first_line(e)}",
-              file=sys.stderr)
-        return 1
-    try:
-        done = rewrite(m, to=args.to, roialign_max=args.roialign_max, fuse=args.fuse,
-                       exporter=args.exporter)
-        shapes.annotate(m)  # as convert(): our nodes' inferred output types
-        onnx.save(m, args.output)
-    except (ValueError, OSError) as e:
-        print(f"ort-roi convert: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:  # noqa: BLE001 - a defect of ours: still a message, not a traceback
-        print(f"ort-roi convert: internal error {type(e).__name__}: {e} (please report it)",
-              file=sys.stderr)
-        return 1
-    print(f"{args.input} -> {args.output}: {moved_count(done.moved)} "
-          f"({done.summary()}); every node of ort_roi or another exporter has its attributes "
-          f"explicit")
-    for note in done.notes:
-        print(f"  note: {note}")
-    return 0
-
-
 def model_files(paths: list[str]) -> list[str]:
     """The files named, a folder standing for the .onnx files in it (sorted)."""
     out: list[str] = []
@@ -461,22 +324,8 @@ def model_files(paths: list[str]) -> list[str]:
     return out
 
 
-def moved_count(moved: list) -> str:
-    """What convert rewrote, counted as what it is: nodes, fused stages (a torchvision,
-    PaddleDetection or GluonCV RoI stage of many nodes become one) and fused Loops."""
-    stages = sum(" stage" in a for _, a, _ in moved)
-    loops = sum("Loop" in a and " stage" not in a for _, a, _ in moved)
-    nodes = len(moved) - stages - loops
-    parts = [f"{nodes} node(s) rewritten"] if nodes or not (stages or loops) else []
-    if stages:
-        parts.append(f"{stages} stage(s) fused into one node each")
-    if loops:
-        parts.append(f"{loops} Loop(s) fused into one node each")
-    return ", ".join(parts)
-
-
-def add_commands(sub) -> None:
-    """Attach validate and convert to the ort-roi parser."""
+def add_command(sub) -> None:
+    """Attach validate to the ort-roi parser."""
     p = sub.add_parser("validate", help=cmd_validate.__doc__, description=cmd_validate.__doc__)
     p.add_argument("models", nargs="+", metavar="MODEL",
                    help="ONNX files, or folders (their .onnx files)")
@@ -489,19 +338,3 @@ def add_commands(sub) -> None:
                    help=f"time for each node's comparison; past it the rows compared so far "
                         f"are reported (default {NODE_SECONDS:g})")
     p.set_defaults(fn=cmd_validate)
-    p = sub.add_parser("convert", help=cmd_convert.__doc__, description=cmd_convert.__doc__)
-    p.add_argument("input", metavar="IN", help="the ONNX model to convert (not changed)")
-    p.add_argument("output", metavar="OUT", help="where to write the converted model")
-    p.add_argument("--to", choices=("ort_roi", "onnx"), default="ort_roi",
-                   help="ort_roi: RoiAlign / MaxRoiPool -> ort_roi (default); onnx: the reverse")
-    p.add_argument("--roialign-max", choices=("sample", "onnx"), default="sample",
-                   help="ONNX RoiAlign mode=max as the largest bilinear sample (sample, the "
-                        "default: mmcv, OpenVINO) or as onnxruntime computes it (onnx)")
-    p.add_argument("--no-fuse", dest="fuse", action="store_false",
-                   help="leave torchvision's MultiScaleRoIAlign stages node by node (each "
-                        "RoiAlign still moved) instead of one PyramidRoIAlign node")
-    p.add_argument("--exporter", choices=exporters.NAMES, default=None,
-                   help="who wrote the model (default: told from its producer_name and graph "
-                        "name): that exporter's repairs apply (mx2onnx's RoiAlign and Splits, "
-                        "tf2onnx's crop_and_resize); none: no exporter's")
-    p.set_defaults(fn=cmd_convert)
