@@ -4,13 +4,13 @@ node is left: ``repair_layers``, which ``fuse.fuse_crop_and_resize`` runs after 
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
 from onnx import helper
 
 from ...errors import node_label
 from ...spec import DOMAIN, OPSET_VERSION
 from ..nodes import given_attrs, iter_nodes
+from ..shapes import without_weights
 from ..toolkit import GraphIndex, is_default
 from .layers import Crops, Reading, find_suspects, may_have_suspects
 
@@ -82,25 +82,12 @@ def repair_layers(model: onnx.ModelProto, crops: list[Crops]
 
 
 def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` for shape inference: large initializers become graph inputs of
-    their type (their values are not needed); ort_roi's domain imported (convert imports it
-    after the passes)."""
-    m = onnx.ModelProto(ir_version=model.ir_version)
-    m.opset_import.extend(model.opset_import)
-    m.functions.extend(model.functions)
+    """A copy of ``model`` for shape inference: its initializers of more than ``_SKELETON``
+    elements graph inputs of their type (``shapes.without_weights``: their values are not
+    needed); ort_roi's domain imported (convert imports it after the passes)."""
+    m = without_weights(model, _SKELETON)
     if not any(o.domain == DOMAIN for o in m.opset_import):
         m.opset_import.append(helper.make_opsetid(DOMAIN, OPSET_VERSION))
-    src, g = model.graph, m.graph
-    g.name = src.name
-    g.node.extend(src.node)
-    g.input.extend(src.input)
-    g.output.extend(src.output)
-    g.value_info.extend(src.value_info)
-    for t in src.initializer:  # (the large ones not copied)
-        if int(np.prod(t.dims)) > _SKELETON:
-            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-        else:
-            g.initializer.append(t)
     return m
 
 
