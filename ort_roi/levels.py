@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import libm
+from .geometry.torchvision import INT_MIN
 from .libm import floor_log2
 
-INT_MIN = -(1 << 31)
 
 
 def openvino_levels(boxes: np.ndarray, L: int) -> np.ndarray:

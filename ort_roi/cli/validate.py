@@ -18,7 +18,7 @@ from onnx import numpy_helper
 from ..errors import RoiOpError, first_line, node_label
 from ..graph import schemas
 from ..graph.inputs import generate_inputs
-from ..graph.nodes import given_attrs, iter_nodes, node_attrs, opset
+from ..graph.nodes import copy_model, given_attrs, iter_nodes, node_attrs, opset
 from ..graph.rewrite import rewrite
 from ..ops import form
 from ..runtime.probe import plain_session_error
@@ -106,7 +106,7 @@ def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0, rows: int 
     if v.roi_nodes == 0:
         v.notes.append("no RoI node (no node of a form ort_roi runs): nothing here for ort_roi")
     if not v.runnable:
-        c = _copy(m)
+        c = copy_model(m)
         try:
             done = rewrite(c, "ort_roi")
         except Exception as e:  # noqa: BLE001 - the rewrite's refusal names the node
@@ -224,7 +224,7 @@ def _run_exposed(m: onnx.ModelProto, nodes: list[onnx.NodeProto],
     seen: dict[str, np.ndarray] = dict(feed)
     weights = {i.name: i for i in m.graph.initializer}
     outputs = {o.name for o in m.graph.output}
-    c = _copy(m)
+    c = copy_model(m)
     for x in names:
         if x in weights and x not in seen:
             seen[x] = numpy_helper.to_array(weights[x])
@@ -249,19 +249,13 @@ def _check(m: onnx.ModelProto, notes: list[str]) -> None:
         why = "" if schemas.SHAPE_INFERENCE else " (ort_roi's shape inference needs onnx >= 1.19)"
         notes.append(f"{head}: none could be inferred for {', '.join(still)}{why}, so the "
                      f"checker checked the graph without them")
-        rest = _copy(inferred)
+        rest = copy_model(inferred)
         del rest.graph.output[:]
         rest.graph.output.extend(o for o in inferred.graph.output if o.name not in still)
         onnx.checker.check_model(rest, full_check=True)
     else:
         notes.append(f"{head}: checked with the inferred shapes")
         onnx.checker.check_model(inferred, full_check=True)
-
-
-def _copy(m: onnx.ModelProto) -> onnx.ModelProto:
-    c = onnx.ModelProto()
-    c.CopyFrom(m)
-    return c
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

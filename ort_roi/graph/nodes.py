@@ -13,6 +13,13 @@ from ..ops import form
 from ..spec import OpSpec
 
 
+def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A deep copy of ``model``, which rewrites and shape inference may change freely."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    return m
+
+
 def iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     """Every node of ``graph`` and of its subgraphs (If/Loop/Scan bodies). A node may be
     rewritten in place when it is yielded: its subgraphs are read afterwards."""

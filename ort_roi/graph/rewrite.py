@@ -19,7 +19,7 @@ from ..errors import RoiOpError, node_label
 from ..ops import FORMS, form
 from ..spec import DOMAIN, OPSET_VERSION, NodeForm, OpSpec
 from . import exporters, shapes
-from .nodes import given_attrs, iter_nodes, node_attrs, opset
+from .nodes import copy_model, given_attrs, iter_nodes, node_attrs, opset
 
 
 #: How ort_roi::RoiAlign reads ONNX RoiAlign's mode "max" for each ``roialign_max`` choice:
@@ -157,8 +157,7 @@ def convert(model: onnx.ModelProto, to: str = "ort_roi", *, roialign_max: str = 
             graph.
         RoiOpError: naming a node whose attributes are bad.
     """
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
+    m = copy_model(model)
     done = rewrite(m, to, roialign_max=roialign_max, fuse=fuse, exporter=exporter)
     shapes.annotate(m)  # our nodes' inferred output types, for EPs that need ranks
     for note in done.notes:

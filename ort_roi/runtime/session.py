@@ -36,6 +36,7 @@ import onnxruntime as ort
 
 from .. import forksafe
 from ..errors import RoiOpError
+from ..graph.nodes import copy_model
 from ..graph.rewrite import Rewrite, rewrite
 from . import attributes, bridge, diagnose, locate
 
@@ -73,7 +74,7 @@ def _load(model) -> onnx.ModelProto:
     """A private copy of ``model`` (a path, bytes or ModelProto); RoiOpError naming the file
     when it holds no ONNX model."""
     if isinstance(model, onnx.ModelProto):
-        what, load = "the ModelProto given", lambda: _copy(model)
+        what, load = "the ModelProto given", lambda: copy_model(model)
     elif isinstance(model, (bytes, bytearray)):
         what, load = f"the {len(model)} bytes given", lambda: onnx.load_from_string(bytes(model))
     elif isinstance(model, (str, os.PathLike)):
@@ -91,12 +92,6 @@ def _load(model) -> onnx.ModelProto:
     if not m.HasField("graph"):  # zero bytes (and some other files) decode as an empty model
         raise RoiOpError("ort_roi", "model", f"{what} cannot be read as an ONNX model (it "
                          f"holds no graph: an empty file, or a file of another kind)")
-    return m
-
-
-def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
     return m
 
 
