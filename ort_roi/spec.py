@@ -296,6 +296,19 @@ def pooled_attr(name: str, default: int | None, doc: str) -> Attr:
     return Attr(name, int, default, min=1, doc=doc)
 
 
+def pooled_attrs(height: str = "pooled_height", width: str = "pooled_width",
+                 default: int | None = 1) -> tuple[Attr, Attr]:
+    """The output grid's two size attributes (>= 1), its height and its width (the names an
+    OpSpec's ``pooled`` gives)."""
+    return pooled_attr(height, default, "output height"), pooled_attr(width, default,
+                                                                      "output width")
+
+
+def aligned_attr(default: int, doc: str = "1: half-pixel offset") -> Attr:
+    """The aligned attribute (0 or 1)."""
+    return Attr("aligned", int, default, choices=(0, 1), doc=doc)
+
+
 SCALE_DOC = "multiplies box coordinates to map them onto X"
 
 
@@ -317,10 +330,32 @@ def level_inputs(L: int) -> tuple[Input, ...]:
                  for i in range(L))
 
 
+def level_scale_attrs(L: int, name: str, doc: str) -> tuple[Attr, ...]:
+    """One required float attribute (> 0) per level: ``name`` and ``doc`` formatted with the
+    level (e.g. "stride_{}")."""
+    return tuple(Attr(name.format(i), float, None, min=0.0, min_exclusive=True,
+                      doc=doc.format(i)) for i in range(L))
+
+
+def pyramid_layout(first: int, L: int) -> dict[str, Any]:
+    """A multi-level op's inputs: the boxes first, its L feature maps (of one dtype, as every
+    T input) from input ``first`` on; OpSpec's ``features``, ``boxes_input``, ``same_types``."""
+    return dict(features=tuple(range(first, first + L)), boxes_input=0, same_types=True)
+
+
+#: the feature map of a single-map op
+FEATURE_MAP = Input("X", "T", "[N, C, H, W]", "feature map")
 #: rows [batch_id, x1, y1, x2, y2] (torchvision's and mmcv's rois)
 BATCH_ROIS = Input("rois", "T", "[R, 5]", "rows [batch_id, x1, y1, x2, y2]")
 #: per-image box counts (Paddle's boxes_num / rois_num)
 COUNTS_DOC = "boxes per image, in order; sums to R"
+
+
+def counted_boxes(boxes: str = "boxes", counts: str = "boxes_num") -> tuple[Input, Input]:
+    """Paddle's boxes: [R, 4] rows [x1, y1, x2, y2], image by image, and their count per
+    image [N]."""
+    return (Input(boxes, "T", "[R, 4]", "rows [x1, y1, x2, y2]"),
+            Input(counts, "I", "[N]", COUNTS_DOC))
 
 
 @dataclass(frozen=True)
@@ -373,6 +408,12 @@ class NodeForm:
         if isinstance(parts, str):  # a "name_{}" pattern: one per level
             return tuple(parts.format(i) for i in range(levels))
         return parts
+
+
+def level_forms(specs: Mapping[int, OpSpec], writers: str, oracle: str) -> tuple[NodeForm, ...]:
+    """A multi-level op's registered forms: one node per number of feature maps, each named as
+    its spec (e.g. DistributeRoIAlign_L4, in domain ort_roi)."""
+    return tuple(NodeForm(DOMAIN, s.name, s, writers, oracle) for s in specs.values())
 
 
 @dataclass(frozen=True)

@@ -237,6 +237,13 @@ def check_batch_rois(op: str, name: str, rois, X: np.ndarray, cols: int = 5):
     return rois, batch, np.ascontiguousarray(rois[:, 1:])
 
 
+def check_counted_boxes(op: str, names: tuple[str, str], boxes, counts, X: np.ndarray):
+    """Paddle's boxes [R, 4] and their per-image counts (inputs ``names``) checked
+    (``check_boxes``, ``batch_from_counts``): (the boxes on the host, each box's image)."""
+    boxes = check_boxes(op, names[0], boxes, X, 4)
+    return boxes, batch_from_counts(op, names[1], counts, X.shape[0], boxes.shape[0])
+
+
 def check_level_count(op: str, min_level: int, max_level: int, L: int | None = None,
                       what: str = "the op's levels") -> int:
     """The levels min_level .. max_level of a multi-level op: L of them (None: 1 to
@@ -256,6 +263,22 @@ def level_spec(specs: dict, L: int, node: str):
     if L not in specs:
         raise RoiOpError(node, "inputs", f"takes 1 to {max(specs)} feature maps, got {L}")
     return specs[L]
+
+
+def resolve_levels(specs: dict, node: str, L: int, name: str, values, pattern: str,
+                   attrs: dict):
+    """A multi-level op's spec for L feature maps (``level_spec``) and its attributes
+    resolved: ``attrs`` and list attribute ``name``, one value per map (``per_level``) as the
+    attributes ``pattern`` names (e.g. "stride_{}"). Returns (spec, resolved attributes)."""
+    spec = level_spec(specs, L, node)
+    values = per_level(spec, name, values, L)
+    return spec, spec.resolve({**attrs, **{pattern.format(i): v for i, v in enumerate(values)}})
+
+
+def level_values(attrs: dict, pattern: str, L: int) -> list:
+    """A list attribute as a fixed-arity node holds it, one attribute a feature map
+    (``pattern``, e.g. "stride_{}"), taken out of ``attrs``: its L values (None where absent)."""
+    return [attrs.pop(pattern.format(i), None) for i in range(L)]
 
 
 def per_level(spec, name: str, values, L: int) -> list:

@@ -13,22 +13,19 @@ from ..geometry import align_bins, roi_align_geometry
 from ..kernels.checks import batch_from_column, check_box_sizes, check_boxes, check_features, \
     check_output_size, quiet
 from ..kernels.dispatch import compute, host, steps
-from ..spec import Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, sampling_ratio_attr, \
-    spatial_scale_attr
+from ..spec import FEATURE_MAP, Attr, Input, NodeForm, Op, OpSpec, Output, aligned_attr, \
+    pooled_attrs, sampling_ratio_attr, spatial_scale_attr
 
 SPEC = OpSpec(
     name="RoIAlign",
     source="Caffe2 RoIAlign (detectron2's Caffe2 export)",
     doc="RoIAlign (detectron2 semantics) over rows [batch_id, x1, y1, x2, y2], or "
         "[x1, y1, x2, y2] when N = 1.",
-    inputs=(Input("X", "T", "[N, C, H, W]", "feature map"),
+    inputs=(FEATURE_MAP,
             Input("rois", "T", "[R, 5] or [R, 4]", "rows [batch_id, x1, y1, x2, y2]")),
     attrs=(Attr("order", str, "NCHW", choices=("NCHW",), doc="layout of X (NCHW only)"),
-           spatial_scale_attr(),
-           pooled_attr("pooled_h", 1, "output height"),
-           pooled_attr("pooled_w", 1, "output width"),
-           sampling_ratio_attr(-1),
-           Attr("aligned", int, 0, choices=(0, 1), doc="1: half-pixel offset")),
+           spatial_scale_attr(), *pooled_attrs("pooled_h", "pooled_w"), sampling_ratio_attr(-1),
+           aligned_attr(0)),
     outputs=(Output("Y", "[R, C, PH, PW]"),),
     pooled=("pooled_h", "pooled_w"),
     box_cols=(5, 4),
@@ -74,9 +71,8 @@ def caffe2_roi_align(X: np.ndarray, rois: np.ndarray, *, order: str = "NCHW",
     check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
     ph, pw, sr = a["pooled_h"], a["pooled_w"], a["sampling_ratio"]
     bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw, sr)
-    start, size, grid = bins
-    return compute(steps.align, X, batch=batch, start=start, bin_size=size, grid=grid, ph=ph,
-                   pw=pw, sampling_ratio=sr)
+    return compute(steps.align, X, batch=batch, start=bins.start, bin_size=bins.size,
+                   grid=bins.grid, ph=ph, pw=pw, sampling_ratio=sr)
 
 
 ENTRY = Op(

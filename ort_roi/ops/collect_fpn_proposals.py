@@ -14,7 +14,7 @@ from ..definitions.collect import collect_fpn_proposals_outputs as definition
 from ..errors import RoiOpError
 from ..kernels.checks import check_finite, float_input, int_vector, quiet
 from ..kernels.dispatch import compute, host, steps
-from ..spec import DOMAIN, MAX_LEVELS, Attr, Dims, Input, NodeForm, Op, OpSpec, Output
+from ..spec import MAX_LEVELS, Attr, Dims, Input, Op, OpSpec, Output, level_forms
 
 
 def _level_count(spec: OpSpec) -> int:
@@ -147,7 +147,6 @@ def collect_fpn_proposals(*inputs, post_nms_topN: int):
 ENTRY = Op(
     specs=tuple(SPECS.values()), kernel=collect_fpn_proposals, definition=definition,
     steps=(steps.collect_fpn_proposals,),
-    forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi export-paddle (Paddle "
-                         "collect_fpn_proposals)", "Paddle collect_fpn_proposals")
-                for s in SPECS.values()),
+    forms=level_forms(SPECS, "ort-roi export-paddle (Paddle collect_fpn_proposals)",
+                      "Paddle collect_fpn_proposals"),
 )

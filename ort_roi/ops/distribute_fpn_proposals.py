@@ -13,8 +13,7 @@ from ..definitions.proposals import distribute_fpn_proposals_outputs as definiti
 from ..errors import RoiOpError
 from ..kernels.checks import check_finite, check_level_count, float_input, int_vector, quiet
 from ..kernels.dispatch import compute, host, steps
-from ..spec import COUNTS_DOC, DOMAIN, MAX_LEVELS, Attr, Dims, Input, NodeForm, Op, \
-    OpSpec, Output
+from ..spec import COUNTS_DOC, MAX_LEVELS, Attr, Dims, Input, Op, OpSpec, Output, level_forms
 
 
 def _level_count(spec: OpSpec) -> int:
@@ -128,7 +127,6 @@ def distribute_fpn_proposals(fpn_rois: np.ndarray, rois_num: np.ndarray, *, min_
 ENTRY = Op(
     specs=tuple(SPECS.values()), kernel=distribute_fpn_proposals, definition=definition,
     steps=(steps.distribute_fpn_proposals,),
-    forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi export-paddle (Paddle "
-                         "distribute_fpn_proposals)", "Paddle distribute_fpn_proposals")
-                for s in SPECS.values()),
+    forms=level_forms(SPECS, "ort-roi export-paddle (Paddle distribute_fpn_proposals)",
+                      "Paddle distribute_fpn_proposals"),
 )

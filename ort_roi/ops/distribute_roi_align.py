@@ -14,11 +14,12 @@ import numpy as np
 from ..definitions.paddle_stage import distribute_roi_align_levels as definition
 from ..errors import RoiOpError
 from ..geometry import align_bins, level_scales, roi_align_geometry
-from ..kernels.checks import batch_from_counts, check_box_sizes, check_boxes, check_level_count, \
-    check_levels, check_output_size, level_spec, per_level, quiet
+from ..kernels.checks import check_box_sizes, check_counted_boxes, check_level_count, \
+    check_levels, check_output_size, level_values, quiet, resolve_levels
 from ..kernels.dispatch import compute, steps
-from ..spec import COUNTS_DOC, DOMAIN, MAX_LEVELS, Attr, Dims, Input, NodeForm, Op, OpSpec, \
-    Output, level_inputs, pooled_attr, pooled_shapes, sampling_ratio_attr
+from ..spec import COUNTS_DOC, MAX_LEVELS, Attr, Dims, Input, Op, OpSpec, Output, aligned_attr, \
+    level_forms, level_inputs, level_scale_attrs, pooled_attrs, pooled_shapes, pyramid_layout, \
+    sampling_ratio_attr
 
 
 def stage_shapes(spec: OpSpec, dims: Sequence[Dims], attrs: Mapping[str, Any],
@@ -54,20 +55,14 @@ def _spec(L: int) -> OpSpec:
                Attr("refer_scale", int, 224, min=1, doc="the side of a roi of refer_level"),
                Attr("pixel_offset", int, 0, choices=(0, 1),
                     doc="1: areas count +1 pixel per side (the level rule only)"),
-               pooled_attr("pooled_height", 1, "output height"),
-               pooled_attr("pooled_width", 1, "output width"),
-               sampling_ratio_attr(-1),
-               Attr("aligned", int, 1, choices=(0, 1),
-                    doc="1: pixel model with half-pixel offset (detectron2 ROIAlignV2)"))
-        + tuple(Attr(f"spatial_scale_{i}", float, None, min=0.0, min_exclusive=True,
-                     doc=f"multiplies roi coordinates onto feat_{i}") for i in range(L)),
+               *pooled_attrs(), sampling_ratio_attr(-1),
+               aligned_attr(1, "1: pixel model with half-pixel offset (detectron2 ROIAlignV2)"))
+        + level_scale_attrs(L, "spatial_scale_{}", "multiplies roi coordinates onto feat_{}"),
         outputs=(Output("Y", "[R, C, PH, PW]", doc="each roi pooled at its level, in the rois' "
                                                    "order"),),
         shapes=stage_shapes,
         pooled=("pooled_height", "pooled_width"),
-        features=tuple(range(2, L + 2)),
-        boxes_input=0,
-        same_types=True,
+        **pyramid_layout(2, L),
     )
 
 
@@ -108,18 +103,18 @@ def distribute_roi_align(fpn_rois: np.ndarray, rois_num: np.ndarray, *feats: np.
         RoiOpError on bad input.
     """
     L = len(feats)
-    spec = level_spec(SPECS, L, "DistributeRoIAlign")
+    spec, a = resolve_levels(SPECS, "DistributeRoIAlign", L, "spatial_scales", spatial_scales,
+                             "spatial_scale_{}",
+                             dict(min_level=min_level, max_level=max_level,
+                                  refer_level=refer_level, refer_scale=refer_scale,
+                                  pixel_offset=pixel_offset, pooled_height=pooled_height,
+                                  pooled_width=pooled_width, sampling_ratio=sampling_ratio,
+                                  aligned=aligned))
     op = spec.name
-    scales = per_level(spec, "spatial_scales", spatial_scales, L)
-    a = spec.resolve(dict(min_level=min_level, max_level=max_level, refer_level=refer_level,
-                          refer_scale=refer_scale, pixel_offset=pixel_offset,
-                          pooled_height=pooled_height, pooled_width=pooled_width,
-                          sampling_ratio=sampling_ratio, aligned=aligned,
-                          **{f"spatial_scale_{i}": v for i, v in enumerate(scales)}))
     check_level_count(op, a["min_level"], a["max_level"], L, "the op's feature maps")
     X = check_levels(op, feats)
-    rois = np.ascontiguousarray(check_boxes(op, "fpn_rois", fpn_rois, X[0], 4))
-    batch = batch_from_counts(op, "rois_num", rois_num, X[0].shape[0], rois.shape[0])
+    rois, batch = check_counted_boxes(op, ("fpn_rois", "rois_num"), fpn_rois, rois_num, X[0])
+    rois = np.ascontiguousarray(rois)
     check_output_size(spec, a, rois.shape[0], X[0].shape[1])
     level = compute(steps.fpn_levels, rois, min_level=a["min_level"], max_level=a["max_level"],
                     refer_level=a["refer_level"], refer_scale=a["refer_scale"],
@@ -128,9 +123,9 @@ def distribute_roi_align(fpn_rois: np.ndarray, rois_num: np.ndarray, *feats: np.
     check_box_sizes(op, "fpn_rois", rois, scale, level, a["min_level"])  # at each level
     ph, pw, sr = a["pooled_height"], a["pooled_width"], a["sampling_ratio"]
     bins = align_bins(rois, scale, roi_align_geometry(a["aligned"]), ph, pw, sr)
-    start, size, grid = bins
-    return compute(steps.align_levels, X, batch=batch, start=start, bin_size=size, grid=grid,
-                   level=level.astype(np.intp), ph=ph, pw=pw, sampling_ratio=sr, mode=0)
+    return compute(steps.align_levels, X, batch=batch, start=bins.start, bin_size=bins.size,
+                   grid=bins.grid, level=level.astype(np.intp), ph=ph, pw=pw, sampling_ratio=sr,
+                   mode=0)
 
 
 def distribute_roi_align_levels(fpn_rois: np.ndarray, rois_num: np.ndarray, *feats: np.ndarray,
@@ -145,7 +140,7 @@ def distribute_roi_align_levels(fpn_rois: np.ndarray, rois_num: np.ndarray, *fea
     Returns:
         [R, C, pooled_height, pooled_width], as ``distribute_roi_align``.
     """
-    scales = [attrs.pop(f"spatial_scale_{i}", None) for i in range(len(feats))]
+    scales = level_values(attrs, "spatial_scale_{}", len(feats))
     return distribute_roi_align(fpn_rois, rois_num, *feats, spatial_scales=scales, **attrs)
 
 
@@ -153,8 +148,7 @@ ENTRY = Op(
     specs=tuple(SPECS.values()), kernel=distribute_roi_align, node=distribute_roi_align_levels,
     definition=definition,
     steps=(steps.fpn_levels, steps.align_levels),
-    forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi convert / export-paddle (PaddleDetection's "
-                         "FPN RoI stage as export-paddle writes it, fused)",
-                         "Paddle distribute_fpn_proposals + roi_align + concat + gather")
-                for s in SPECS.values()),
+    forms=level_forms(SPECS, "ort-roi convert / export-paddle (PaddleDetection's FPN RoI "
+                      "stage as export-paddle writes it, fused)",
+                      "Paddle distribute_fpn_proposals + roi_align + concat + gather"),
 )

@@ -12,11 +12,11 @@ import numpy as np
 
 from ..definitions.align import mmcv_roi_align as definition
 from ..geometry import MMCV_EMPTY_MAX, align_bins, roi_align_geometry
-from ..kernels.checks import batch_from_column, check_box_sizes, check_boxes, check_features, \
-    check_output_size, quiet
+from ..kernels.checks import check_batch_rois, check_box_sizes, check_features, check_output_size, \
+    quiet
 from ..kernels.dispatch import compute, steps
-from ..spec import Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, sampling_ratio_attr, \
-    spatial_scale_attr
+from ..spec import BATCH_ROIS, Attr, Input, NodeForm, Op, OpSpec, Output, aligned_attr, \
+    pooled_attrs, sampling_ratio_attr, spatial_scale_attr
 
 SPEC = OpSpec(
     name="MMCVRoiAlign",
@@ -24,13 +24,11 @@ SPEC = OpSpec(
     doc="RoIAlign over rows [batch_id, x1, y1, x2, y2]; mode avg: mean of the samples "
         "(= RoIAlign), max: largest sample (-10000 for a bin without samples, as mmcv).",
     inputs=(Input("input", "T", "[N, C, H, W]", "feature map"),
-            Input("rois", "T", "[R, 5]", "rows [batch_id, x1, y1, x2, y2]")),
-    attrs=(pooled_attr("output_height", 1, "output height"),
-           pooled_attr("output_width", 1, "output width"),
-           spatial_scale_attr(),
+            BATCH_ROIS),
+    attrs=(*pooled_attrs("output_height", "output_width"), spatial_scale_attr(),
            sampling_ratio_attr(0),
            Attr("mode", str, "avg", choices=("avg", "max"), doc="mean or max of the samples"),
-           Attr("aligned", int, 1, choices=(0, 1), doc="1: half-pixel offset")),
+           aligned_attr(1)),
     outputs=(Output("output", "[R, C, PH, PW]"),),
     pooled=("output_height", "output_width"),
     box_cols=5,
@@ -64,19 +62,16 @@ def mmcv_roi_align(input: np.ndarray, rois: np.ndarray, *, output_height: int = 
                           spatial_scale=spatial_scale, sampling_ratio=sampling_ratio,
                           mode=mode, aligned=aligned))
     X = check_features(op, input, "input")
-    rois = check_boxes(op, "rois", rois, X, 5)
-    batch = batch_from_column(op, "rois", rois[:, 0], X.shape[0])
-    boxes = np.ascontiguousarray(rois[:, 1:])
+    _, batch, boxes = check_batch_rois(op, "rois", rois, X)
     check_box_sizes(op, "rois", boxes, a["spatial_scale"])
     check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
     ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
     bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw, sr)
-    start, size, grid = bins
     if a["mode"] == "avg":
-        return compute(steps.align, X, batch=batch, start=start, bin_size=size, grid=grid,
-                       ph=ph, pw=pw, sampling_ratio=sr)
-    return compute(steps.align_max, X, batch=batch, start=start, bin_size=size, grid=grid,
-                   ph=ph, pw=pw, empty=MMCV_EMPTY_MAX)
+        return compute(steps.align, X, batch=batch, start=bins.start, bin_size=bins.size,
+                       grid=bins.grid, ph=ph, pw=pw, sampling_ratio=sr)
+    return compute(steps.align_max, X, batch=batch, start=bins.start, bin_size=bins.size,
+                   grid=bins.grid, ph=ph, pw=pw, empty=MMCV_EMPTY_MAX)
 
 
 ENTRY = Op(

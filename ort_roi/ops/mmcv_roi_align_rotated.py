@@ -15,11 +15,11 @@ import numpy as np
 
 from ..definitions.rotated import mmcv_roi_align_rotated as definition
 from ..geometry import rotated_rows
-from ..kernels.checks import batch_from_column, check_boxes, check_features, check_output_size, \
+from ..kernels.checks import check_batch_rois, check_features, check_output_size, \
     check_rotated_sizes, quiet
 from ..kernels.dispatch import compute, steps
-from ..spec import Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, sampling_ratio_attr, \
-    spatial_scale_attr
+from ..spec import Attr, Input, NodeForm, Op, OpSpec, Output, aligned_attr, pooled_attrs, \
+    sampling_ratio_attr, spatial_scale_attr
 
 SPEC = OpSpec(
     name="MMCVRoIAlignRotated",
@@ -29,11 +29,8 @@ SPEC = OpSpec(
         "of the bilinear samples.",
     inputs=(Input("input", "T", "[N, C, H, W]", "feature map"),
             Input("rois", "T", "[R, 6]", "rows [batch_id, cx, cy, w, h, theta]")),
-    attrs=(pooled_attr("output_height", 1, "output height"),
-           pooled_attr("output_width", 1, "output width"),
-           spatial_scale_attr(),
-           sampling_ratio_attr(0),
-           Attr("aligned", int, 1, choices=(0, 1), doc="1: half-pixel offset of the centre"),
+    attrs=(*pooled_attrs("output_height", "output_width"), spatial_scale_attr(),
+           sampling_ratio_attr(0), aligned_attr(1, "1: half-pixel offset of the centre"),
            Attr("clockwise", int, 0, choices=(0, 1), doc="1: theta turns clockwise")),
     outputs=(Output("output", "[R, C, PH, PW]"),),
     pooled=("output_height", "output_width"),
@@ -70,8 +67,7 @@ def mmcv_roi_align_rotated(input: np.ndarray, rois: np.ndarray, *, output_height
         output_height=output_height, output_width=output_width, spatial_scale=spatial_scale,
         sampling_ratio=sampling_ratio, aligned=aligned, clockwise=clockwise))
     X = check_features(op, input, "input")
-    rois = check_boxes(op, "rois", rois, X, 6)
-    batch = batch_from_column(op, "rois", rois[:, 0], X.shape[0])
+    rois, batch, _ = check_batch_rois(op, "rois", rois, X, 6)
     ph, pw = a["output_height"], a["output_width"]
     check_rotated_sizes(op, rois, a["spatial_scale"], bool(a["aligned"]))
     check_output_size(SPEC, a, rois.shape[0], X.shape[1])

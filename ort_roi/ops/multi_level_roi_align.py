@@ -15,11 +15,12 @@ from ..definitions.multilevel import multi_level_roi_align_levels as definition
 from ..geometry import FLT_MAX, LEGACY, MMDEPLOY_ALIGNED, align_bins, level_scales, \
     mmdeploy_rescale
 from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, check_output_size, \
-    level_spec, per_level, quiet
+    level_values, quiet, resolve_levels
 from ..kernels.dispatch import compute, steps
 from ..levels import mmdeploy_levels
-from ..spec import BATCH_ROIS, DOMAIN, MAX_LEVELS, Attr, NodeForm, Op, OpSpec, Output, \
-    level_inputs, pooled_attr, sampling_ratio_attr
+from ..spec import BATCH_ROIS, MAX_LEVELS, Attr, NodeForm, Op, OpSpec, Output, aligned_attr, \
+    level_forms, level_inputs, level_scale_attrs, pooled_attrs, pyramid_layout, \
+    sampling_ratio_attr
 
 
 def _spec(L: int) -> OpSpec:
@@ -31,22 +32,18 @@ def _spec(L: int) -> OpSpec:
             "its centre when roi_scale_factor > 0, pooled from it with MMCVRoiAlign at scale "
             "1/stride_l (pool_mode 0 max, 1 avg).",
         inputs=(BATCH_ROIS,) + level_inputs(L),
-        attrs=(pooled_attr("output_height", 7, "output height"),
-               pooled_attr("output_width", 7, "output width"),
+        attrs=(*pooled_attrs("output_height", "output_width", 7),
                sampling_ratio_attr(0),
                Attr("pool_mode", int, 1, choices=(0, 1), doc="0: max, 1: avg"),
-               Attr("aligned", int, 1, choices=(0, 1), doc="1: half-pixel offset"),
+               aligned_attr(1),
                Attr("roi_scale_factor", float, -1.0,
                     doc="> 0: boxes rescaled about their centre first"),
                Attr("finest_scale", int, 56, min=1, doc="box size of level 0"))
-        + tuple(Attr(f"stride_{i}", float, None, min=0.0, min_exclusive=True,
-                     doc=f"stride of level {i} (featmap_strides)") for i in range(L)),
+        + level_scale_attrs(L, "stride_{}", "stride of level {} (featmap_strides)"),
         outputs=(Output("output", "[R, C, PH, PW]"),),
         pooled=("output_height", "output_width"),
-        features=tuple(range(1, L + 1)),
-        boxes_input=0,
         box_cols=5,
-        same_types=True,
+        **pyramid_layout(1, L),
     )
 
 
@@ -77,12 +74,12 @@ def multi_level_roi_align(rois, *feats, output_height: int = 7, output_width: in
         [R, C, output_height, output_width] of the rois' dtype.
     """
     L = len(feats)
-    spec = level_spec(SPECS, L, "MMCVMultiLevelRoiAlign")
-    strides = per_level(spec, "featmap_strides", featmap_strides, L)
-    a = spec.resolve(dict(output_height=output_height, output_width=output_width,
-                          sampling_ratio=sampling_ratio, pool_mode=pool_mode, aligned=aligned,
-                          roi_scale_factor=roi_scale_factor, finest_scale=finest_scale,
-                          **{f"stride_{i}": v for i, v in enumerate(strides)}))
+    spec, a = resolve_levels(SPECS, "MMCVMultiLevelRoiAlign", L, "featmap_strides",
+                             featmap_strides, "stride_{}",
+                             dict(output_height=output_height, output_width=output_width,
+                                  sampling_ratio=sampling_ratio, pool_mode=pool_mode,
+                                  aligned=aligned, roi_scale_factor=roi_scale_factor,
+                                  finest_scale=finest_scale))
     op = spec.name
     X = check_levels(op, feats)
     _, batch, boxes = check_batch_rois(op, "rois", rois, X[0])
@@ -95,16 +92,15 @@ def multi_level_roi_align(rois, *feats, output_height: int = 7, output_width: in
     ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
     bins = align_bins(boxes, level_scales(scale, level, boxes.dtype),
                       MMDEPLOY_ALIGNED if a["aligned"] else LEGACY, ph, pw, sr)
-    start, size, grid = bins
-    return compute(steps.align_levels, X, batch=batch, start=start, bin_size=size, grid=grid,
-                   level=level, ph=ph, pw=pw, sampling_ratio=sr, mode=1 - a["pool_mode"],
-                   empty=-FLT_MAX)
+    return compute(steps.align_levels, X, batch=batch, start=bins.start, bin_size=bins.size,
+                   grid=bins.grid, level=level, ph=ph, pw=pw, sampling_ratio=sr,
+                   mode=1 - a["pool_mode"], empty=-FLT_MAX)
 
 
 def multi_level_roi_align_levels(rois, *feats, **attrs):
     """``multi_level_roi_align`` with the strides as attributes stride_0 .. stride_{L-1} (the
     nodes MultiLevelRoiAlign_L1..L6 that convert writes)."""
-    strides = [attrs.pop(f"stride_{i}", None) for i in range(len(feats))]
+    strides = level_values(attrs, "stride_{}", len(feats))
     return multi_level_roi_align(rois, *feats, featmap_strides=strides, **attrs)
 
 
@@ -112,9 +108,8 @@ ENTRY = Op(
     specs=tuple(SPECS.values()), kernel=multi_level_roi_align, node=multi_level_roi_align_levels,
     definition=definition,
     steps=(steps.align_levels,),
-    forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi convert (from "
-                         "mmdeploy::MMCVMultiLevelRoiAlign)",
-                         "level rule + MMCVRoiAlign per level") for s in SPECS.values())
+    forms=level_forms(SPECS, "ort-roi convert (from mmdeploy::MMCVMultiLevelRoiAlign)",
+                      "level rule + MMCVRoiAlign per level")
     + (NodeForm("mmdeploy", "MMCVMultiLevelRoiAlign", SPECS[4], "mmdeploy's TensorRT backend",
                 "its level rule composed with MMCVRoiAlign per level (Paddle roi_align), and a "
                 "literal loop", registered=False, levels=SPECS,

@@ -18,7 +18,7 @@ from ..geometry import MMCV_EMPTY_MAX, align_bins, onnx_geometry
 from ..kernels.checks import batch_from_indices, check_box_sizes, check_boxes, check_features, \
     check_output_size, quiet
 from ..kernels.dispatch import compute, steps
-from ..spec import DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, \
+from ..spec import DOMAIN, FEATURE_MAP, Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attrs, \
     sampling_ratio_attr, spatial_scale_attr
 
 SPEC = OpSpec(
@@ -28,7 +28,7 @@ SPEC = OpSpec(
         "aligned, output_half_pixel = not aligned, sampling_ratio 0 adaptive); max is the "
         "largest bilinear sample of each bin (mmcv, OpenVINO), onnx_max onnxruntime's max "
         "of weighted corners (convert --roialign-max onnx).",
-    inputs=(Input("X", "T", "[N, C, H, W]", "feature map"),
+    inputs=(FEATURE_MAP,
             Input("rois", "T", "[R, 4]", "rows [x1, y1, x2, y2]"),
             Input("batch_indices", "I", "[R]", "image of each box")),
     attrs=(Attr("coordinate_transformation_mode", str, "half_pixel",
@@ -37,8 +37,7 @@ SPEC = OpSpec(
            Attr("mode", str, "avg", choices=("avg", "max", "onnx_max"),
                 doc="avg: mean of the samples; max: the largest sample; onnx_max: the "
                     "largest weighted corner of any sample (onnxruntime's RoiAlign max)"),
-           pooled_attr("output_height", 1, "output height"),
-           pooled_attr("output_width", 1, "output width"),
+           *pooled_attrs("output_height", "output_width"),
            sampling_ratio_attr(0, least=0),
            spatial_scale_attr()),
     outputs=(Output("Y", "[R, C, PH, PW]"),),
@@ -83,12 +82,12 @@ def onnx_roi_align(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *
     ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
     bins = align_bins(rois, a["spatial_scale"], onnx_geometry(a["coordinate_transformation_mode"]),
                       ph, pw, sr)
-    start, size, grid = bins
     if a["mode"] == "avg":
-        return compute(steps.align, X, batch=batch, start=start, bin_size=size, grid=grid,
-                       ph=ph, pw=pw, sampling_ratio=sr)
-    return compute(steps.align_max, X, batch=batch, start=start, bin_size=size, grid=grid,
-                   ph=ph, pw=pw, empty=None if a["mode"] == "onnx_max" else MMCV_EMPTY_MAX)
+        return compute(steps.align, X, batch=batch, start=bins.start, bin_size=bins.size,
+                       grid=bins.grid, ph=ph, pw=pw, sampling_ratio=sr)
+    return compute(steps.align_max, X, batch=batch, start=bins.start, bin_size=bins.size,
+                   grid=bins.grid, ph=ph, pw=pw,
+                   empty=None if a["mode"] == "onnx_max" else MMCV_EMPTY_MAX)
 
 
 ENTRY = Op(

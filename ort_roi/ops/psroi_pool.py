@@ -6,10 +6,10 @@ import numpy as np
 
 from ..definitions.psroi import psroi_pool as definition
 from ..geometry import psroi_bins
-from ..kernels.checks import batch_from_counts, check_boxes, check_features, quiet
+from ..kernels.checks import check_counted_boxes, check_features, quiet
 from ..kernels.dispatch import compute, steps
-from ..spec import COUNTS_DOC, DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, \
-    check_channels, pooled_attr, spatial_scale_attr
+from ..spec import DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, check_channels, \
+    counted_boxes, pooled_attrs, spatial_scale_attr
 
 SPEC = OpSpec(
     name="PSROIPool",
@@ -17,12 +17,9 @@ SPEC = OpSpec(
     doc="Position-sensitive average pooling: output bin (c, ph, pw) averages input channel "
         "(c*pooled_height + ph)*pooled_width + pw over its region.",
     inputs=(Input("X", "T", "[N, output_channels*PH*PW, H, W]", "position-sensitive score maps"),
-            Input("rois", "T", "[R, 4]", "rows [x1, y1, x2, y2]"),
-            Input("rois_num", "I", "[N]", COUNTS_DOC)),
+            *counted_boxes("rois", "rois_num")),
     attrs=(Attr("output_channels", int, None, min=1, doc="channels of the output"),
-           spatial_scale_attr(),
-           pooled_attr("pooled_height", 1, "output height"),
-           pooled_attr("pooled_width", 1, "output width")),
+           spatial_scale_attr(), *pooled_attrs()),
     outputs=(Output("Y", "[R, output_channels, PH, PW]"),),
     pooled=("pooled_height", "pooled_width"),
     channels_attr="output_channels",
@@ -57,8 +54,7 @@ def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
     oc, ph, pw = a["output_channels"], a["pooled_height"], a["pooled_width"]
     X = check_features(op, X)
     check_channels(op, X.shape[1], oc, ph, pw)
-    rois = check_boxes(op, "rois", rois, X, 4)
-    batch = batch_from_counts(op, "rois_num", rois_num, X.shape[0], rois.shape[0])
+    rois, batch = check_counted_boxes(op, ("rois", "rois_num"), rois, rois_num, X)
     s = X.dtype.type(a["spatial_scale"])
     rows = psroi_bins(rois[:, 1], rois[:, 3], s, ph, X.shape[2])
     cols = psroi_bins(rois[:, 0], rois[:, 2], s, pw, X.shape[3])

@@ -9,10 +9,10 @@ import numpy as np
 from ..definitions.torchvision import pyramid_roi_align_levels as definition
 from ..geometry import align_bins, level_scales, roi_align_geometry
 from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, check_output_size, \
-    int_vector, level_spec, per_level, quiet
+    int_vector, level_values, quiet, resolve_levels
 from ..kernels.dispatch import compute, steps
-from ..spec import BATCH_ROIS, DOMAIN, MAX_LEVELS, Attr, Input, NodeForm, Op, OpSpec, Output, \
-    level_inputs, pooled_attr, sampling_ratio_attr
+from ..spec import BATCH_ROIS, MAX_LEVELS, Input, Op, OpSpec, Output, aligned_attr, level_forms, \
+    level_inputs, level_scale_attrs, pooled_attrs, pyramid_layout, sampling_ratio_attr
 
 
 def _spec(L: int) -> OpSpec:
@@ -26,18 +26,13 @@ def _spec(L: int) -> OpSpec:
             "aligned 0 is torchvision's MultiScaleRoIAlign.",
         inputs=(BATCH_ROIS, Input("levels", "I", "[R]", "the feature map of each box"))
         + level_inputs(L),
-        attrs=(pooled_attr("output_height", 1, "output height"),
-               pooled_attr("output_width", 1, "output width"),
-               sampling_ratio_attr(0),
-               Attr("aligned", int, 0, choices=(0, 1), doc="1: half-pixel offset"))
-        + tuple(Attr(f"spatial_scale_{i}", float, None, min=0.0, min_exclusive=True,
-                     doc=f"multiplies box coordinates onto feat_{i}") for i in range(L)),
+        attrs=(*pooled_attrs("output_height", "output_width"), sampling_ratio_attr(0),
+               aligned_attr(0))
+        + level_scale_attrs(L, "spatial_scale_{}", "multiplies box coordinates onto feat_{}"),
         outputs=(Output("output", "[R, C, PH, PW]"),),
         pooled=("output_height", "output_width"),
-        features=tuple(range(2, L + 2)),
-        boxes_input=0,
         box_cols=5,
-        same_types=True,
+        **pyramid_layout(2, L),
     )
 
 
@@ -64,11 +59,10 @@ def pyramid_roi_align(rois, levels, *feats, output_height: int = 1, output_width
         [R, C, output_height, output_width] in the order of the rois.
     """
     L = len(feats)
-    spec = level_spec(SPECS, L, "PyramidRoIAlign")
-    scales = per_level(spec, "spatial_scales", spatial_scales, L)
-    a = spec.resolve(dict(output_height=output_height, output_width=output_width,
-                          sampling_ratio=sampling_ratio, aligned=aligned,
-                          **{f"spatial_scale_{i}": v for i, v in enumerate(scales)}))
+    spec, a = resolve_levels(SPECS, "PyramidRoIAlign", L, "spatial_scales", spatial_scales,
+                             "spatial_scale_{}",
+                             dict(output_height=output_height, output_width=output_width,
+                                  sampling_ratio=sampling_ratio, aligned=aligned))
     op = spec.name
     X = check_levels(op, feats)
     rois, batch, boxes = check_batch_rois(op, "rois", rois, X[0])
@@ -80,15 +74,14 @@ def pyramid_roi_align(rois, levels, *feats, output_height: int = 1, output_width
     ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
     bins = align_bins(boxes, level_scales(scale, level, boxes.dtype),
                       roi_align_geometry(a["aligned"]), ph, pw, sr)
-    start, size, grid = bins
-    return compute(steps.align_levels, X, batch=batch, start=start, bin_size=size, grid=grid,
-                   level=level, ph=ph, pw=pw, sampling_ratio=sr, mode=0)
+    return compute(steps.align_levels, X, batch=batch, start=bins.start, bin_size=bins.size,
+                   grid=bins.grid, level=level, ph=ph, pw=pw, sampling_ratio=sr, mode=0)
 
 
 def pyramid_roi_align_levels(rois, levels, *feats, **attrs):
     """``pyramid_roi_align`` with the scales as attributes spatial_scale_0 .. _{L-1} (the
     nodes PyramidRoIAlign_L1..L6)."""
-    scales = [attrs.pop(f"spatial_scale_{i}", None) for i in range(len(feats))]
+    scales = level_values(attrs, "spatial_scale_{}", len(feats))
     return pyramid_roi_align(rois, levels, *feats, spatial_scales=scales, **attrs)
 
 
@@ -96,7 +89,6 @@ ENTRY = Op(
     specs=tuple(SPECS.values()), kernel=pyramid_roi_align, node=pyramid_roi_align_levels,
     definition=definition,
     steps=(steps.align_levels,),
-    forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi convert (torchvision's exported "
-                         "MultiScaleRoIAlign stage), ort_roi.torch_export",
-                         "torchvision MultiScaleRoIAlign") for s in SPECS.values()),
+    forms=level_forms(SPECS, "ort-roi convert (torchvision's exported MultiScaleRoIAlign "
+                      "stage), ort_roi.torch_export", "torchvision MultiScaleRoIAlign"),
 )

@@ -6,26 +6,20 @@ import numpy as np
 
 from ..definitions.align import roi_align as definition
 from ..geometry import align_bins, roi_align_geometry
-from ..kernels.checks import batch_from_counts, check_box_sizes, check_boxes, check_features, \
+from ..kernels.checks import check_box_sizes, check_counted_boxes, check_features, \
     check_output_size, quiet
 from ..kernels.dispatch import compute, steps
-from ..spec import COUNTS_DOC, DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, \
-    sampling_ratio_attr, spatial_scale_attr
+from ..spec import DOMAIN, FEATURE_MAP, NodeForm, Op, OpSpec, Output, aligned_attr, counted_boxes, \
+    pooled_attrs, sampling_ratio_attr, spatial_scale_attr
 
 SPEC = OpSpec(
     name="RoIAlign",
     source="Paddle roi_align (detectron2 / torchvision semantics)",
     doc="Average of bilinear samples on a regular grid in each bin; aligned=1 shifts by "
         "half a pixel; sampling_ratio <= 0 picks ceil(bin size) samples per bin.",
-    inputs=(Input("X", "T", "[N, C, H, W]", "feature map"),
-            Input("boxes", "T", "[R, 4]", "rows [x1, y1, x2, y2]"),
-            Input("boxes_num", "I", "[N]", COUNTS_DOC)),
-    attrs=(pooled_attr("pooled_height", 1, "output height"),
-           pooled_attr("pooled_width", 1, "output width"),
-           spatial_scale_attr(),
-           sampling_ratio_attr(-1),
-           Attr("aligned", int, 1, choices=(0, 1),
-                doc="1: pixel model with half-pixel offset (detectron2 ROIAlignV2)")),
+    inputs=(FEATURE_MAP, *counted_boxes()),
+    attrs=(*pooled_attrs(), spatial_scale_attr(), sampling_ratio_attr(-1),
+           aligned_attr(1, "1: pixel model with half-pixel offset (detectron2 ROIAlignV2)")),
     outputs=(Output("Y", "[R, C, PH, PW]"),),
     pooled=("pooled_height", "pooled_width"),
 )
@@ -63,15 +57,13 @@ def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
                           spatial_scale=spatial_scale, sampling_ratio=sampling_ratio,
                           aligned=aligned))
     X = check_features(op, X)
-    boxes = check_boxes(op, "boxes", boxes, X, 4)
-    batch = batch_from_counts(op, "boxes_num", boxes_num, X.shape[0], boxes.shape[0])
+    boxes, batch = check_counted_boxes(op, ("boxes", "boxes_num"), boxes, boxes_num, X)
     check_box_sizes(op, "boxes", boxes, a["spatial_scale"])
     check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
     ph, pw, sr = a["pooled_height"], a["pooled_width"], a["sampling_ratio"]
     bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw, sr)
-    start, size, grid = bins
-    return compute(steps.align, X, batch=batch, start=start, bin_size=size, grid=grid, ph=ph,
-                   pw=pw, sampling_ratio=sr)
+    return compute(steps.align, X, batch=batch, start=bins.start, bin_size=bins.size,
+                   grid=bins.grid, ph=ph, pw=pw, sampling_ratio=sr)
 
 
 ENTRY = Op(

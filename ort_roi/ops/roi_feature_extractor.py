@@ -13,10 +13,10 @@ from ..definitions.multilevel import roi_feature_extractor_levels as definition
 from ..geometry import LEGACY, OPENVINO_ALIGNED, align_bins, level_scales
 from ..levels import openvino_levels
 from ..kernels.checks import check_box_sizes, check_boxes, check_levels, check_output_size, \
-    level_spec, per_level, quiet
+    level_values, quiet, resolve_levels
 from ..kernels.dispatch import compute, steps
-from ..spec import DOMAIN, MAX_LEVELS, MAX_SAMPLING_RATIO, Attr, Input, NodeForm, Op, OpSpec, \
-    Output, level_inputs, pooled_attr
+from ..spec import MAX_LEVELS, MAX_SAMPLING_RATIO, Attr, Input, NodeForm, Op, OpSpec, Output, \
+    aligned_attr, level_forms, level_inputs, pooled_attr, pyramid_layout
 
 
 def _spec(L: int) -> OpSpec:
@@ -32,15 +32,13 @@ def _spec(L: int) -> OpSpec:
         attrs=(pooled_attr("output_size", 7, "output height and width"),
                Attr("sampling_ratio", int, 2, max=MAX_SAMPLING_RATIO,
                     doc="samples per bin side; <= 0: adaptive"),
-               Attr("aligned", int, 0, choices=(0, 1), doc="1: half-pixel offset"))
+               aligned_attr(0))
         + tuple(Attr(f"scale_{i}", int, None, min=1, doc=f"stride of level {i} (pyramid_scales)")
                 for i in range(L)),
         outputs=(Output("output", "[R, C, output_size, output_size]"),
                  Output("rois_out", "[R, 4]")),
         pooled=("output_size", "output_size"),
-        features=tuple(range(1, L + 1)),
-        boxes_input=0,
-        same_types=True,
+        **pyramid_layout(1, L),
     )
 
 
@@ -65,10 +63,10 @@ def roi_feature_extractor(rois, *feats, output_size: int = 7, sampling_ratio: in
         (features [R, C, output_size, output_size], rois [R, 4]).
     """
     L = len(feats)
-    spec = level_spec(SPECS, L, "ExperimentalDetectronROIFeatureExtractor")
-    scales = per_level(spec, "pyramid_scales", pyramid_scales, L)
-    a = spec.resolve(dict(output_size=output_size, sampling_ratio=sampling_ratio,
-                          aligned=aligned, **{f"scale_{i}": v for i, v in enumerate(scales)}))
+    spec, a = resolve_levels(SPECS, "ExperimentalDetectronROIFeatureExtractor", L,
+                             "pyramid_scales", pyramid_scales, "scale_{}",
+                             dict(output_size=output_size, sampling_ratio=sampling_ratio,
+                                  aligned=aligned))
     op = spec.name
     X = check_levels(op, feats, batch=1)
     boxes = check_boxes(op, "rois", rois, X[0], 4)
@@ -79,16 +77,16 @@ def roi_feature_extractor(rois, *feats, output_size: int = 7, sampling_ratio: in
     p, sr = a["output_size"], a["sampling_ratio"]
     bins = align_bins(boxes, level_scales(scale, level, boxes.dtype),
                       OPENVINO_ALIGNED if a["aligned"] else LEGACY, p, p, sr)
-    start, size, grid = bins
-    out = compute(steps.align_levels, X, batch=np.zeros(boxes.shape[0], np.intp), start=start,
-                  bin_size=size, grid=grid, level=level, ph=p, pw=p, sampling_ratio=sr, mode=0)
+    out = compute(steps.align_levels, X, batch=np.zeros(boxes.shape[0], np.intp),
+                  start=bins.start, bin_size=bins.size, grid=bins.grid, level=level, ph=p, pw=p,
+                  sampling_ratio=sr, mode=0)
     return out, boxes.copy()
 
 
 def roi_feature_extractor_levels(rois, *feats, **attrs):
     """``roi_feature_extractor`` with the strides as attributes scale_0 .. scale_{L-1} (the
     nodes ROIFeatureExtractor_L1..L6 that convert writes)."""
-    scales = [attrs.pop(f"scale_{i}", None) for i in range(len(feats))]
+    scales = level_values(attrs, "scale_{}", len(feats))
     return roi_feature_extractor(rois, *feats, pyramid_scales=scales, **attrs)
 
 
@@ -96,8 +94,8 @@ ENTRY = Op(
     specs=tuple(SPECS.values()), kernel=roi_feature_extractor, node=roi_feature_extractor_levels,
     definition=definition,
     steps=(steps.align_levels,),
-    forms=tuple(NodeForm(DOMAIN, s.name, s, "ort-roi convert (from OpenVINO's ROI feature "
-                         "extractor)", "OpenVINO") for s in SPECS.values())
+    forms=level_forms(SPECS, "ort-roi convert (from OpenVINO's ROI feature extractor)",
+                      "OpenVINO")
     + (NodeForm("org.openvinotoolkit", "ExperimentalDetectronROIFeatureExtractor", SPECS[4],
                 "mmdeploy's OpenVINO backend, OpenVINO Training Extensions",
                 "OpenVINO (reads it from ONNX)", registered=False, levels=SPECS,

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.pooling import roi_pool as definition
-from ..kernels.checks import batch_from_counts, check_boxes, check_features, check_output_size, \
-    quiet
+from ..kernels.checks import check_counted_boxes, check_features, check_output_size, quiet
 from ..kernels.dispatch import compute, steps
-from ..spec import COUNTS_DOC, DOMAIN, Input, NodeForm, Op, OpSpec, Output, pooled_attr, \
+from ..spec import DOMAIN, FEATURE_MAP, NodeForm, Op, OpSpec, Output, counted_boxes, pooled_attrs, \
     spatial_scale_attr
 
 SPEC = OpSpec(
@@ -16,12 +15,8 @@ SPEC = OpSpec(
     source="Paddle roi_pool",
     doc="Max pooling of each box onto a pooled_height x pooled_width grid "
         "(arithmetic of ROIPooling max); boxes grouped per image by boxes_num.",
-    inputs=(Input("X", "T", "[N, C, H, W]", "feature map"),
-            Input("boxes", "T", "[R, 4]", "rows [x1, y1, x2, y2]"),
-            Input("boxes_num", "I", "[N]", COUNTS_DOC)),
-    attrs=(pooled_attr("pooled_height", 1, "output height"),
-           pooled_attr("pooled_width", 1, "output width"),
-           spatial_scale_attr()),
+    inputs=(FEATURE_MAP, *counted_boxes()),
+    attrs=(*pooled_attrs(), spatial_scale_attr()),
     outputs=(Output("Y", "[R, C, PH, PW]"),),
     pooled=("pooled_height", "pooled_width"),
 )
@@ -48,8 +43,7 @@ def roi_pool(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
     a = SPEC.resolve(dict(pooled_height=pooled_height, pooled_width=pooled_width,
                           spatial_scale=spatial_scale))
     X = check_features(op, X)
-    boxes = check_boxes(op, "boxes", boxes, X, 4)
-    batch = batch_from_counts(op, "boxes_num", boxes_num, X.shape[0], boxes.shape[0])
+    boxes, batch = check_counted_boxes(op, ("boxes", "boxes_num"), boxes, boxes_num, X)
     check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
     return compute(steps.max_pool, X, batch=batch, boxes=boxes, ph=a["pooled_height"],
                    pw=a["pooled_width"], spatial_scale=a["spatial_scale"])

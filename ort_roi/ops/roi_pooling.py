@@ -8,18 +8,16 @@ from ..definitions.pooling import roi_pooling as definition
 from ..kernels.checks import batch_from_column, check_boxes, check_features, check_output_size, \
     quiet
 from ..kernels.dispatch import compute, steps
-from ..spec import DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attr, \
-    spatial_scale_attr, SCALE_DOC
+from ..spec import BATCH_ROIS, DOMAIN, FEATURE_MAP, SCALE_DOC, Attr, NodeForm, Op, OpSpec, Output, \
+    pooled_attrs, spatial_scale_attr
 
 SPEC = OpSpec(
     name="ROIPooling",
     source="OpenVINO ROIPooling-1 (max also MXNet ROIPooling, ONNX MaxRoiPool)",
     doc="Max or bilinear pooling of each box onto a pooled_h x pooled_w grid; "
         "rows of rois carry their batch index.",
-    inputs=(Input("X", "T", "[N, C, H, W]", "feature map"),
-            Input("rois", "T", "[R, 5]", "rows [batch_id, x1, y1, x2, y2]")),
-    attrs=(pooled_attr("pooled_h", None, "output height"),
-           pooled_attr("pooled_w", None, "output width"),
+    inputs=(FEATURE_MAP, BATCH_ROIS),
+    attrs=(*pooled_attrs("pooled_h", "pooled_w", None),
            spatial_scale_attr(None, SCALE_DOC + " (method=max; ignored by bilinear)"),
            Attr("method", str, "max", choices=("max", "bilinear"),
                 doc="max: max over integer bins; bilinear: one bilinear sample per bin, "

@@ -9,7 +9,7 @@ from ..definitions.torchvision import torchvision_ps_roi_align as definition
 from ..kernels.checks import check_batch_rois, check_box_sizes, check_features, quiet
 from ..kernels.dispatch import compute, steps
 from ..spec import BATCH_ROIS, DOMAIN, Input, NodeForm, Op, OpSpec, Output, \
-    check_channels_per_bin, pooled_attr, sampling_ratio_attr, spatial_scale_attr
+    check_channels_per_bin, pooled_attrs, sampling_ratio_attr, spatial_scale_attr
 
 SPEC = OpSpec(
     name="TorchvisionPSRoIAlign",
@@ -20,10 +20,7 @@ SPEC = OpSpec(
         "a bin whose sample count is 0 gives NaN (0/0), as torchvision's kernel.",
     inputs=(Input("X", "T", "[N, C_out*PH*PW, H, W]", "position-sensitive score maps"),
             BATCH_ROIS),
-    attrs=(pooled_attr("pooled_height", 1, "output height"),
-           pooled_attr("pooled_width", 1, "output width"),
-           spatial_scale_attr(),
-           sampling_ratio_attr(-1)),
+    attrs=(*pooled_attrs(), spatial_scale_attr(), sampling_ratio_attr(-1)),
     outputs=(Output("Y", "[R, C/(PH*PW), PH, PW]"),),
     pooled=("pooled_height", "pooled_width"),
     channels_per_bin=True,

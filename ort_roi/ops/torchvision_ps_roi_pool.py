@@ -10,7 +10,7 @@ from ..geometry import torchvision_psroi_bins
 from ..kernels.checks import check_batch_rois, check_features, quiet
 from ..kernels.dispatch import compute, steps
 from ..spec import BATCH_ROIS, DOMAIN, Input, NodeForm, Op, OpSpec, Output, \
-    check_channels_per_bin, pooled_attr, spatial_scale_attr
+    check_channels_per_bin, pooled_attrs, spatial_scale_attr
 
 SPEC = OpSpec(
     name="TorchvisionPSRoIPool",
@@ -22,9 +22,7 @@ SPEC = OpSpec(
         "psroi_pool, PSROIPool, places its bins otherwise.)",
     inputs=(Input("X", "T", "[N, C_out*PH*PW, H, W]", "position-sensitive score maps"),
             BATCH_ROIS),
-    attrs=(pooled_attr("pooled_height", 1, "output height"),
-           pooled_attr("pooled_width", 1, "output width"),
-           spatial_scale_attr()),
+    attrs=(*pooled_attrs(), spatial_scale_attr()),
     outputs=(Output("Y", "[R, C/(PH*PW), PH, PW]"),),
     pooled=("pooled_height", "pooled_width"),
     channels_per_bin=True,
