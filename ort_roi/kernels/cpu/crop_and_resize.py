@@ -92,6 +92,12 @@ def _index(rows: np.ndarray, cols: np.ndarray, buf: np.ndarray) -> np.ndarray:
     return np.add(rows, cols, out=buf[:shape[0] * shape[1] * shape[2]].reshape(shape))
 
 
+def _output(rows: np.ndarray, cols: np.ndarray, C: int) -> np.ndarray:
+    """The crops' output [R, CH, CW, C] float32 (the workspace's): R and CH from a per-row
+    array [R, CH], CW from a per-column array [R, CW]."""
+    return workspace.output((*rows.shape, cols.shape[1], C), F32)
+
+
 def crop_bilinear(image: np.ndarray, batch: np.ndarray, y0: np.ndarray, y1: np.ndarray,
                   fy: np.ndarray, x0: np.ndarray, x1: np.ndarray, fx: np.ndarray,
                   extrapolation_value: float) -> np.ndarray:
@@ -108,9 +114,7 @@ def crop_bilinear(image: np.ndarray, batch: np.ndarray, y0: np.ndarray, y1: np.n
     cache, eight in-place operations. (Gathering top and bottom
     rows into one array per box, with the column weights spread over C, measured slower.)"""
     N, H, W, C = image.shape
-    R, CH = y0.shape
-    CW = x0.shape[1]
-    out = workspace.output((R, CH, CW, C), F32)
+    out = _output(y0, x0, C)
     if out.size == 0:
         return out
     top = _row_base(batch, H, W, np.maximum(y0, 0))  # per output row and column only
@@ -143,7 +147,7 @@ def crop_bilinear(image: np.ndarray, batch: np.ndarray, y0: np.ndarray, y1: np.n
             np.multiply(dy, B, out=B)
             A += B
 
-    _for_blocks(R, CH, CW, step, work)
+    _for_blocks(*out.shape[:3], step, work)
     _extrapolate(out, y0 >= 0, x0 >= 0, F32.type(extrapolation_value))
     return out
 
@@ -156,9 +160,7 @@ def crop_nearest(image: np.ndarray, batch: np.ndarray, y: np.ndarray, x: np.ndar
     Returns [R, CH, CW, C] float32: the pixel there cast to float32, the extrapolation value
     off the map."""
     N, H, W, C = image.shape
-    R, CH = y.shape
-    CW = x.shape[1]
-    out = workspace.output((R, CH, CW, C), F32)
+    out = _output(y, x, C)
     if out.size == 0:
         return out
     rows = _row_base(batch, H, W, np.maximum(y, 0))
@@ -171,6 +173,6 @@ def crop_nearest(image: np.ndarray, batch: np.ndarray, y: np.ndarray, x: np.ndar
         for r, y, c in blocks:
             _gather(pixels, _index(rows[r, y, None], cols[r, None, c], ib), out[r, y, c])
 
-    _for_blocks(R, CH, CW, step, work)
+    _for_blocks(*out.shape[:3], step, work)
     _extrapolate(out, y >= 0, x >= 0, F32.type(extrapolation_value))
     return out
