@@ -1,48 +1,32 @@
 """An R-FCN-style Paddle detector (ppdet ResNet-18 C4, RPNHead, a position-sensitive head with
 psroi_pool 7x7, ppdet's BBoxPostProcess; random seeded weights with a trained model's load:
-tools/paddle_rfcn_e2e.py) through ort_roi.paddle_export into a plain onnxruntime session: its
+tests/paddle_models.py) through ort_roi.paddle_export into a plain onnxruntime session: its
 detections equal Paddle Inference's on the same images, its proposals too, and each exported
 psroi_pool node fed Paddle's maps gives Paddle's output bit for bit."""
 
 from __future__ import annotations
-
-import importlib.util
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
 import ort_roi
-from ort_roi.ops import form
+from tests import paddle_models as models
 
-NEEDS = [m for m in ("paddle", "paddle2onnx", "ppdet") if importlib.util.find_spec(m) is None]
-OPS = [n for n in ("GenerateProposals", "PSROIPool") if form(ort_roi.DOMAIN, n) is None]
-pytestmark = [
-    pytest.mark.skipif(bool(NEEDS), reason="needs " + ", ".join(NEEDS) + ": pip install "
-                       "'.[paddle]' and `pip install --no-deps paddledet==2.6.0` with its "
-                       "imports (pyyaml typeguard tqdm scipy shapely terminaltables pycocotools "
-                       "opencv-python-headless requests six matplotlib scikit-learn pandas)"),
-    pytest.mark.skipif(bool(OPS), reason="ort_roi does not register " + ", ".join(OPS)),
-]
+pytestmark = models.needs_paddledet("GenerateProposals", "PSROIPool")
 IMAGES = (((256, 320), 0), ((224, 288), 1))
 
 
 @pytest.fixture(scope="module")
-def e2e():
-    from tools import paddle_rfcn_e2e
-    return paddle_rfcn_e2e
-
-
-@pytest.fixture(scope="module")
-def exported(e2e, tmp_path_factory):
+def exported(tmp_path_factory):
     """The detector and its probe, saved, exported, and each with a session and a Paddle
     Inference predictor."""
     prefix = str(tmp_path_factory.mktemp("rfcn") / "rfcn_r18_k7")
     out = {}
-    for name, path in zip(("detector", "probe"), e2e.build(prefix, depth=18, k=7,
-                                                           calibrate=IMAGES[0][0])):
+    for name, path in zip(("detector", "probe"), models.build_rfcn(prefix, depth=18, k=7,
+                                                                   calibrate=IMAGES[0][0])):
         model = ort_roi.paddle_export(path, path + ".onnx")
-        run, why = e2e.paddle_predictor(path, mkldnn=False, threads=1)
+        run, why = models.paddle_predictor(path, mkldnn=False, threads=1)
         assert run is not None, why
         out[name] = (path, model, ort.InferenceSession(path + ".onnx",
                                                        ort_roi.session_options()), run)
@@ -59,36 +43,36 @@ def test_exported_nodes(exported):
 
 
 @pytest.mark.parametrize("size,seed", IMAGES)
-def test_rfcn_detections_equal_paddle_inference(e2e, exported, size, seed):
-    f = e2e.feeds(size, seed)
+def test_rfcn_detections_equal_paddle_inference(exported, size, seed):
+    f = models.feeds(size, seed)
     for name in ("detector", "probe"):
         _, _, sess, run = exported[name]
         got, want = sess.run(None, f), run(f)
-        assert len(got) == len(want) == (2 if name == "detector" else 2 + len(e2e.PROBE))
+        assert len(got) == len(want) == (2 if name == "detector" else 2 + len(models.PROBE))
         assert got[1].dtype == want[1].dtype == np.int32
-        np.testing.assert_array_equal(got[1], want[1])
         assert got[0].shape == want[0].shape and got[0].shape[0] > 50
-        np.testing.assert_array_equal(got[0][:, 0], want[0][:, 0])  # labels
+        models.assert_detections_equal(got, want)
         assert len(np.unique(want[0][:, 0])) > 1  # more than one class wins
-        np.testing.assert_allclose(got[0][:, 1:], want[0][:, 1:], rtol=0, atol=1e-4)
 
 
 @pytest.mark.parametrize("size,seed", IMAGES)
-def test_rfcn_proposals_and_psroi_pool(e2e, exported, size, seed):
+def test_rfcn_proposals_and_psroi_pool(exported, size, seed):
+    from tools.paddle_rfcn_e2e import compare_probe, psroi_alone
+
     path, _, sess, run = exported["probe"]
-    f = e2e.feeds(size, seed)
+    f = models.feeds(size, seed)
     got, want = sess.run(None, f), run(f)
-    res = e2e.compare_probe(got, want)
+    res = compare_probe(got, want)
     assert res["equal"], res
-    n = int(want[2 + e2e.PROBE.index("rois_num")].sum())
-    assert n == want[2 + e2e.PROBE.index("rois")].shape[0] == 300
+    n = int(want[2 + models.PROBE.index("rois_num")].sum())
+    assert n == want[2 + models.PROBE.index("rois")].shape[0] == 300
     # the maps psroi_pool reads: the backbone's float32 roundings apart, no more
     assert res["cls_maps"]["max_diff"] < 1e-3 and res["box_maps"]["max_diff"] < 1e-3
-    alone = e2e.psroi_alone(path + ".onnx", want)
+    alone = psroi_alone(path + ".onnx", want)
     assert sorted(alone) == ["psroi_box", "psroi_cls"]
     for name, r in alone.items():
         assert r["bitwise_equal"], (name, r)
-    ps = want[2 + e2e.PROBE.index("psroi_cls")]
+    ps = want[2 + models.PROBE.index("psroi_cls")]
     assert ps.shape == (300, 81, 7, 7) and np.count_nonzero(ps) > ps.size // 2
 
 

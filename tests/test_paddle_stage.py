@@ -7,7 +7,6 @@ model fused against Paddle Inference."""
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import ort_roi
+from tests import paddle_models as models
 from tests import paddle_stage_cases as S
 from tests.versions import needs_shape_inference
 from ort_roi import RoiOpError, ops
@@ -437,15 +437,10 @@ def test_info_lists_it():
 
 # -- the real model ------------------------------------------------------------------------------
 
-NEEDS = [m for m in ("paddle", "paddle2onnx", "ppdet") if importlib.util.find_spec(m) is None]
-
-
-@pytest.mark.skipif(bool(NEEDS), reason="needs " + ", ".join(NEEDS) + ": pip install "
-                    "'.[paddle]' and `pip install --no-deps paddledet==2.6.0` (see "
-                    "tests/test_paddledet.py)")
+@pytest.mark.skipif(bool(models.NEEDS), reason="needs " + ", ".join(models.NEEDS) + ": "
+                    + models.INSTALL)
 def test_paddledet_r18_fused_equals_unfused_and_paddle_inference(tmp_path):
-    from tools import paddledet_e2e as e2e
-    prefix = e2e.build(str(tmp_path / "faster_rcnn_r18_fpn"), depth=18, pre_nms_top_n=300,
+    prefix = models.build(str(tmp_path / "faster_rcnn_r18_fpn"), depth=18, pre_nms_top_n=300,
                        post_nms_top_n=300)
     model = ort_roi.paddle_export(prefix)
     unfused = ort_roi.paddle_export(prefix, fuse=False)
@@ -457,18 +452,16 @@ def test_paddledet_r18_fused_equals_unfused_and_paddle_inference(tmp_path):
     for m in (model, unfused):  # the stage's output too
         m.graph.output.append(onnx.ValueInfoProto(name=pooled))
     fused_s, unfused_s = _session(model), _session(unfused)
-    run, why = e2e.paddle_predictor(prefix, mkldnn=False, threads=1)
+    run, why = models.paddle_predictor(prefix, mkldnn=False, threads=1)
     assert run is not None, why
     for size, seed in (((256, 320), 0), ((224, 288), 1)):
-        f = e2e.feeds(size, seed)
+        f = models.feeds(size, seed)
         got, base, want = fused_s.run(None, f), unfused_s.run(None, f), run(f)
         assert got[-1].shape[0] > 50  # rois pooled
         for g, b in zip(got, base):  # the fusion changes no bit
             np.testing.assert_array_equal(g, b)
-        np.testing.assert_array_equal(got[1], want[1])
         assert got[0].shape == want[0].shape and got[0].shape[0] > 50
-        np.testing.assert_array_equal(got[0][:, 0], want[0][:, 0])  # labels
-        np.testing.assert_allclose(got[0][:, 1:], want[0][:, 1:], rtol=0, atol=1e-4)
+        models.assert_detections_equal(got, want)
 
 
 # -- the CUDA backend (its source built for the host) --------------------------------------------

@@ -1,114 +1,90 @@
 """PaddleDetection's Faster R-CNN FPN, Cascade R-CNN FPN and Mask R-CNN FPN (ResNet-18, random
-seeded weights with a trained model's load: tools/paddledet_e2e.py) through
+seeded weights with a trained model's load: tests/paddle_models.py) through
 ort_roi.paddle_export into a plain onnxruntime session: their detections (and masks) equal
 Paddle Inference's on the same image."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import onnxruntime as ort
-import pytest
 
 import ort_roi
-from ort_roi.ops import form
+from tests import paddle_models as models
 
-NEEDS = [m for m in ("paddle", "paddle2onnx", "ppdet") if importlib.util.find_spec(m) is None]
-OPS = [n for n in ("GenerateProposals", "DistributeFpnProposals_L4")
-       if form(ort_roi.DOMAIN, n) is None]
-pytestmark = [
-    pytest.mark.skipif(bool(NEEDS), reason="needs " + ", ".join(NEEDS) + ": pip install "
-                       "'.[paddle]' and `pip install --no-deps paddledet==2.6.0` with its "
-                       "imports (pyyaml typeguard tqdm scipy shapely terminaltables pycocotools "
-                       "opencv-python-headless requests six matplotlib scikit-learn pandas)"),
-    pytest.mark.skipif(bool(OPS), reason="ort_roi does not register " + ", ".join(OPS)),
-]
+pytestmark = models.needs_paddledet("GenerateProposals", "DistributeFpnProposals_L4")
 
 
-@pytest.fixture(scope="module")
-def e2e():
-    from tools import paddledet_e2e
-    return paddledet_e2e
-
-
-def test_faster_rcnn_fpn_detections_equal_paddle_inference(e2e, tmp_path):
-    prefix = e2e.build(str(tmp_path / "faster_rcnn_r18_fpn"), depth=18, pre_nms_top_n=300,
-                       post_nms_top_n=300)
+def _exported(tmp_path, name: str, threads: int, **build):
+    """The model ``models.build`` makes, exported by ort_roi.paddle_export: (the ONNX model,
+    its kinds of ort_roi nodes, a plain session on it, Paddle Inference's run of the
+    program)."""
+    prefix = models.build(str(tmp_path / name), depth=18, pre_nms_top_n=300,
+                          post_nms_top_n=300, **build)
     model = ort_roi.paddle_export(prefix, prefix + ".onnx")
     kinds = sorted(n.op_type for n in model.graph.node if n.domain == "ort_roi")
+    sess = ort.InferenceSession(prefix + ".onnx", ort_roi.session_options())
+    run, why = models.paddle_predictor(prefix, mkldnn=False, threads=threads)
+    assert run is not None, why
+    return model, kinds, sess, run
+
+
+def test_faster_rcnn_fpn_detections_equal_paddle_inference(tmp_path):
+    model, kinds, sess, run = _exported(tmp_path, "faster_rcnn_r18_fpn", threads=1)
     assert kinds == ["DistributeRoIAlign_L4"] + ["GenerateProposals"] * 5
     # multiclass_nms3: boxes of positive area, then those of zero area (Paddle's IoU 0 / 0)
     assert sum(n.op_type == "NonMaxSuppression" for n in model.graph.node) == 2
-    sess = ort.InferenceSession(prefix + ".onnx", ort_roi.session_options())
-    run, why = e2e.paddle_predictor(prefix, mkldnn=False, threads=1)
-    assert run is not None, why
     for size, seed in (((256, 320), 0), ((224, 288), 1)):
-        f = e2e.feeds(size, seed)
+        f = models.feeds(size, seed)
         got, want = sess.run(None, f), run(f)
         assert got[1].dtype == want[1].dtype == np.int32
-        np.testing.assert_array_equal(got[1], want[1])
         assert got[0].shape == want[0].shape and got[0].shape[0] > 50
-        np.testing.assert_array_equal(got[0][:, 0], want[0][:, 0])  # labels
-        np.testing.assert_allclose(got[0][:, 1:], want[0][:, 1:], rtol=0, atol=1e-4)
+        models.assert_detections_equal(got, want)
 
 
-def test_cascade_rcnn_fpn_detections_equal_paddle_inference(e2e, tmp_path):
+def test_cascade_rcnn_fpn_detections_equal_paddle_inference(tmp_path):
     """Cascade R-CNN: three box stages, each pooling the previous stage's boxes through the
-    FPN levels (a CascadeHead patch for Paddle 3.3: tools/paddledet_e2e.py), each fused."""
-    prefix = e2e.build(str(tmp_path / "cascade_rcnn_r18_fpn"), depth=18, pre_nms_top_n=300,
-                       post_nms_top_n=300, calibrate=(256, 320), arch="cascade_rcnn")
-    model = ort_roi.paddle_export(prefix, prefix + ".onnx")
-    kinds = sorted(n.op_type for n in model.graph.node if n.domain == "ort_roi")
+    FPN levels (a CascadeHead patch for Paddle 3.3: tests/paddle_models.py), each fused."""
+    model, kinds, sess, run = _exported(tmp_path, "cascade_rcnn_r18_fpn", threads=2,
+                                        calibrate=(256, 320), arch="cascade_rcnn")
     assert kinds == ["DistributeRoIAlign_L4"] * 3 + ["GenerateProposals"] * 5
     # each stage's CascadeTwoFCHead flattens its pooled rois: Flatten, empty-safe
     assert sum(n.op_type == "Flatten" for n in model.graph.node) == 3
-    sess = ort.InferenceSession(prefix + ".onnx", ort_roi.session_options())
-    run, why = e2e.paddle_predictor(prefix, mkldnn=False, threads=2)
-    assert run is not None, why
     for size, seed in (((256, 320), 0), ((224, 288), 1)):
-        f = e2e.feeds(size, seed)
+        f = models.feeds(size, seed)
         got, want = sess.run(None, f), run(f)
-        np.testing.assert_array_equal(got[1], want[1])
         # keep_top_k rows and the row PaddleDetection's export_onnx post-processing appends
         assert got[0].shape == want[0].shape == (101, 6)
-        np.testing.assert_array_equal(got[0][:, 0], want[0][:, 0])  # labels
-        np.testing.assert_allclose(got[0][:, 1:], want[0][:, 1:], rtol=0, atol=1e-4)
+        models.assert_detections_equal(got, want)
 
 
-def test_mask_rcnn_fpn_detections_and_masks_equal_paddle_inference(e2e, tmp_path):
-    prefix = e2e.build(str(tmp_path / "mask_rcnn_r18_fpn"), depth=18, pre_nms_top_n=300,
-                       post_nms_top_n=300, calibrate=(224, 288), arch="mask_rcnn",
-                       keep_top_k=40)  # 40 masks: Paddle runs the mask head's convs slowly
-    model = ort_roi.paddle_export(prefix, prefix + ".onnx")
-    kinds = sorted(n.op_type for n in model.graph.node if n.domain == "ort_roi")
+def test_mask_rcnn_fpn_detections_and_masks_equal_paddle_inference(tmp_path):
+    from tools.paddledet_e2e import mask_probe
+
+    model, kinds, sess, run = _exported(
+        tmp_path, "mask_rcnn_r18_fpn", threads=2, calibrate=(224, 288), arch="mask_rcnn",
+        keep_top_k=40)  # 40 masks: Paddle runs the mask head's convs slowly
     # the box head's FPN RoI stage and the mask head's (on the final boxes), each fused
     assert kinds == ["DistributeRoIAlign_L4"] * 2 + ["GenerateProposals"] * 5
     # MaskPostProcess pastes with grid_sample (paddle2onnx's GridSample); broadcast_tensors
     # (MaskHead's mask_logit[index, labels]) became Tile nodes
     assert sum(n.op_type == "GridSample" for n in model.graph.node) == 1
     assert sum(n.op_type == "Tile" for n in model.graph.node) == 2
-    sess = ort.InferenceSession(prefix + ".onnx", ort_roi.session_options())
-    run, why = e2e.paddle_predictor(prefix, mkldnn=False, threads=2)
-    assert run is not None, why
     for size, seed in (((224, 288), 0), ((192, 256), 1)):
-        f = e2e.feeds(size, seed)
+        f = models.feeds(size, seed)
         got, want = sess.run(None, f), run(f)
         assert [g.dtype for g in got] == [w.dtype for w in want] == [np.float32, np.int32,
                                                                       np.int32]
-        np.testing.assert_array_equal(got[1], want[1])
         # keep_top_k rows and the row PaddleDetection's export_onnx post-processing appends
         assert got[0].shape == want[0].shape == (41, 6)
-        np.testing.assert_array_equal(got[0][:, 0], want[0][:, 0])  # labels
-        np.testing.assert_allclose(got[0][:, 1:], want[0][:, 1:], rtol=0, atol=1e-4)
+        models.assert_detections_equal(got, want)
         assert got[2].shape == want[2].shape == (got[0].shape[0], *size)
         assert set(np.unique(want[2])) == {0, 1} and want[2].sum() > 2000
         # a pixel may flip where Paddle's value before the 0.5 threshold is within float noise
         assert (got[2] != want[2]).sum() <= 4
     # before the threshold: onnxruntime within 1e-4 of Paddle, and a pixel differs only where
     # Paddle's value is nearer 0.5 than that difference
-    res = e2e.mask_probe(prefix, prefix + ".onnx", f, str(tmp_path), threads=2,
-                         reference=want)
+    prefix = str(tmp_path / "mask_rcnn_r18_fpn")
+    res = mask_probe(prefix, prefix + ".onnx", f, str(tmp_path), threads=2, reference=want)
     assert res["probe_outputs_equal_program"]
     assert res["max_pre_threshold_diff"] <= 1e-4
     assert res["max_distance_from_threshold_at_differ"] <= res["max_pre_threshold_diff"]

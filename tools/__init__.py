@@ -16,7 +16,8 @@ first of each dropped: it measures two sessions' intra-op threads spinning into 
   ``make_tf_goldens``, ``make_tf_graphs``, ``mxnet_graphs ops``, ``export_torchvision``,
   ``make_models``.
 
-The cases they share with the tests are the tests' (``from tests import cases``); nothing here
-touches ``sys.path`` (tests/test_architecture.py holds to it). This file imports nothing, so
+The cases and models they share with the tests are the tests' (``from tests import cases``,
+``from tests import paddle_models``); nothing here touches ``sys.path``
+(tests/test_architecture.py holds to it). This file imports nothing, so
 the MXNet venv (numpy 1.23, no ort_roi) can run ``python -m tools.mxnet_graphs``.
 """

@@ -38,7 +38,8 @@ counts equal, both psroi_pool outputs bit for bit. Timed in one process, interle
 round in a fresh random order; the median of the rounds' ratios); ``--profile``:
 onnxruntime's profile by op type.
 
-paddledet 2.6.0's patches for Paddle 3.3.1 are tools/paddledet_e2e.py's (``import_ppdet``).
+The model is built by ``tests/paddle_models.py`` (``build_rfcn``: one definition, which the
+tests run too), with paddledet 2.6.0's patches for Paddle 3.3.1 (its ``import_ppdet``).
 """
 
 from __future__ import annotations
@@ -52,161 +53,14 @@ import time
 
 import numpy as np
 
-# the Faster R-CNN tool beside this one: ppdet's patches, feeds, predictor, profile
-from tools import paddledet_e2e as fr  # noqa: E402
+# the model (built as the tests build it), its feeds and Paddle Inference's predictor
+from tests.paddle_models import PROBE, build_rfcn, feeds, paddle_predictor
+# the Faster R-CNN tool beside this one: its comparison, profile and timing
+from tools import paddledet_e2e as fr
 
-feeds = fr.feeds
-paddle_predictor = fr.paddle_predictor
 compare = fr.compare
 profile = fr.profile
 
-#: Output names of the probe, after the detector's two.
-PROBE = ("rois", "rois_num", "psroi_cls", "psroi_box", "cls_maps", "box_maps")
-
-
-def _layers(depth: int, num_classes: int, k: int, pre_nms_top_n: int, post_nms_top_n: int):
-    """The model's classes (ppdet imported with its patches); returns (RFCN, Probe)."""
-    import paddle
-    import paddle.nn.functional as F
-    from paddle import nn
-
-    fr.import_ppdet()
-    from ppdet.modeling.backbones.resnet import ResNet
-    from ppdet.modeling.layers import MultiClassNMS, RCNNBox
-    from ppdet.modeling.post_process import BBoxPostProcess
-    from ppdet.modeling.proposal_generator.rpn_head import RPNHead
-
-    class PSHead(nn.Layer):
-        """R-FCN's position-sensitive head: score and box maps, psroi_pool, vote."""
-
-        def __init__(self, in_channel: int):
-            super().__init__()
-            self.reduce = nn.Conv2D(in_channel, 512, 1)
-            self.cls_maps = nn.Conv2D(512, k * k * (num_classes + 1), 1)
-            self.box_maps = nn.Conv2D(512, k * k * 4, 1)
-
-        def forward(self, feat, rois, rois_num):
-            h = F.relu(self.reduce(feat))
-            rois_num = rois_num.cast("int32")  # the RPN's count is int64 (paddle.shape)
-            cls_maps, box_maps = self.cls_maps(h), self.box_maps(h)
-            ps_cls = paddle.vision.ops.psroi_pool(cls_maps, rois, rois_num, k, 1 / 16)
-            ps_box = paddle.vision.ops.psroi_pool(box_maps, rois, rois_num, k, 1 / 16)
-            return ps_cls, ps_box, cls_maps, box_maps
-
-    class RFCN(nn.Layer):
-        def __init__(self):
-            super().__init__()
-            self.backbone = ResNet(depth=depth, norm_type="bn", freeze_at=0, return_idx=[2],
-                                   num_stages=3)
-            channels = self.backbone.out_shape[0].channels
-            self.rpn_head = RPNHead(
-                anchor_generator=dict(anchor_sizes=[32, 64, 128, 256, 512],
-                                      aspect_ratios=[0.5, 1.0, 2.0], strides=[16.0]),
-                test_proposal=dict(min_size=0.0, nms_thresh=0.7, pre_nms_top_n=pre_nms_top_n,
-                                   post_nms_top_n=post_nms_top_n),
-                in_channel=channels, export_onnx=True)
-            self.head = PSHead(channels)
-            self.post = BBoxPostProcess(
-                num_classes=num_classes, export_onnx=True,
-                decode=RCNNBox(num_classes=num_classes, export_onnx=True),
-                nms=MultiClassNMS(score_threshold=0.05, keep_top_k=100, nms_threshold=0.5))
-
-        def proposals(self, inputs):
-            feat = self.backbone(inputs)[0]
-            rois, rois_num, _ = self.rpn_head([feat], inputs)
-            return feat, rois, rois_num
-
-        def run(self, inputs):
-            feat, rois, rois_num = self.proposals(inputs)
-            ps_cls, ps_box, cls_maps, box_maps = self.head(feat, rois[0], rois_num)
-            cls_prob = F.softmax(ps_cls.mean(axis=[2, 3]), axis=-1)
-            deltas = ps_box.mean(axis=[2, 3])
-            im_shape, scale_factor = inputs["im_shape"], inputs["scale_factor"]
-            bbox, bbox_num, _ = self.post((deltas, cls_prob), (rois, rois_num), im_shape,
-                                          scale_factor)
-            _, bbox_pred, bbox_num = self.post.get_pred(bbox, bbox_num, im_shape, scale_factor)
-            return (bbox_pred, bbox_num, rois[0], rois_num, ps_cls, ps_box, cls_maps,
-                    box_maps)
-
-        def forward(self, inputs):
-            return self.run(inputs)[:2]
-
-    class Probe(nn.Layer):
-        """The same model with the proposals and the psroi_pool outputs fetched too."""
-
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, inputs):
-            return self.model.run(inputs)
-
-    return RFCN, Probe
-
-
-def _load(model, f: dict[str, np.ndarray] | None) -> None:
-    """A trained model's load (see the module's doc); ``f``: the calibration image, or None
-    to keep the conv's own scale."""
-    import paddle
-
-    with paddle.no_grad():
-        rpn = model.rpn_head
-        rpn.rpn_rois_delta.weight.set_value(paddle.zeros_like(rpn.rpn_rois_delta.weight))
-        rpn.rpn_rois_delta.bias.set_value(paddle.zeros_like(rpn.rpn_rois_delta.bias))
-        rpn.rpn_rois_score.weight.set_value(rpn.rpn_rois_score.weight * 0.1)
-        head = model.head
-        for conv in (head.cls_maps, head.box_maps):
-            conv.bias.set_value(paddle.zeros_like(conv.bias))
-        if f is not None:  # the voted logits and deltas at a trained model's scale
-            inputs = {n: paddle.to_tensor(v) for n, v in f.items()}
-            feat, rois, rois_num = model.proposals(inputs)
-            ps = head(feat, rois[0], rois_num)
-            for conv, out, std in ((head.cls_maps, ps[0], 1.0), (head.box_maps, ps[1], 0.5)):
-                got = float(out.mean(axis=[2, 3]).std())
-                conv.weight.set_value(conv.weight * (std / got))
-        c = head.cls_maps.bias.shape[0] // (model.post.num_classes + 1)  # k * k per class
-        bias = np.full(head.cls_maps.bias.shape, -4.0, np.float32)
-        bias[c:2 * c] = 2.0  # class 1 (channels of class c: c*k*k ... (c+1)*k*k - 1)
-        head.cls_maps.bias.set_value(paddle.to_tensor(bias))
-
-
-def build(prefix: str, depth: int = 50, k: int = 7, num_classes: int = 80,
-          pre_nms_top_n: int = 6000, post_nms_top_n: int = 300, seed: int = 0,
-          calibrate: tuple[int, int] | None = (480, 640)) -> tuple[str, str]:
-    """The detector and its probe (see the module's doc), saved by ``paddle.jit.save`` under
-    ``prefix`` and ``prefix + "_probe"`` (``.json`` and ``.pdiparams`` each).
-
-    Args:
-        prefix: where to save (a path without suffix).
-        depth: the ResNet's depth (18, 34, 50, 101).
-        k: psroi_pool's bins per side (its ``output_size``).
-        num_classes: foreground classes (the score maps have ``k*k*(num_classes+1)``).
-        pre_nms_top_n, post_nms_top_n: the RPN's generate_proposals settings.
-        seed: Paddle's seed for the weights.
-        calibrate: the image size (H, W) of the ``feeds`` image (seed 0) on which the voted
-            logits and deltas are scaled, or None for the conv's own scale.
-
-    Returns:
-        The two prefixes (detector, probe).
-    """
-    import paddle
-
-    paddle.disable_static()
-    paddle.seed(seed)
-    rfcn, probe = _layers(depth, num_classes, k, pre_nms_top_n, post_nms_top_n)
-    model = rfcn()
-    model.eval()
-    _load(model, feeds(tuple(calibrate)) if calibrate else None)
-    spec = [{"image": paddle.static.InputSpec([None, 3, -1, -1], "float32", "image"),
-             "im_shape": paddle.static.InputSpec([None, 2], "float32", "im_shape"),
-             "scale_factor": paddle.static.InputSpec([None, 2], "float32", "scale_factor")}]
-    out = []
-    for layer, path in ((model, prefix), (probe(model), prefix + "_probe")):
-        layer.eval()
-        static = paddle.jit.to_static(layer, input_spec=spec, full_graph=True)
-        paddle.jit.save(static, path, input_spec=spec)
-        out.append(path)
-    return out[0], out[1]
 
 
 def compare_probe(got: list[np.ndarray], want: list[np.ndarray]) -> dict:
@@ -307,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(out, exist_ok=True)
     size = tuple(args.size)
     t = time.perf_counter()
-    prefixes = build(os.path.join(out, f"rfcn_r{args.depth}_k{args.k}"), args.depth, args.k,
-                     args.classes, seed=args.seed, calibrate=size)
+    prefixes = build_rfcn(os.path.join(out, f"rfcn_r{args.depth}_k{args.k}"), args.depth,
+                          args.k, args.classes, seed=args.seed, calibrate=size)
     res: dict = {"model": f"R-FCN R{args.depth}-C4, psroi_pool {args.k}x{args.k}, "
                  f"{args.classes} classes", "build_s": round(time.perf_counter() - t, 1)}
     sessions, runs = {}, {}

@@ -9,9 +9,9 @@ of each (ms per run by op type).
     python -m tools.paddle_stage_bench --depth 50 [--size 480 640]   # builds and exports it
 
 MODEL.onnx: what ``ort-roi export-paddle`` (or tools/paddledet_e2e.py --out DIR) wrote for
-PaddleDetection's Faster R-CNN FPN; without it the model is built by tools/paddledet_e2e.py
-(needs paddledet, see there) and exported. The feeds are paddledet_e2e's (one normalised
-random image). The outputs of the two sessions must be equal bit for bit (the script fails
+PaddleDetection's Faster R-CNN FPN; without it the model is built by tests/paddle_models.py
+(needs paddledet, see tools/paddledet_e2e.py) and exported. The feeds are paddle_models' (one
+normalised random image). The outputs of the two sessions must be equal bit for bit (the script fails
 otherwise).
 
 Timing on a machine of few cores: onnxruntime's idle intra-op threads spin for a while after
@@ -41,9 +41,9 @@ import numpy as np
 
 
 def _e2e():
-    from tools import paddledet_e2e
+    from tests import paddle_models
 
-    return paddledet_e2e
+    return paddle_models
 
 
 SPIN = {"spin": True}  # onnxruntime's intra-op threads spin between nodes (its default)
