@@ -108,3 +108,25 @@ def random_case(rng, method=None, dtype=np.float32) -> dict:
     return _case("random", _image(rng, N, H, W, C, dtype), b, rng.integers(0, N, R), ch, cw,
                  method or ("bilinear", "nearest")[int(rng.integers(0, 2))],
                  float(np.float32(rng.choice([0.0, -1.25, 3.0]))))
+
+
+def crop_model(image_dtype, boxes_dtype, index_dtype, **attrs):
+    """A model of one ort_roi::CropAndResize node (output float32, as TensorFlow's) over
+    inputs image, boxes, box_indices of these dtypes, every attribute written
+    (onnxruntime-extensions' ops read each declared attribute)."""
+    from onnx import TensorProto, helper
+
+    from ort_roi.ops.crop_and_resize import SPEC
+
+    onnx_type = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
+                 np.dtype(np.int32): TensorProto.INT32, np.dtype(np.int64): TensorProto.INT64}
+    attrs = SPEC.resolve(attrs)
+    names = ("image", "boxes", "box_indices")
+    inputs = [helper.make_tensor_value_info(n, onnx_type[np.dtype(d)], None)
+              for n, d in zip(names, (image_dtype, boxes_dtype, index_dtype))]
+    node = helper.make_node("CropAndResize", list(names), ["crops"], domain="ort_roi", **attrs)
+    graph = helper.make_graph([node], "crop", inputs,
+                              [helper.make_tensor_value_info("crops", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("ort_roi", 1)],
+                             ir_version=9)

@@ -43,6 +43,21 @@ def _mmcv_sample(X, b, c, y, x):
     return hy * hx * v[yl, xl] + hy * lx * v[yl, xh] + ly * hx * v[yh, xl] + ly * lx * v[yh, xh]
 
 
+def _mmcv_bins(t, row, spatial_scale, aligned, PH, PW, sampling_ratio):
+    """A row [batch, x1, y1, x2, y2] as mmcv's ROIAlignForward places its bins, in T: (its
+    image, the box's top y1 and left x1, the bin height and width, the samples per bin side
+    gh, gw)."""
+    s, off = t(np.float32(spatial_scale)), t(0.5 if aligned else 0.0)
+    x1, y1, x2, y2 = (v * s - off for v in row[1:])
+    rw, rh = x2 - x1, y2 - y1
+    if not aligned:
+        rw, rh = max(rw, t(1)), max(rh, t(1))
+    bh, bw = rh / t(PH), rw / t(PW)
+    gh = sampling_ratio if sampling_ratio > 0 else max(int(math.ceil(rh / t(PH))), 0)
+    gw = sampling_ratio if sampling_ratio > 0 else max(int(math.ceil(rw / t(PW))), 0)
+    return int(row[0]), y1, x1, bh, bw, gh, gw
+
+
 def mmcv_roi_align(X, rois, *, output_height=1, output_width=1, spatial_scale=1.0,
                    sampling_ratio=0, mode="avg", aligned=1):
     """mmcv's ROIAlignForward (mmcv/ops/csrc/pytorch/cpu/roi_align.cpp), loop for loop, in T:
@@ -51,16 +66,9 @@ def mmcv_roi_align(X, rois, *, output_height=1, output_width=1, spatial_scale=1.
     t = X.dtype.type
     PH, PW = output_height, output_width
     out = np.zeros((R, X.shape[1], PH, PW), X.dtype)
-    s, off = t(np.float32(spatial_scale)), t(0.5 if aligned else 0.0)
     for r in range(R):
-        b = int(rois[r, 0])
-        x1, y1, x2, y2 = (v * s - off for v in rois[r, 1:])
-        rw, rh = x2 - x1, y2 - y1
-        if not aligned:
-            rw, rh = max(rw, t(1)), max(rh, t(1))
-        bh, bw = rh / t(PH), rw / t(PW)
-        gh = sampling_ratio if sampling_ratio > 0 else max(int(math.ceil(rh / t(PH))), 0)
-        gw = sampling_ratio if sampling_ratio > 0 else max(int(math.ceil(rw / t(PW))), 0)
+        b, y1, x1, bh, bw, gh, gw = _mmcv_bins(t, rois[r], spatial_scale, aligned, PH, PW,
+                                               sampling_ratio)
         count = t(max(gh * gw, 1))
         for c in range(X.shape[1]):
             for ph in range(PH):
@@ -203,16 +211,9 @@ def align_max_every_sample(X, rois, *, output_height=1, output_width=1, spatial_
     _, C, H, W = X.shape
     PH, PW = output_height, output_width
     out = np.zeros((rois.shape[0], C, PH, PW), X.dtype)
-    s, off = t(np.float32(spatial_scale)), t(0.5 if aligned else 0.0)
     for r in range(rois.shape[0]):
-        b = int(rois[r, 0])
-        x1, y1, x2, y2 = (v * s - off for v in rois[r, 1:])
-        rw, rh = x2 - x1, y2 - y1
-        if not aligned:
-            rw, rh = max(rw, t(1)), max(rh, t(1))
-        bh, bw = rh / t(PH), rw / t(PW)
-        gh = sampling_ratio if sampling_ratio > 0 else max(int(math.ceil(rh / t(PH))), 0)
-        gw = sampling_ratio if sampling_ratio > 0 else max(int(math.ceil(rw / t(PW))), 0)
+        b, y1, x1, bh, bw, gh, gw = _mmcv_bins(t, rois[r], spatial_scale, aligned, PH, PW,
+                                               sampling_ratio)
         for ph in range(PH):
             ys = (y1 + t(ph) * bh) + (np.arange(gh).astype(X.dtype) + t(0.5)) * bh / t(gh)
             ys = np.unique(_normalized(ys, H))  # (NaNs as one)

@@ -25,6 +25,7 @@ from onnx import TensorProto, helper
 
 
 from tests import crop_cases  # noqa: E402
+from tests.crop_cases import crop_model  # noqa: E402
 from tests import fake_cupy  # noqa: E402
 from tests.versions import needs_shape_inference
 import ort_roi  # noqa: E402
@@ -282,25 +283,6 @@ def test_cuda_source_compiles_with_nvcc(tmp_path, arch):
 
 
 # -- a real onnxruntime session ------------------------------------------------------------
-
-_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
-         np.dtype(np.int32): TensorProto.INT32, np.dtype(np.int64): TensorProto.INT64}
-
-
-def crop_model(image_dtype, boxes_dtype, index_dtype, **attrs):
-    """A model of one ort_roi::CropAndResize node (output float32, as TensorFlow's), every
-    attribute written (onnxruntime-extensions' ops read each declared attribute)."""
-    attrs = SPEC.resolve(attrs)
-    names = ("image", "boxes", "box_indices")
-    inputs = [helper.make_tensor_value_info(n, _ONNX[np.dtype(d)], None)
-              for n, d in zip(names, (image_dtype, boxes_dtype, index_dtype))]
-    node = helper.make_node("CropAndResize", list(names), ["crops"], domain="ort_roi", **attrs)
-    graph = helper.make_graph([node], "crop", inputs,
-                              [helper.make_tensor_value_info("crops", TensorProto.FLOAT, None)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                   helper.make_opsetid("ort_roi", 1)],
-                             ir_version=9)
-
 
 @pytest.mark.parametrize("case", [c for c in GOLDENS if c["inputs"]["image"].dtype == np.float32],
                          ids=[c["name"] for c in GOLDENS

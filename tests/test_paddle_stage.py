@@ -228,13 +228,13 @@ def test_fuse_fpn_stages_in_place_and_again_changes_nothing():
     assert m.SerializeToString() == before
 
 
-def test_two_stages_in_one_graph_fuse_each():
-    """Mask R-CNN (box and mask heads) and Cascade R-CNN run the extractor more than once:
-    each stage becomes its own node, outputs unchanged."""
-    m = unfused_model(CASES[0])
-    made = {o for n in m.graph.node for o in n.output}
+def _add_second_stage(m: onnx.ModelProto, made: set, skip=None) -> None:
+    """Copies of m's nodes (but ``skip``) appended under "second/" names, each reading the
+    copy of every tensor of ``made`` it reads: a second stage in the same graph."""
     second = []
     for n in m.graph.node:
+        if n is skip:
+            continue
         c = onnx.NodeProto()
         c.CopyFrom(n)
         c.name = "second/" + n.name
@@ -242,6 +242,13 @@ def test_two_stages_in_one_graph_fuse_each():
         c.output[:] = ["second/" + o for o in n.output]
         second.append(c)
     m.graph.node.extend(second)
+
+
+def test_two_stages_in_one_graph_fuse_each():
+    """Mask R-CNN (box and mask heads) and Cascade R-CNN run the extractor more than once:
+    each stage becomes its own node, outputs unchanged."""
+    m = unfused_model(CASES[0])
+    _add_second_stage(m, {o for n in m.graph.node for o in n.output})
     m.graph.output.extend([tensor("second/pooled", np.float32, None),
                            tensor("second/flat", np.float32, None)])
     fused, done = ort_roi.convert(m, report=True)
@@ -260,18 +267,8 @@ def test_two_stages_after_one_distribute_fuse_each():
     Gathers): each stage becomes its own node with its own names, outputs unchanged."""
     m = unfused_model(CASES[0], tail=False)
     dist = next(n for n in m.graph.node if n.op_type.startswith("DistributeFpnProposals"))
-    made = {o for n in m.graph.node for o in n.output} - set(dist.output)
-    second = []
-    for n in m.graph.node:
-        if n is dist:
-            continue
-        c = onnx.NodeProto()
-        c.CopyFrom(n)
-        c.name = "second/" + n.name
-        c.input[:] = ["second/" + i if i in made else i for i in n.input]
-        c.output[:] = ["second/" + o for o in n.output]
-        second.append(c)
-    m.graph.node.extend(second)
+    _add_second_stage(m, {o for n in m.graph.node for o in n.output} - set(dist.output),
+                      skip=dist)
     m.graph.output.extend([tensor("second/pooled", np.float32, None)])
     fused, done = ort_roi.convert(m, report=True)
     assert len([x for x in done.moved if "FPN" in x[1]]) == 2, done

@@ -25,6 +25,9 @@ import argparse
 
 import numpy as np
 
+# the model of one node, as the tests build it
+from tests.crop_cases import crop_model
+
 #: (image shape [N, H, W, C], boxes, crop side)
 WORKLOADS = [((1, 64, 64, 256), 300, 14), ((2, 38, 50, 1024), 100, 7),
              ((2, 38, 50, 1024), 100, 14), ((2, 38, 50, 1024), 300, 7),
@@ -39,21 +42,6 @@ def boxes_for(R: int, N: int, seed: int = 0):
     s = rng.uniform(0.05, 0.6, (R, 2))
     b = np.clip(np.concatenate([c - s / 2, c + s / 2], 1), 0, 1).astype(np.float32)
     return b, (np.arange(R) % N).astype(np.int32)
-
-
-def ort_roi_model(spec, crop: int, method: str):
-    """One ort_roi::CropAndResize node over float32 image and boxes, int32 box indices."""
-    from onnx import TensorProto, helper
-
-    attrs = spec.resolve(dict(crop_height=crop, crop_width=crop, method=method))
-    types = (TensorProto.FLOAT, TensorProto.FLOAT, TensorProto.INT32)
-    inputs = [helper.make_tensor_value_info(n, t, None) for n, t in zip(NAMES, types)]
-    node = helper.make_node("CropAndResize", list(NAMES), ["crops"], domain="ort_roi", **attrs)
-    graph = helper.make_graph([node], "crop", inputs,
-                              [helper.make_tensor_value_info("crops", TensorProto.FLOAT, None)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                   helper.make_opsetid("ort_roi", 1)],
-                             ir_version=9)
 
 
 def tf2onnx_model(crop: int, method: str, contrib: bool):
@@ -86,7 +74,7 @@ def main() -> None:
 
     import ort_roi
     from ort_roi.cli.bench_timing import time_together
-    from ort_roi.ops.crop_and_resize import SPEC, crop_and_resize
+    from ort_roi.ops.crop_and_resize import crop_and_resize
 
     if args.threads:
         ort_roi.set_num_threads(args.threads)
@@ -100,7 +88,9 @@ def main() -> None:
         boxes, idx = boxes_for(R, shape[0])
         feed = dict(zip(NAMES, (img, boxes, idx)))
         t_img, t_boxes, t_idx = tf.constant(img), tf.constant(boxes), tf.constant(idx)
-        ours = ort.InferenceSession(ort_roi_model(SPEC, crop, args.method).SerializeToString(),
+        ours = ort.InferenceSession(crop_model(np.float32, np.float32, np.int32,
+                                               crop_height=crop, crop_width=crop,
+                                               method=args.method).SerializeToString(),
                                     ort_roi.session_options(), providers=cpu)
         quiet = ort.SessionOptions()
         quiet.log_severity_level = 3  # tf2onnx's contrib graph declares a wrong output shape
