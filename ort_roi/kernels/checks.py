@@ -281,6 +281,21 @@ def level_values(attrs: dict, pattern: str, L: int) -> list:
     return [attrs.pop(pattern.format(i), None) for i in range(L)]
 
 
+def level_node(kernel, name: str, pattern: str, leading: int = 1):
+    """The function a multi-level op's fixed-arity nodes call: ``kernel`` with its list
+    attribute ``name`` gathered from the node's attributes ``pattern``, one a feature map
+    (``level_values``; e.g. stride_0 .. stride_{L-1} into featmap_strides). The node's inputs:
+    ``leading`` ones (rois, ...), then the L feature maps."""
+    def node(*inputs, **attrs):
+        values = level_values(attrs, pattern, len(inputs) - leading)
+        return kernel(*inputs, **{name: values}, **attrs)
+
+    node.__name__ = node.__qualname__ = f"{kernel.__name__}_levels"
+    node.__doc__ = (f"``{kernel.__name__}`` with {name} as the node's attributes "
+                    f"{pattern.format(0)} .. {pattern.format('{L-1}')}.")
+    return node
+
+
 def per_level(spec, name: str, values, L: int) -> list:
     """A list attribute with one value per feature map (RoiOpError naming it otherwise)."""
     values = list(np.atleast_1d(np.asarray(values)).tolist())

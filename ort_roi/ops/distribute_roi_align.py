@@ -15,7 +15,7 @@ from ..definitions.paddle_stage import distribute_roi_align_levels as definition
 from ..errors import RoiOpError
 from ..geometry import align_bins, level_scales, roi_align_geometry
 from ..kernels.checks import check_box_sizes, check_counted_boxes, check_level_count, \
-    check_levels, check_output_size, level_values, quiet, resolve_levels
+    check_levels, check_output_size, level_node, quiet, resolve_levels
 from ..kernels.dispatch import compute, steps
 from ..spec import COUNTS_DOC, MAX_LEVELS, Attr, Dims, Input, Op, OpSpec, Output, aligned_attr, \
     level_forms, level_inputs, level_scale_attrs, pooled_attrs, pooled_shapes, pyramid_layout, \
@@ -128,25 +128,11 @@ def distribute_roi_align(fpn_rois: np.ndarray, rois_num: np.ndarray, *feats: np.
                    mode=0)
 
 
-def distribute_roi_align_levels(fpn_rois: np.ndarray, rois_num: np.ndarray, *feats: np.ndarray,
-                                **attrs: Any) -> np.ndarray:
-    """``distribute_roi_align`` with the scales as attributes spatial_scale_0 .. _{L-1} (the
-    nodes DistributeRoIAlign_L1..L6).
-
-    Args:
-        fpn_rois, rois_num, *feats: as ``distribute_roi_align``.
-        **attrs: its attributes, spatial_scale_{l} one per map.
-
-    Returns:
-        [R, C, pooled_height, pooled_width], as ``distribute_roi_align``.
-    """
-    scales = level_values(attrs, "spatial_scale_{}", len(feats))
-    return distribute_roi_align(fpn_rois, rois_num, *feats, spatial_scales=scales, **attrs)
-
-
 ENTRY = Op(
-    specs=tuple(SPECS.values()), kernel=distribute_roi_align, node=distribute_roi_align_levels,
-    definition=definition,
+    specs=tuple(SPECS.values()), kernel=distribute_roi_align, definition=definition,
+    # the nodes DistributeRoIAlign_L1..L6 (inputs fpn_rois, rois_num, the maps) hold
+    # spatial_scale_{l}
+    node=level_node(distribute_roi_align, "spatial_scales", "spatial_scale_{}", leading=2),
     steps=(steps.fpn_levels, steps.align_levels),
     forms=level_forms(SPECS, "ort-roi convert / export-paddle (PaddleDetection's FPN RoI "
                       "stage as export-paddle writes it, fused)",

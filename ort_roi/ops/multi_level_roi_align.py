@@ -15,7 +15,7 @@ from ..definitions.multilevel import multi_level_roi_align_levels as definition
 from ..geometry import FLT_MAX, LEGACY, MMDEPLOY_ALIGNED, align_bins, level_scales, \
     mmdeploy_rescale
 from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, check_output_size, \
-    level_values, quiet, resolve_levels
+    level_node, quiet, resolve_levels
 from ..kernels.dispatch import compute, steps
 from ..levels import mmdeploy_levels
 from ..spec import BATCH_ROIS, MAX_LEVELS, Attr, NodeForm, Op, OpSpec, Output, aligned_attr, \
@@ -97,16 +97,10 @@ def multi_level_roi_align(rois, *feats, output_height: int = 7, output_width: in
                    mode=1 - a["pool_mode"], empty=-FLT_MAX)
 
 
-def multi_level_roi_align_levels(rois, *feats, **attrs):
-    """``multi_level_roi_align`` with the strides as attributes stride_0 .. stride_{L-1} (the
-    nodes MultiLevelRoiAlign_L1..L6 that convert writes)."""
-    strides = level_values(attrs, "stride_{}", len(feats))
-    return multi_level_roi_align(rois, *feats, featmap_strides=strides, **attrs)
-
-
 ENTRY = Op(
-    specs=tuple(SPECS.values()), kernel=multi_level_roi_align, node=multi_level_roi_align_levels,
-    definition=definition,
+    specs=tuple(SPECS.values()), kernel=multi_level_roi_align, definition=definition,
+    # the nodes MultiLevelRoiAlign_L1..L6 (convert writes them) hold the strides as stride_{l}
+    node=level_node(multi_level_roi_align, "featmap_strides", "stride_{}"),
     steps=(steps.align_levels,),
     forms=level_forms(SPECS, "ort-roi convert (from mmdeploy::MMCVMultiLevelRoiAlign)",
                       "level rule + MMCVRoiAlign per level")

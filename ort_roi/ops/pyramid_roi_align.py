@@ -9,7 +9,7 @@ import numpy as np
 from ..definitions.torchvision import pyramid_roi_align_levels as definition
 from ..geometry import align_bins, level_scales, roi_align_geometry
 from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, check_output_size, \
-    int_vector, level_values, quiet, resolve_levels
+    int_vector, level_node, quiet, resolve_levels
 from ..kernels.dispatch import compute, steps
 from ..spec import BATCH_ROIS, MAX_LEVELS, Input, Op, OpSpec, Output, aligned_attr, level_forms, \
     level_inputs, level_scale_attrs, pooled_attrs, pyramid_layout, sampling_ratio_attr
@@ -78,16 +78,10 @@ def pyramid_roi_align(rois, levels, *feats, output_height: int = 1, output_width
                    grid=bins.grid, level=level, ph=ph, pw=pw, sampling_ratio=sr, mode=0)
 
 
-def pyramid_roi_align_levels(rois, levels, *feats, **attrs):
-    """``pyramid_roi_align`` with the scales as attributes spatial_scale_0 .. _{L-1} (the
-    nodes PyramidRoIAlign_L1..L6)."""
-    scales = level_values(attrs, "spatial_scale_{}", len(feats))
-    return pyramid_roi_align(rois, levels, *feats, spatial_scales=scales, **attrs)
-
-
 ENTRY = Op(
-    specs=tuple(SPECS.values()), kernel=pyramid_roi_align, node=pyramid_roi_align_levels,
-    definition=definition,
+    specs=tuple(SPECS.values()), kernel=pyramid_roi_align, definition=definition,
+    # the nodes PyramidRoIAlign_L1..L6 (inputs rois, levels, the maps) hold spatial_scale_{l}
+    node=level_node(pyramid_roi_align, "spatial_scales", "spatial_scale_{}", leading=2),
     steps=(steps.align_levels,),
     forms=level_forms(SPECS, "ort-roi convert (torchvision's exported MultiScaleRoIAlign "
                       "stage), ort_roi.torch_export", "torchvision MultiScaleRoIAlign"),

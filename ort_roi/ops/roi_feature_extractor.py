@@ -13,7 +13,7 @@ from ..definitions.multilevel import roi_feature_extractor_levels as definition
 from ..geometry import LEGACY, OPENVINO_ALIGNED, align_bins, level_scales
 from ..levels import openvino_levels
 from ..kernels.checks import check_box_sizes, check_boxes, check_levels, check_output_size, \
-    level_values, quiet, resolve_levels
+    level_node, quiet, resolve_levels
 from ..kernels.dispatch import compute, steps
 from ..spec import MAX_LEVELS, MAX_SAMPLING_RATIO, Attr, Input, NodeForm, Op, OpSpec, Output, \
     aligned_attr, level_forms, level_inputs, pooled_attr, pyramid_layout
@@ -83,16 +83,10 @@ def roi_feature_extractor(rois, *feats, output_size: int = 7, sampling_ratio: in
     return out, boxes.copy()
 
 
-def roi_feature_extractor_levels(rois, *feats, **attrs):
-    """``roi_feature_extractor`` with the strides as attributes scale_0 .. scale_{L-1} (the
-    nodes ROIFeatureExtractor_L1..L6 that convert writes)."""
-    scales = level_values(attrs, "scale_{}", len(feats))
-    return roi_feature_extractor(rois, *feats, pyramid_scales=scales, **attrs)
-
-
 ENTRY = Op(
-    specs=tuple(SPECS.values()), kernel=roi_feature_extractor, node=roi_feature_extractor_levels,
-    definition=definition,
+    specs=tuple(SPECS.values()), kernel=roi_feature_extractor, definition=definition,
+    # the nodes ROIFeatureExtractor_L1..L6 (convert writes them) hold the strides as scale_{l}
+    node=level_node(roi_feature_extractor, "pyramid_scales", "scale_{}"),
     steps=(steps.align_levels,),
     forms=level_forms(SPECS, "ort-roi convert (from OpenVINO's ROI feature extractor)",
                       "OpenVINO")
