@@ -362,3 +362,16 @@ def test_the_exporters_passes_run_from_one_table():
     for e in exporters.EXPORTERS:
         for p in e.passes:  # a repair that finds its forms elsewhere says what they stay as
             assert p.needs and (p.find is None or p.repair and p.left and p.gives), p
+
+
+#: The longest a module outside kernels/ may grow before it is split by concern (the issue
+#: "A house a newcomer can maintain": ~400 lines; the kernels hold long, single-purpose loops).
+MAX_MODULE_LINES = 450
+
+
+def test_no_module_outside_the_kernels_outgrows_one_concern():
+    long = {name: n for name, path in MODULES.items()
+            if ".kernels" not in name
+            and (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, (f"modules over {MAX_MODULE_LINES} lines (split them by concern, as "
+                      f"cli/bench_*.py, scale/, geometry/ and graph/tensorflow/ are): {long}")
