@@ -147,8 +147,10 @@ def openvino_runner(native: bytes, feed: dict, profile: bool = False):
     returning the outputs in the graph's order, and the compiled model's infer request."""
     import openvino as ov
 
+    from ort_roi.cli.bench_peers import OPENVINO_F32
+
     core = ov.Core()
-    config = {"INFERENCE_PRECISION_HINT": "f32"}
+    config = dict(OPENVINO_F32)
     if profile:
         config["PERF_COUNT"] = True
     compiled = core.compile_model(core.read_model(native, b""), "CPU", config)
@@ -161,8 +163,8 @@ def openvino_runner(native: bytes, feed: dict, profile: bool = False):
 
 
 def openvino_profile(req, runs: int) -> dict:
-    """OpenVINO's per-node counters of the last run, summed by node type (ms): where its
-    time goes, beside onnxruntime's profile of ours."""
+    """OpenVINO's per-node counters over ``runs`` runs, summed by node type (ms per run):
+    where its time goes, beside onnxruntime's profile of ours."""
     by_type: dict[str, float] = {}
     for _ in range(runs):
         req.infer()
@@ -215,7 +217,7 @@ def run_model(kind: str, repeat: int, thresh0: bool, out_dir: str | None,
     if openvino:
         diffs["openvino vs native"] = max_diff(outs["openvino"], outs["native"])
     detections = int(outs["native"][0].shape[0])
-    from ort_roi.cli.bench_timing import time_together
+    from ort_roi.cli.bench_timing import round_ratios, time_together
 
     timed = time_together(runners, repeat, min_sample_s=0, shuffle=0)
     times = {k: v[2] for k, v in timed.items()}
@@ -223,13 +225,14 @@ def run_model(kind: str, repeat: int, thresh0: bool, out_dir: str | None,
            "detections": detections, "eager_torch_detections": int(eager[0].shape[0]),
            "max_abs_diff": diffs, "roi_stage_ops": stage_ops,
            "median_s": {k: statistics.median(v) for k, v in times.items()}, "speedup": {}}
+    def spread(peer: str, ours: str) -> dict:  # peer time / ours, per round
+        lo, median, hi = round_ratios(times[peer], times[ours])
+        return {"median": median, "min": lo, "max": hi}
+
     for k in ("converted", "torch_export"):
-        r = [a / b for a, b in zip(times["native"], times[k])]
-        res["speedup"][k] = {"median": statistics.median(r), "min": min(r), "max": max(r)}
-    if openvino:  # OpenVINO's time / ours, per round
-        r = [a / b for a, b in zip(times["openvino"], times["converted"])]
-        res["openvino_vs_converted"] = {"median": statistics.median(r), "min": min(r),
-                                        "max": max(r)}
+        res["speedup"][k] = spread("native", k)
+    if openvino:
+        res["openvino_vs_converted"] = spread("openvino", "converted")
     if profile:
         res["profile"] = {}
         for k, m in models.items():
