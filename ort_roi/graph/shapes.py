@@ -118,9 +118,9 @@ def without_weights(model: onnx.ModelProto, small: int = SMALL) -> onnx.ModelPro
     R-CNN: 3.0 s with them, 0.4-0.8 s without, 2 busy cores) and a model over 2 GB still fits
     a protobuf."""
     work = onnx.ModelProto()
-    work.CopyFrom(model)
+    _copy_fields(model, work, skip="graph")
+    _copy_fields(model.graph, work.graph, skip="initializer")  # the weights are not copied
     g = work.graph
-    del g.initializer[:]
     inputs = {i.name for i in g.input}
     for t in model.graph.initializer:
         n = 1
@@ -132,3 +132,15 @@ def without_weights(model: onnx.ModelProto, small: int = SMALL) -> onnx.ModelPro
             g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     return work
 
+
+def _copy_fields(src, dst, skip: str) -> None:
+    """Every field ``src`` has set but ``skip`` copied into ``dst`` (a message of its type)."""
+    for field, value in src.ListFields():
+        if field.name == skip:
+            continue
+        if hasattr(value, "extend"):  # a repeated field
+            getattr(dst, field.name).extend(value)
+        elif hasattr(value, "ListFields"):  # a message
+            getattr(dst, field.name).CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
