@@ -79,10 +79,10 @@ def node_label(node) -> str:
     return node.name or f"<unnamed {node.op_type}>"
 
 
-def first_line(e: Exception) -> str:
-    """An exception's message in one line: its first line, and the first later one that names
-    a node (onnx's checker and shape inference say which node after a first line of context);
-    its type where it says nothing."""
+def first_line(e: Exception, node_line: bool = True) -> str:
+    """An exception's message in one line: its first line and, with ``node_line``, the first
+    later one that names a node (onnx's checker and shape inference say which node after a
+    first line of context); its type where it says nothing."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     context = [ln for ln in lines if "node" in ln.lower() and ln is not lines[0]]
-    return "; ".join(lines[:1] + context[:1]) or type(e).__name__
+    return "; ".join(lines[:1] + context[:1 if node_line else 0]) or type(e).__name__

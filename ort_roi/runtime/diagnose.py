@@ -11,7 +11,7 @@ from typing import Any, Mapping
 import numpy as np
 import onnx
 
-from ..errors import RoiOpError, node_label
+from ..errors import RoiOpError, first_line, node_label
 from ..graph.nodes import given_attrs, iter_nodes, spec_of
 from ..spec import TYPES
 
@@ -73,11 +73,6 @@ def _type_name(dtype) -> str:
 
 def _dims(shape: list) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def _first_line(e: Exception) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__
 
 
 def type_error(model: onnx.ModelProto) -> RoiOpError | None:
@@ -158,4 +153,4 @@ def feed_error(feed: Mapping[str, Any], e: Exception, declared: Mapping[str, tup
     # the feed fits the declared inputs and no node of ours failed: a node of the graph
     # itself did (onnxruntime's message names it), not the feed
     return RoiOpError("ort_roi", "run", f"onnxruntime failed running the model (the feed "
-                      f"fits its declared inputs; no ort_roi node failed): {_first_line(e)}")
+                      f"fits its declared inputs; no ort_roi node failed): {first_line(e, node_line=False)}")
