@@ -26,7 +26,6 @@ import textwrap
 import types
 
 import numpy as np
-import pytest
 
 #: What the Paddle end-to-end tests need that is not installed.
 NEEDS = [m for m in ("paddle", "paddle2onnx", "ppdet") if importlib.util.find_spec(m) is None]
@@ -45,6 +44,8 @@ def needs_paddledet(*ops: str) -> list:
     Returns:
         A list of ``pytest.mark.skipif`` marks (a module's ``pytestmark``).
     """
+    import pytest  # the marks only: the tools that build these models run without pytest
+
     import ort_roi
     from ort_roi.ops import form
 

@@ -24,7 +24,7 @@ def test_required_oracle_is_installed(module):
         r = subprocess.run([py, "-c", "import mxnet, gluoncv, onnx"], capture_output=True,
                            text=True) if py else None
         assert r is not None and r.returncode == 0, (py, r and r.stderr[-2000:])
-    elif module == "ppdet":  # imports only once tools/paddledet_e2e.py has patched it
+    elif module == "ppdet":  # imports only once tests/paddle_models.import_ppdet has patched it
         assert importlib.util.find_spec(module) is not None, module
     else:  # imports (in a child: torch, paddle and openvino need not share this process)
         r = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,

@@ -39,11 +39,7 @@ import time
 
 import numpy as np
 
-
-def _e2e():
-    from tests import paddle_models
-
-    return paddle_models
+from tests import paddle_models
 
 
 SPIN = {"spin": True}  # onnxruntime's intra-op threads spin between nodes (its default)
@@ -207,10 +203,9 @@ def main(argv: list[str] | None = None) -> int:
                          "kernels that run next: on 2 cores it moves the stage's times)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
-    e2e = _e2e()
     SPIN["spin"] = not args.no_spin
     with tempfile.TemporaryDirectory(prefix="paddle_stage_bench_") as work:
-        res = _bench(args, e2e, work)
+        res = _bench(args, work)
     print(json.dumps(res, indent=1))
     if args.json:
         with open(args.json, "w") as fh:
@@ -218,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if res["outputs_equal"] and res.get("stage", {}).get("equal", True) else 1
 
 
-def _bench(args, e2e, work: str) -> dict:
+def _bench(args, work: str) -> dict:
     import onnx
     import onnxruntime as ort
 
@@ -229,7 +224,7 @@ def _bench(args, e2e, work: str) -> dict:
     path = args.model
     if path is None:
         prefix = os.path.join(work, f"faster_rcnn_r{args.depth}_fpn")
-        e2e.build(prefix, args.depth, calibrate=tuple(args.size))
+        paddle_models.build(prefix, args.depth, calibrate=tuple(args.size))
         path = prefix + ".onnx"
         ort_roi.paddle_export(prefix, path)
     model = onnx.load(path)
@@ -247,7 +242,7 @@ def _bench(args, e2e, work: str) -> dict:
         return ort.InferenceSession(p, options(args.threads))
 
     unfused, fused = session(path), session(fused_path)
-    f = e2e.feeds(tuple(args.size))
+    f = paddle_models.feeds(tuple(args.size))
     a, b = unfused.run(None, f), fused.run(None, f)
     res["outputs_equal"] = all(x.shape == y.shape and x.dtype == y.dtype
                                and np.array_equal(x, y) for x, y in zip(a, b))
