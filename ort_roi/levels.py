@@ -8,9 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import libm
-from .geometry.torchvision import INT_MIN
+from .geometry.torchvision import c_int
 from .libm import floor_log2
-
 
 
 def openvino_levels(boxes: np.ndarray, L: int) -> np.ndarray:
@@ -52,7 +51,4 @@ def fpn_levels(rois: np.ndarray, min_level: int, max_level: int, refer_level: in
         area = w * h if not pixel_offset else (w + T(1)) * (h + T(1))
     area = np.where((x2 < x1) | (y2 < y1), T(0), area)
     q = np.sqrt(area) / T(refer_scale) + T(1e-6)
-    v = libm.floor_log2(q, refer_level)
-    fits = np.abs(v) < 2.0 ** 31
-    lvl = np.where(fits, np.where(fits, v, 0).astype(np.int64), INT_MIN)
-    return np.clip(lvl, min_level, max_level)
+    return np.clip(c_int(libm.floor_log2(q, refer_level)), min_level, max_level)

@@ -64,7 +64,6 @@ def psroi_bins(lo: np.ndarray, hi: np.ndarray, scale, pooled: int, size: int):
     return clip_edges(a, size), clip_edges(b, size)
 
 
-
 # --- bilinear ROIPooling (OpenVINO): one sample per bin, normalized boxes ----------------------
 
 def bilinear_pool_positions(lo: np.ndarray, hi: np.ndarray, pooled: int, size: int) -> np.ndarray:
