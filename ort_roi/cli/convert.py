@@ -6,10 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-import onnx
-
-from ..errors import first_line
 from ..graph import exporters, shapes
+from ..graph.files import read_model, write_model
 from ..graph.rewrite import rewrite
 
 
@@ -19,16 +17,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
     into one PyramidRoIAlign node each, exporters' nodes with every attribute (--to onnx: ort_roi
     RoiAlign / ROIPooling max and the fused stages back to standard ONNX)."""
     try:
-        m = onnx.load(args.input)
-    except Exception as e:  # noqa: BLE001 - a missing file or not a model: say which
-        print(f"ort-roi convert: cannot read the model {args.input}: {first_line(e)}",
-              file=sys.stderr)
-        return 1
-    try:
+        m = read_model(args.input)
         done = rewrite(m, to=args.to, roialign_max=args.roialign_max, fuse=args.fuse,
                        exporter=args.exporter)
         shapes.annotate(m)  # as convert(): our nodes' inferred output types
-        onnx.save(m, args.output)
+        write_model(m, args.output)
     except (ValueError, OSError) as e:
         print(f"ort-roi convert: {e}", file=sys.stderr)
         return 1

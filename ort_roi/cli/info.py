@@ -8,17 +8,18 @@ import argparse
 import sys
 import warnings
 
-import onnx
 import onnxruntime as ort
 
-from ..errors import RoiOpError
-from ..graph.nodes import iter_nodes
+from ..errors import RoiOpError, first_line
+from ..graph.files import ModelFileError, read_model
+from ..graph.nodes import copy_model, iter_nodes
 from ..ops import FORMS, form
-from ..runtime.probe import how_it_runs
+from ..runtime.probe import how_it_runs, onnxruntime_kernel, plain_session_error, unprovided
 from ..spec import DOMAIN, TYPES
 
 #: The oldest onnxruntime ort_roi supports (pyproject.toml's floor).
 ORT_FLOOR = "1.17"
+PLAIN = "a plain onnxruntime session with ort_roi.session_options()"
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -76,18 +77,17 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def model_info(path: str) -> int:
-    """Print ``path``'s RoI nodes (each a line: node, op, what runs it), what
-    ``ort_roi.convert`` would do with the model, and the opsets and onnxruntime it needs.
+    """Print ``path``'s RoI nodes (each a line: node, op, what runs it), whether a plain
+    session with ort_roi's ops runs the model (tried, not assumed), what ``ort_roi.convert``
+    would do with it (and whether a plain session runs that, tried), and what the model needs:
+    ort_roi's ops, the onnxruntime, and every node no runtime here provides.
     Returns 0, or 1 when the file cannot be read as a model."""
-    from ..graph.rewrite import convert
+    from ..graph.rewrite import rewrite
 
     try:
-        model = onnx.load(path, load_external_data=False)
-        if not model.HasField("graph"):
-            raise ValueError("it holds no graph")
-    except Exception as e:  # noqa: BLE001 - a missing file, a directory, not a model
-        print(f"ort-roi info: cannot read {path} as an ONNX model: "
-              f"{str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        model = read_model(path)
+    except ModelFileError as e:
+        print(f"ort-roi info: {e}", file=sys.stderr)
         return 1
     opsets = {(o.domain or "ai.onnx"): o.version for o in model.opset_import}
     print(f"{path}: producer {model.producer_name or '?'} {model.producer_version}, "
@@ -95,29 +95,51 @@ def model_info(path: str) -> int:
           + ", ".join(f"{d} {v}" for d, v in sorted(opsets.items())))
     ours = [(n, form(n.domain, n.op_type)) for n in iter_nodes(model.graph)]
     ours = [(n, f) for n, f in ours if f is not None]
-    if not ours:
-        print("  no RoI node ort_roi knows: onnxruntime runs this model without ort_roi")
     for n, f in ours:
         if f.registered:
-            how = "a plain session with ort_roi.session_options() runs it as it is"
-        else:
-            how = (f"onnxruntime runs it natively; convert / the front door rewrite it to "
+            how = "ort_roi's kernel"
+        elif onnxruntime_kernel(n.domain, n.op_type):
+            how = (f"onnxruntime's own kernel; convert / the front door rewrite it to "
                    f"{DOMAIN}::{f.spec.name}")
+        else:
+            how = (f"no runtime here runs it as written (onnxruntime has no kernel for it); "
+                   f"convert / the front door rewrite it to {DOMAIN}::{f.spec.name}")
         print(f"  node {n.name or '(unnamed)'!r}: {n.domain or 'onnx'}::{n.op_type} "
               f"({f.spec.source}): {how}")
+    why = plain_session_error(model)
+    if why is None:
+        print(f"  {PLAIN} runs it as it is (tried: the session loads it)"
+              + ("" if ours else "; it holds no RoI node ort_roi runs"))
+    else:
+        print(f"  {PLAIN} cannot run it as it is: onnxruntime refuses it: {why}")
+    converted = copy_model(model)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            _, done = convert(model, report=True)
+            done = rewrite(converted, "ort_roi")
+    except (ValueError, RoiOpError) as e:
+        print(f"  convert would refuse it: {first_line(e)}")
+        done = None
+    if done is not None:
         print(f"  convert would: {done.summary()}")
+        for line in done.repairs:
+            print(f"    changes what it computes: {line} (`ort-roi validate` measures by how "
+                  f"much)")
         for note in done.notes:
             print(f"    note: {note}")
-    except (ValueError, RoiOpError) as e:
-        print(f"  convert would refuse it: {str(e).splitlines()[0]}")
-    regs = [f for _, f in ours if f.registered] or [f for _, f in ours]
-    if regs:
-        print(f"  needs: ort_roi's ops (ort_roi.session_options() or ort_roi.InferenceSession) "
+        if done.moved and why is not None:
+            after = plain_session_error(converted)
+            print("    after convert, " + (f"{PLAIN} runs it (tried)" if after is None else
+                                          f"onnxruntime still refuses it: {after}"))
+    if any(f.registered for _, f in ours) or (done is not None and done.moved):
+        after = "" if any(f.registered for _, f in ours) else "after convert, "
+        print(f"  needs: {after}ort_roi's ops (ort_roi.session_options() or ort_roi.InferenceSession) "
               f"and onnxruntime >= {ORT_FLOOR} (here {ort.__version__})")
+    missing = unprovided(model)
+    if missing:
+        print("  needs what no runtime here provides (neither onnxruntime nor ort_roi runs "
+              "these nodes, before or after convert): "
+              + ", ".join(f"{k} ({n} node{'s' * (n > 1)})" for k, n in missing.items()))
     return 0
 
 

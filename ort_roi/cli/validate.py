@@ -17,15 +17,17 @@ from onnx import numpy_helper
 
 from ..errors import RoiOpError, first_line, node_label
 from ..graph import schemas
+from ..graph import shapes
+from ..graph.files import ModelFileError, read_model
 from ..graph.inputs import generate_inputs
 from ..graph.nodes import copy_model, given_attrs, iter_nodes, node_attrs, opset
 from ..graph.rewrite import rewrite
 from ..ops import form
 from ..runtime.probe import plain_session_error
 from .compare import compare_node, run_plain
+from .effect import Effect, convert_effect
+from .verdicts import print_validation
 
-
-PLAIN = "a plain onnxruntime session with ort_roi.session_options()"
 
 #: Rows (boxes) of each RoI node compared with its definition, evenly spaced (``--rows``).
 ROWS = 64
@@ -33,16 +35,24 @@ ROWS = 64
 NODE_SECONDS = 30.0
 
 
+#: The verdicts, worst first, and the exit status of each (several models: the worst's).
+EXIT = {"FAILED": 1, "DIFFERS": 3, "UNCHECKED": 4, "OK": 0}
+
+
 @dataclass
 class Validation:
     """The answer of ``ort-roi validate``: does a plain onnxruntime session with
-    ``ort_roi.session_options()`` run the file as it is, and does it compute what it should.
+    ``ort_roi.session_options()`` run the file as it is, does it compute what it should, and
+    what would ``ort-roi convert`` change.
 
-    ``problems``: (step, message) pairs, empty when the answer is yes; ``notes``: what is
-    worth knowing but no failure; ``compared``: one line per RoI node whose output equals
-    its definition (what was compared); ``runnable``: whether a plain session runs it as it is;
-    ``roi_nodes``: the RoI nodes (of any form) in it; ``after_convert``: when a plain session
-    cannot run it, the same check of what ``ort-roi convert`` makes of it.
+    ``problems``: (step, message) pairs, empty when the answer is yes (step "inputs": the
+    generated inputs could not satisfy the graph, which is no finding about the model);
+    ``notes``: what is worth knowing but no failure; ``compared``: one line per RoI node whose
+    output equals its definition (what was compared); ``runnable``: whether a plain session
+    runs it as it is; ``roi_nodes``: the RoI nodes (of any form) in it; ``after_convert``:
+    when a plain session cannot run it, the same check of what ``ort-roi convert`` makes of
+    it; ``effect``: when it runs as it is and convert would change it, what convert changes,
+    measured on the same inputs (``effect.Effect``).
     """
 
     problems: list[tuple[str, str]] = field(default_factory=list)
@@ -51,29 +61,48 @@ class Validation:
     runnable: bool = True
     roi_nodes: int = 0
     after_convert: "Validation | None" = None
+    effect: Effect | None = None
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def verdict(self) -> str:
+        """FAILED (the model fails a check), UNCHECKED (the generated inputs could not satisfy
+        the graph: give your own), DIFFERS (a plain session runs it, but convert would change
+        what it computes: the exporter's form read otherwise than its framework computes it)
+        or OK."""
+        if any(step != "inputs" for step, _ in self.problems):
+            return "FAILED"
+        if self.problems:
+            return "UNCHECKED"
+        if self.effect is not None and self.effect.rewrite.repairs:
+            return "DIFFERS"
+        return "OK"
+
 
 def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0, rows: int = ROWS,
              node_seconds: float = NODE_SECONDS,
-             progress: Callable[[str], None] | None = None) -> Validation:
+             progress: Callable[[str], None] | None = None,
+             inputs: dict[str, np.ndarray] | None = None) -> Validation:
     """Check a model: can a plain onnxruntime session with ``ort_roi.session_options()`` run
     it as it is (every RoI node named with what to do when not), do our attribute rules,
-    onnx's checker (full) and strict shape inference accept it, and does each RoI node (ours,
+    onnx's checker (full) and strict shape inference accept it, does each RoI node (ours,
     and those onnxruntime runs on its own kernel that ort_roi would replace) compute its
-    definition (ort_roi.definitions) on the inputs the model really feeds it.
+    definition (ort_roi.definitions) on the inputs the model really feeds it, and what would
+    ``ort-roi convert`` change.
 
-    The model runs once in onnxruntime on generated inputs (following the declared shapes)
-    with every RoI node's inputs and outputs exposed; then each node's definition computes
-    some of its rows (boxes) from the captured inputs and they are compared with the captured
-    outputs. Nothing else of the model is evaluated outside onnxruntime (a detector's NMS and
-    thresholds are onnxruntime's alone). Graph outputs that carry no shape (onnxruntime runs
-    such graphs; onnx's full check refuses them) are checked with their inferred shapes, said
-    in a note. A graph a plain session cannot run is also checked as ``ort-roi convert``
-    rewrites it (``after_convert``).
+    The model runs once in onnxruntime on generated inputs (following the declared shapes,
+    and the RoI nodes convert would write, so that an exporter's form gets inputs its
+    framework reads) with every RoI node's inputs and outputs exposed; then each node's
+    definition computes some of its rows (boxes) from the captured inputs and they are
+    compared with the captured outputs. Nothing else of the model is evaluated outside
+    onnxruntime (a detector's NMS and thresholds are onnxruntime's alone). Where convert would
+    change the graph, the converted graph runs on the same inputs: its outputs are compared
+    with the original's and both are timed (``Validation.effect``). Graph outputs that carry
+    no shape are checked with their inferred shapes, said in a note. A graph a plain session
+    cannot run is also checked as ``ort-roi convert`` rewrites it (``after_convert``).
 
     Args:
         model: the model or the path of its file.
@@ -84,6 +113,8 @@ def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0, rows: int 
         node_seconds: the time each node's comparison may take: past it, the rows compared so
             far are reported, said in the node's line.
         progress: called with a line at each step (what it is doing and how long it took).
+        inputs: graph input name -> array, used instead of generated ones (the others are
+            generated).
 
     Returns:
         the answer (``Validation``).
@@ -92,32 +123,67 @@ def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0, rows: int 
     v = Validation()
     t = time.perf_counter()
     try:
-        m = onnx.load(model) if isinstance(model, str) else model
-    except Exception as e:  # noqa: BLE001 - any load failure is the finding
-        v.problems.append(("load", f"cannot read the model: {first_line(e)}"))
+        m = read_model(model) if isinstance(model, str) else model
+    except ModelFileError as e:  # the file's own problem, in plain words
+        v.problems.append(("load", str(e)))
         v.runnable = False
         return v
     if isinstance(model, str):
         say(f"loaded ({time.perf_counter() - t:.1f} s)")
+    unknown = sorted(set(inputs or {}) - {i.name for i in m.graph.input})
+    if unknown:
+        v.problems.append(("inputs", f"--inputs holds {', '.join(map(repr, unknown))}, not "
+                                     f"input(s) of this graph (its inputs: "
+                                     f"{', '.join(i.name for i in m.graph.input)})"))
+        return v
     t = time.perf_counter()
     v.roi_nodes = _plain_session_check(m, v)
     say(f"{v.roi_nodes} RoI node(s); a plain session "
         f"{'runs' if v.runnable else 'cannot run'} it as it is ({time.perf_counter() - t:.1f} s)")
-    if v.roi_nodes == 0:
-        v.notes.append("no RoI node (no node of a form ort_roi runs): nothing here for ort_roi")
-    if not v.runnable:
-        c = copy_model(m)
-        try:
-            done = rewrite(c, "ort_roi")
-        except Exception as e:  # noqa: BLE001 - the rewrite's refusal names the node
+    c = copy_model(m)
+    try:
+        done = rewrite(c, "ort_roi")
+    except Exception as e:  # noqa: BLE001 - the rewrite's refusal names the node
+        if not v.runnable:
             v.after_convert = Validation(problems=[("convert", first_line(e))], runnable=False)
             return v
+        done = None
+        v.notes.append(f"`ort-roi convert` would refuse it: {first_line(e)}")
+    if v.roi_nodes == 0 and not (done and done.moved):
+        v.notes.append("no RoI node (no node of a form ort_roi runs or convert rewrites): "
+                       "nothing here for ort_roi")
+    if not v.runnable:
         say("checking what `ort-roi convert` makes of it")
         v.after_convert = Validation(roi_nodes=v.roi_nodes, notes=list(done.notes))
-        _check_and_run(c, v.after_convert, r, seed, rows, node_seconds, say)
+        _check_and_run(c, v.after_convert, _feed(c, inputs, r, seed, v.after_convert), rows,
+                       node_seconds, say)
         return v
-    _check_and_run(m, v, r, seed, rows, node_seconds, say)
+    # the inputs as the converted graph's RoI nodes read them (an exporter's form that only
+    # convert recognises gets boxes and batch indices its framework would accept)
+    feed = _feed(c if done and done.moved else m, inputs, r, seed, v)
+    if feed is None:
+        return v
+    _check_and_run(m, v, feed, rows, node_seconds, say)
+    if v.problems or done is None or not done.moved:
+        return v
+    say("running what `ort-roi convert` makes of it on the same inputs, both timed")
+    shapes.annotate(c)
+    v.effect = convert_effect(m, c, done, feed)
     return v
+
+
+def _feed(m: onnx.ModelProto, given: dict[str, np.ndarray] | None, r: int, seed: int,
+          v: Validation) -> dict[str, np.ndarray] | None:
+    """The inputs: the given ones, the others generated for ``m``; None (a problem in ``v``)
+    when they cannot be generated."""
+    try:
+        feed = generate_inputs(m, r, seed)
+    except Exception as e:  # noqa: BLE001 - the generator's limit, not the model's failure
+        v.problems.append(("inputs", f"cannot generate inputs for this graph ({first_line(e)}): "
+                                     f"give your own with --inputs FILE.npz"))
+        return None
+    feed.update(given or {})
+    return feed
 
 
 def _plain_session_check(m: onnx.ModelProto, v: Validation) -> int:
@@ -164,8 +230,10 @@ def _plain_session_check(m: onnx.ModelProto, v: Validation) -> int:
     return n
 
 
-def _check_and_run(m: onnx.ModelProto, v: Validation, r: int, seed: int, rows: int,
-                   node_seconds: float, say: Callable[[str], None]) -> None:
+def _check_and_run(m: onnx.ModelProto, v: Validation, feed: dict[str, np.ndarray] | None,
+                   rows: int, node_seconds: float, say: Callable[[str], None]) -> None:
+    if feed is None:  # (the generator's limit, in v.problems)
+        return
     steps = [("checker", lambda: _check(m, v.notes)),
              ("shapes", lambda: onnx.shape_inference.infer_shapes(m, check_type=True,
                                                                   strict_mode=True))]
@@ -188,7 +256,6 @@ def _check_and_run(m: onnx.ModelProto, v: Validation, r: int, seed: int, rows: i
                        f"definitions (a subgraph's tensors are not exposed)")
     t = time.perf_counter()
     try:
-        feed = generate_inputs(m, r, seed)
         say(f"running it in onnxruntime on generated inputs, the inputs and outputs of "
             f"{len(nodes)} RoI node(s) exposed")
         seen, errors = _run_exposed(m, nodes, feed)
@@ -200,7 +267,7 @@ def _check_and_run(m: onnx.ModelProto, v: Validation, r: int, seed: int, rows: i
         return
     say(f"ran in {time.perf_counter() - t:.1f} s")
     shapes = ", ".join(f"{k} {list(a.shape)}" for k, a in feed.items())
-    v.notes.append(f"generated inputs ({shapes}): onnxruntime runs it" +
+    v.notes.append(f"inputs ({shapes}): onnxruntime runs it" +
                    ("; each RoI node above compared with its definition (ort_roi.definitions) "
                     "on the inputs the run fed it" if nodes else ""))
     onnx_opset = opset(m) or 1
@@ -260,17 +327,30 @@ def _check(m: onnx.ModelProto, notes: list[str]) -> None:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Does a plain onnxruntime session with ort_roi.session_options() run MODEL as it is,
-    and does each RoI node compute its definition? Every RoI node it cannot run is named with
-    what to do; then onnx's checker, shape inference, and one onnxruntime run with generated
-    inputs whose RoI nodes' inputs and outputs are captured: each node's definition
-    (ort_roi.definitions) recomputes some of its rows from those inputs (--rows,
-    --node-seconds), compared with what onnxruntime computed. One line per node; progress on
-    stderr; exit 0 when clean, 1 otherwise."""
+    does each RoI node compute its definition, and what would `ort-roi convert` change? Every
+    RoI node it cannot run is named with what to do; then onnx's checker, shape inference, and
+    one onnxruntime run with generated inputs (--inputs: yours) whose RoI nodes' inputs and
+    outputs are captured: each node's definition (ort_roi.definitions) recomputes some of its
+    rows from those inputs (--rows, --node-seconds), compared with what onnxruntime computed.
+    Where convert would change the graph, the converted graph runs on the same inputs, its
+    outputs compared and both timed. Verdicts and exit status: OK 0; FAILED 1; DIFFERS 3 (a
+    plain session runs it, but not as the exporter's framework computes it: run convert);
+    UNCHECKED 4 (inputs for the graph could not be generated: give --inputs). Several models:
+    the worst verdict's status."""
     paths = model_files(args.models)
     if not paths:
         print(f"ort-roi validate: no .onnx file in {', '.join(args.models)}", file=sys.stderr)
         return 1
-    bad = 0
+    given = None
+    if args.inputs:
+        try:
+            with np.load(args.inputs, allow_pickle=False) as f:
+                given = {k: f[k] for k in f.files}
+        except Exception as e:  # noqa: BLE001 - a missing or bad file: say which
+            print(f"ort-roi validate: --inputs {args.inputs}: cannot read it as a NumPy .npz "
+                  f"file ({first_line(e)})", file=sys.stderr)
+            return 1
+    verdicts = []
     for path in paths:
         start = time.perf_counter()
 
@@ -279,34 +359,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
 
         v = validate(path, r=args.rois, rows=args.rows, node_seconds=args.node_seconds,
-                     progress=progress)
-        _print_validation(path, v)
-        bad += not v.ok
-    return 1 if bad else 0
-
-
-def _print_validation(path: str, v: Validation) -> None:
-    if v.ok:
-        print(f"{path}: OK: {PLAIN} runs it as it is")
-    elif not v.runnable:
-        print(f"{path}: FAILED: {PLAIN} cannot run it as it is")
-    else:
-        print(f"{path}: FAILED")
-    _print_lines(v, "  ")
-    a = v.after_convert
-    if a is not None:
-        verdict = "OK, a plain session runs it" if a.ok else "FAILED"
-        print(f"  after `ort-roi convert`: {verdict}")
-        _print_lines(a, "    ")
-
-
-def _print_lines(v: Validation, indent: str) -> None:
-    for step, msg in v.problems:  # a message of several lines (onnxruntime's) stays whole
-        print(f"{indent}{step}: " + msg.replace("\n", "\n" + indent + "  "))
-    for msg in v.compared:
-        print(f"{indent}{msg}")
-    for msg in v.notes:
-        print(f"{indent}note: {msg}")
+                     progress=progress if args.verbose else None, inputs=given)
+        print_validation(path, v)
+        verdicts.append(v.verdict)
+    return EXIT[min(verdicts, key=list(EXIT).index)]
 
 
 def model_files(paths: list[str]) -> list[str]:
@@ -331,4 +387,9 @@ def add_command(sub) -> None:
     p.add_argument("--node-seconds", type=float, default=NODE_SECONDS,
                    help=f"time for each node's comparison; past it the rows compared so far "
                         f"are reported (default {NODE_SECONDS:g})")
+    p.add_argument("--inputs", metavar="FILE.npz",
+                   help="your own inputs (numpy.savez: graph input name -> array); inputs it "
+                        "does not hold are generated")
+    p.add_argument("--verbose", action="store_true",
+                   help="progress on stderr: each step and how long it took")
     p.set_defaults(fn=cmd_validate)

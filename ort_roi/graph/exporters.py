@@ -224,14 +224,16 @@ def _op_types(model: onnx.ModelProto) -> set[str]:
 
 
 def run_passes(model: onnx.ModelProto, to: str = "ort_roi", fuse: bool = True,
-               exporter: str | None = None) -> tuple[Origin, Moved, list[str]]:
+               exporter: str | None = None) -> tuple[Origin, Moved, list[str], list[str]]:
     """The exporters' passes ``rewrite`` runs, in place: the graph indexed once, its exporter
     told once (``identify``), each pass of ``EXPORTERS`` whose direction, ``fuse`` and needed
     ops fit run on that index if it is exact or its exporter's repair; the other repairs only
     find what they would change, for a note.
 
     Returns:
-        (the origin, moved: (node, from, to) per rewrite, notes).
+        (the origin, moved: (node, from, to) per rewrite, notes, repairs: one line per repair
+        pass that changed the graph, what it changed: the graph then computes otherwise
+        than ONNX reads the exporter's form).
 
     Raises:
         ValueError: a bad ``exporter``.
@@ -241,6 +243,7 @@ def run_passes(model: onnx.ModelProto, to: str = "ort_roi", fuse: bool = True,
     ops = _op_types(model)
     moved: Moved = []
     notes: list[str] = []
+    repairs: list[str] = []
     for e in EXPORTERS:
         for p in e.passes:
             if to not in p.to or (p.fusion and not fuse) or not p.needs & ops:
@@ -260,7 +263,11 @@ def run_passes(model: onnx.ModelProto, to: str = "ort_roi", fuse: bool = True,
             m, n = p.run(model, g)
             moved += m
             notes += n
+            if m and p.repair:
+                repairs.append(f"{len(m)} x {p.what} as {e.name} writes it: "
+                               f"{p.gives or 'what ' + e.name + ' meant'}, not ONNX's reading "
+                               f"of it")
             if m:  # the graph changed: one new index for the passes after
                 g = GraphIndex(model.graph, opset(model) or 1)
                 ops = _op_types(model)
-    return origin, moved, notes
+    return origin, moved, notes, repairs

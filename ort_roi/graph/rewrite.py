@@ -33,12 +33,16 @@ class Rewrite:
     """What one rewrite pass did: the nodes it moved (label, from, to: "domain::op"), notes
     worth telling the user (semantics that differ, nodes left as they were), and the exporter
     the graph was taken to come from (``exporter``: a name of ``exporters.NAMES``, None when
-    it could not be told; ``evidence``: why), whose repairs alone were applied."""
+    it could not be told; ``evidence``: why), whose repairs alone were applied. ``repairs``:
+    one line per change of what the graph computes (an exporter's form given its framework's
+    arithmetic, ONNX RoiAlign's max read as the largest sample); the other moves compute what
+    onnxruntime computed from the nodes they replace."""
 
     moved: list[tuple[str, str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     exporter: str | None = None
     evidence: str = ""
+    repairs: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         """The exporter, then one entry per kind of move: "exporter: torch.onnx (producer_name
@@ -76,8 +80,8 @@ def rewrite(model: onnx.ModelProto, to: str = "ort_roi",
         raise ValueError("the input is not an ONNX model: it holds no graph (an empty file, or "
                          "a file of another kind)")
     onnx_opset = opset(model) or 1
-    origin, moved, notes = exporters.run_passes(model, to, fuse, exporter)
-    done = Rewrite(moved, notes, origin.exporter, origin.evidence)
+    origin, moved, notes, repairs = exporters.run_passes(model, to, fuse, exporter)
+    done = Rewrite(moved, notes, origin.exporter, origin.evidence, repairs)
     for node in iter_nodes(model.graph):
         f = form(node.domain, node.op_type)
         before = _name(node.domain, node.op_type)
@@ -216,6 +220,9 @@ def _into_ours(node: onnx.NodeProto, f: NodeForm, onnx_opset: int, roialign_max:
     if f.two_maxes and given.get("mode") == "max":
         given["mode"] = ROIALIGN_MAX[roialign_max]
         if roialign_max == "sample":
+            done.repairs.append(f"node {where!r}: ONNX RoiAlign mode=max as the largest "
+                                f"bilinear sample (mmcv, OpenVINO), not onnxruntime's largest "
+                                f"weighted corner")
             done.notes.append(
                 f"node {where!r}: RoiAlign mode=max is computed as the largest bilinear sample "
                 f"of each bin (mmcv, OpenVINO), not as onnxruntime computes it (the largest "

@@ -4,6 +4,7 @@ exporter writes it, given to a plain ``onnxruntime.InferenceSession`` with
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,7 +13,9 @@ import onnxruntime as ort
 from onnx import helper
 
 from ..graph import builders
+from ..graph.nodes import iter_nodes
 from ..graph.rewrite import rewrite
+from ..ops import form
 from ..spec import DOMAIN, TYPES, Attr, NodeForm, OpSpec
 from .session import session_options
 
@@ -121,3 +124,56 @@ def how_it_runs(f: NodeForm) -> str:
         line += (f"; ort-roi convert, ort_roi.convert() and the front door rewrite it as "
                  f"{target}, which a plain session runs")
     return line
+
+
+#: Nodes onnxruntime runs without a kernel of their own (it folds a Constant into a weight).
+BUILT_IN = frozenset({("", "Constant")})
+
+
+@functools.lru_cache(maxsize=1)
+def _onnxruntime_kernels() -> frozenset[tuple[str, str]]:
+    """(domain, op type) of every kernel onnxruntime's CPU provider registers ("" for ONNX's
+    own domain)."""
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+        return frozenset((d.domain, d.op_name) for d in C.get_all_opkernel_def())
+    except Exception:  # noqa: BLE001 - an onnxruntime without the listing: none known
+        return frozenset()
+
+
+def _onnx_function(domain: str, op_type: str) -> bool:
+    """Whether ONNX defines ``op_type`` as a function of other ops (onnxruntime expands it)."""
+    try:
+        s = onnx.defs.get_schema(op_type, domain)
+    except Exception:  # noqa: BLE001 - no such op in ONNX
+        return False
+    return bool(s.has_function or s.has_context_dependent_function)
+
+
+def unprovided(model: onnx.ModelProto) -> dict[str, int]:
+    """The nodes that no runtime here provides: neither onnxruntime (a kernel of its CPU
+    provider, or an ONNX function it expands) nor ort_roi (its ops, and the forms convert and
+    the front door rewrite into them). Subgraphs included.
+
+    Args:
+        model: the model.
+
+    Returns:
+        "domain::op_type" -> how many such nodes, in the order first met.
+    """
+    kernels = _onnxruntime_kernels()
+    out: dict[str, int] = {}
+    for node in iter_nodes(model.graph):
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if (form(domain, node.op_type) is not None or (domain, node.op_type) in kernels
+                or (domain, node.op_type) in BUILT_IN or _onnx_function(domain, node.op_type)):
+            continue
+        key = f"{domain or 'onnx'}::{node.op_type}"
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def onnxruntime_kernel(domain: str, op_type: str) -> bool:
+    """Whether onnxruntime's CPU provider has a kernel for ``domain::op_type``."""
+    return ("" if domain == "ai.onnx" else domain, op_type) in _onnxruntime_kernels()

@@ -1,0 +1,232 @@
+"""The verdicts users act on: ``ort-roi validate``, ``info`` and ``convert`` agree with each
+other and with the facts on the exporters' graphs the package and the tests hold.
+
+- validate knows what convert knows: a graph convert would rewrite holds RoI work; where the
+  rewrite changes what the graph computes (an exporter's form that ONNX reads otherwise than
+  its framework: tf2onnx's crop_and_resize, mx2onnx's RoiAlign) the verdict is DIFFERS (exit
+  3), with the difference measured on the same inputs; where it computes the same (a fused
+  torchvision stage) OK, with the same outputs and the speed measured.
+- info checks what it claims: a plain session is tried before "runs it as it is", a node
+  onnxruntime has no kernel for is not called native, and every node no runtime here provides
+  is named.
+- the three commands say the same plain words about a file that is missing, empty or not a
+  model, and convert names an output path it cannot write.
+"""
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import ort_roi
+from ort_roi.cli import main as cli
+from ort_roi.cli.validate import EXIT, validate
+from tests import cases as C
+from tests import crop_cases
+from tests.test_multilevel import mmdeploy_node_model
+from tests.test_origin import feed, handmade, mx  # noqa: F401 - mx: a fixture
+
+DATA = os.path.join(os.path.dirname(ort_roi.__file__), "data")
+MODELS = os.path.join(os.path.dirname(__file__), "..", "models")
+TF_GRAPHS = ["tf2onnx_crop_and_resize_loop_14.onnx", "tf2onnx_crop_and_resize_contrib_14.onnx",
+             "tf2onnx_crop_and_resize_loop_7.onnx", "tf2onnx_crop_and_resize_contrib_7.onnx"]
+
+
+def _save(tmp_path, m, name="m.onnx"):
+    path = str(tmp_path / name)
+    onnx.save(m, path)
+    return path
+
+
+# --- 1. validate knows what convert knows ----------------------------------------------------
+
+@pytest.mark.parametrize("name", TF_GRAPHS)
+def test_tf2onnx_crop_and_resize_differs_and_says_convert(name, capsys):
+    """Before: the Loop form was "OK ... nothing here for ort_roi", the contrib form FAILED
+    (its generated box_indices had 1 row for 6 boxes)."""
+    path = os.path.join(DATA, name)
+    assert cli.main(["validate", path]) == EXIT["DIFFERS"] == 3
+    out = capsys.readouterr().out
+    assert out.startswith(f"{path}: DIFFERS: ") and "run `ort-roi convert" in out, out
+    assert "nothing here for ort_roi" not in out and "FAILED" not in out, out
+    assert "changes what it computes: 1 x tf.image.crop_and_resize as tf2onnx writes it" in out
+    assert "box_indices [6]" in out, out  # one batch index per box
+
+
+def test_tf2onnx_difference_is_measured_on_the_users_inputs(tmp_path, capsys):
+    """Boxes ending at 1.0 whose last sample TF puts above H - 1 (tests/crop_cases.py), given
+    with --inputs: the difference is measured on them (TF writes the extrapolation value,
+    -7, where onnxruntime interpolates). On the generated boxes the readings agree, and
+    validate says the difference was not reached rather than that there is none."""
+    path = os.path.join(DATA, "tf2onnx_crop_and_resize_loop_14.onnx")
+    generated = validate(path)
+    assert generated.verdict == "DIFFERS" and not generated.effect.differs
+    assert cli.main(["validate", path]) == 3
+    assert "(the inputs did not reach it)" in capsys.readouterr().out
+    case = next(c for c in crop_cases.cases() if c["name"] == "ends_at_one_16x16_14")
+    m = onnx.load(path)
+    loop = next(n for n in m.graph.node if n.op_type == "Loop")
+    assert case["attrs"]["crop_height"] == 14 and loop is not None
+    inputs = dict(case["inputs"])
+    npz = str(tmp_path / "in.npz")
+    np.savez(npz, **inputs)
+    v = validate(path, inputs=dict(np.load(npz)))
+    assert v.verdict == "DIFFERS" and v.effect.differs, v.effect
+    assert v.effect.max_diff > 1.0, v.effect.max_diff
+    assert cli.main(["validate", path, "--inputs", npz]) == 3
+    out = capsys.readouterr().out
+    assert "on these inputs the converted graph's outputs differ: " in out, out
+
+
+def test_mx2onnx_roi_align_differs_by_what_mxnet_computes(tmp_path, capsys, mx):
+    """mx2onnx's RoiAlign stamped opset 16 (ONNX reads half_pixel; MXNet computes
+    output_half_pixel): DIFFERS, the difference measured on MXNet's own golden inputs, and
+    the converted graph's outputs are MXNet's."""
+    m = handmade()
+    m.graph.name, m.producer_name = "mxnet_converted_model", ""
+    path = _save(tmp_path, m)
+    assert cli.main(["validate", path]) == 3
+    out = capsys.readouterr().out
+    assert "changes what it computes: 1 x MXNet's contrib.ROIAlign as mx2onnx writes it" in out
+    v = validate(path, inputs=feed(mx))
+    assert v.verdict == "DIFFERS" and v.effect.differs, v.effect
+    assert v.effect.max_diff > 0.01, v.effect.max_diff
+
+
+def test_torchvision_stage_runs_as_it_is_and_convert_is_measured(capsys):
+    """An exact rewrite (the fused stage computes what the 217 nodes computed): OK, the same
+    outputs on the same inputs, and the speed of both measured."""
+    path = os.path.join(DATA, "torchvision_stage_14.onnx")
+    assert cli.main(["validate", path]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{path}: OK: "), out
+    assert "1 x torchvision MultiScaleRoIAlign stage (217 nodes) -> ort_roi::PyramidRoIAlign" in out
+    assert "the converted graph's outputs are the same (max |diff| 0," in out, out
+    assert "speed on these inputs: " in out and "changes what it computes" not in out, out
+    v = validate(path)
+    assert v.effect.native_s > 0 and v.effect.converted_s > 0 and not v.effect.differs
+
+
+def test_several_models_exit_with_the_worst_verdict(tmp_path):
+    loop = os.path.join(DATA, "tf2onnx_crop_and_resize_loop_14.onnx")
+    ok = os.path.join(MODELS, "rfcn_head.onnx")
+    missing = str(tmp_path / "missing.onnx")
+    assert cli.main(["validate", ok]) == 0
+    assert cli.main(["validate", ok, loop]) == 3
+    assert cli.main(["validate", loop, missing, ok]) == 1
+
+
+def test_inputs_file_is_used_and_a_stray_name_is_unchecked_not_failed(tmp_path, capsys):
+    path = os.path.join(MODELS, "mask_rcnn_head.onnx")
+    mine = {"boxes": np.array([[1, 2, 30, 40], [5, 5, 90, 60], [0, 0, 383, 511]], np.float32),
+            "boxes_num": np.array([3], np.int64)}
+    npz = str(tmp_path / "in.npz")
+    np.savez(npz, **mine)
+    assert cli.main(["validate", path, "--inputs", npz]) == 0
+    out = capsys.readouterr().out
+    assert "boxes [3, 4]" in out and "all 3 rows equal its definition" in out, out
+    np.savez(npz, box=mine["boxes"])
+    assert cli.main(["validate", path, "--inputs", npz]) == EXIT["UNCHECKED"] == 4
+    out = capsys.readouterr().out
+    assert "UNCHECKED" in out and "'box'" in out and "FAILED" not in out, out
+
+
+# --- 3. info checks what it claims -----------------------------------------------------------
+
+def _broken(tmp_path):
+    """docs/graphs.md's broken.onnx: fast_rcnn_head.onnx without its node's pooled_h."""
+    m = onnx.load(os.path.join(MODELS, "fast_rcnn_head.onnx"))
+    node = next(n for n in m.graph.node if n.op_type == "ROIPooling")
+    keep = [a for a in node.attribute if a.name != "pooled_h"]
+    del node.attribute[:]
+    node.attribute.extend(keep)
+    return _save(tmp_path, m, "broken.onnx")
+
+
+def test_info_never_calls_a_broken_model_runnable(tmp_path, capsys):
+    path = _broken(tmp_path)
+    assert cli.main(["info", path]) == 0
+    out = capsys.readouterr().out
+    assert "runs it as it is" not in out, out
+    assert "cannot run it as it is: onnxruntime refuses it" in out, out
+    assert "convert would refuse it: " in out and "pooled_h" in out, out
+    assert cli.main(["validate", path]) == 1
+
+
+def _tensorrt_export():
+    """MMDeploy's TensorRT export, in small: its multi-level RoI node, then GatherTopk and
+    TRTBatchedNMS (TensorRT plugins nothing in onnxruntime runs)."""
+    m = mmdeploy_node_model(C.multilevel_cases(28)[6])
+    g = m.graph
+    g.node.append(helper.make_node("GatherTopk", ["output", "rois"], ["topk"], domain="mmdeploy",
+                                   name="topk"))
+    g.node.append(helper.make_node("TRTBatchedNMS", ["topk", "rois"], ["dets", "labels"],
+                                   domain="mmdeploy", name="nms", background_label_id=-1))
+    del g.output[:]
+    g.output.extend([helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
+                     for n in ("dets", "labels")])
+    return m
+
+
+def test_info_names_every_node_no_runtime_provides(tmp_path, capsys):
+    path = _save(tmp_path, _tensorrt_export())
+    assert cli.main(["info", path]) == 0
+    out = capsys.readouterr().out
+    assert "onnxruntime runs it natively" not in out, out
+    assert ("mmdeploy::MMCVMultiLevelRoiAlign (mmdeploy MMCVMultiLevelRoiAlign" in out
+            or "mmdeploy::MMCVMultiLevelRoiAlign (" in out), out
+    assert "no runtime here runs it as written (onnxruntime has no kernel for it)" in out, out
+    assert ("needs what no runtime here provides (neither onnxruntime nor ort_roi runs these "
+            "nodes, before or after convert): mmdeploy::GatherTopk (1 node), "
+            "mmdeploy::TRTBatchedNMS (1 node)") in out, out
+    assert "after convert, onnxruntime still refuses it" in out, out
+
+
+def test_info_tries_a_plain_session_before_saying_it_runs(capsys):
+    for name in ("rfcn_head.onnx", "mask_rcnn_head.onnx"):
+        assert cli.main(["info", os.path.join(MODELS, name)]) == 0
+        out = capsys.readouterr().out
+        assert "runs it as it is (tried: the session loads it)" in out, out
+        assert "needs what no runtime here provides" not in out, out
+    loop = os.path.join(DATA, "tf2onnx_crop_and_resize_loop_14.onnx")
+    assert cli.main(["info", loop]) == 0
+    out = capsys.readouterr().out
+    assert "onnxruntime runs this model without ort_roi" not in out, out
+    assert "changes what it computes: 1 x tf.image.crop_and_resize" in out, out
+
+
+# --- 4. plain words for files ----------------------------------------------------------------
+
+def _files(tmp_path):
+    text = tmp_path / "notes.onnx"
+    text.write_text("this is a text file, not a model\n")
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    return {"missing": (str(tmp_path / "missing.onnx"), "no such file"),
+            "text": (str(text), "not an ONNX model"),
+            "empty": (str(empty), "an empty file (0 bytes), not an ONNX model")}
+
+
+@pytest.mark.parametrize("kind", ["missing", "text", "empty"])
+def test_the_three_commands_say_the_same_plain_words(tmp_path, capsys, kind):
+    path, words = _files(tmp_path)[kind]
+    assert cli.main(["validate", path]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"{path}: FAILED: {words}"), out
+    assert "onnxruntime" not in out and "Wire format" not in out.split("(")[0], out
+    assert cli.main(["info", path]) == 1
+    assert f"ort-roi info: {path}: {words}" in capsys.readouterr().err
+    assert cli.main(["convert", path, str(tmp_path / "out.onnx")]) == 1
+    assert f"ort-roi convert: {path}: {words}" in capsys.readouterr().err
+
+
+def test_convert_names_an_output_path_it_cannot_write(tmp_path, capsys):
+    src = os.path.join(MODELS, "rfcn_head.onnx")
+    out = str(tmp_path / "missing" / "dir" / "out.onnx")
+    assert cli.main(["convert", src, out]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot write the output {out}: its folder " in err and "does not exist" in err, err
+    assert cli.main(["convert", src, str(tmp_path)]) == 1
+    assert f"cannot write the output {tmp_path}: it is a folder" in capsys.readouterr().err
