@@ -373,8 +373,7 @@ def test_cli_convert_of_a_file_that_is_no_model_exits_1(tmp_path, capsys, conten
     src.write_bytes(content)
     assert cli.main(["convert", str(src), str(out)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("ort-roi convert: ") and ("not an ONNX model" in err
-                                                    or "cannot read the model" in err), err
+    assert err.startswith("ort-roi convert: ") and "not an ONNX model" in err, err
     assert not out.exists()
 
 

@@ -127,6 +127,7 @@ def test_inputs_file_is_used_and_a_stray_name_is_unchecked_not_failed(tmp_path, 
     assert cli.main(["validate", path, "--inputs", npz]) == 0
     out = capsys.readouterr().out
     assert "boxes [3, 4]" in out and "all 3 rows equal its definition" in out, out
+    assert "boxes, boxes_num given, the rest generated" in out, out
     np.savez(npz, box=mine["boxes"])
     assert cli.main(["validate", path, "--inputs", npz]) == EXIT["UNCHECKED"] == 4
     out = capsys.readouterr().out

@@ -62,6 +62,7 @@ class Validation:
     roi_nodes: int = 0
     after_convert: "Validation | None" = None
     effect: Effect | None = None
+    given: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -183,6 +184,7 @@ def _feed(m: onnx.ModelProto, given: dict[str, np.ndarray] | None, r: int, seed:
                                      f"give your own with --inputs FILE.npz"))
         return None
     feed.update(given or {})
+    v.given = sorted(given or {})
     return feed
 
 
@@ -267,7 +269,9 @@ def _check_and_run(m: onnx.ModelProto, v: Validation, feed: dict[str, np.ndarray
         return
     say(f"ran in {time.perf_counter() - t:.1f} s")
     shapes = ", ".join(f"{k} {list(a.shape)}" for k, a in feed.items())
-    v.notes.append(f"inputs ({shapes}): onnxruntime runs it" +
+    mine = sorted(set(v.given) & set(feed))
+    v.notes.append((f"inputs ({shapes}; {', '.join(mine)} given, the rest generated)" if mine
+                    else f"generated inputs ({shapes})") + ": onnxruntime runs it" +
                    ("; each RoI node above compared with its definition (ort_roi.definitions) "
                     "on the inputs the run fed it" if nodes else ""))
     onnx_opset = opset(m) or 1
