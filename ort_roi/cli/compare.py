@@ -82,7 +82,7 @@ def compare_with_reference(model: onnx.ModelProto, inputs: dict[str, np.ndarray]
     return rep
 
 
-class _Errors(logging.Handler):
+class OpErrors(logging.Handler):
     """Collects the errors ort_roi's ops log in a plain session."""
 
     def __init__(self):
@@ -108,7 +108,7 @@ def run_plain(model: onnx.ModelProto, inputs: dict) -> tuple:
     so.log_severity_level = 3  # a Loop's "expected shape" warnings, one per iteration
     sess = ort.InferenceSession(model.SerializeToString(), so,
                                 providers=["CPUExecutionProvider"])
-    handler, logger = _Errors(), logging.getLogger("ort_roi")
+    handler, logger = OpErrors(), logging.getLogger("ort_roi")
     logger.addHandler(handler)
     try:
         got = sess.run(None, inputs)

@@ -18,7 +18,7 @@ import onnxruntime as ort
 from ..graph.rewrite import Rewrite
 from ..runtime.session import session_options
 from .bench_timing import time_together
-from .compare import ATOL, RTOL, _Errors
+from .compare import ATOL, RTOL, OpErrors
 
 #: Timed rounds of each graph (after one untimed run of each), interleaved: at most ROUNDS,
 #: fewer where the two runs take longer than BUDGET_S seconds together (at least one).
@@ -97,7 +97,7 @@ def convert_effect(model: onnx.ModelProto, converted: onnx.ModelProto, done: Rew
         the measured ``Effect``.
     """
     effect = Effect(done)
-    handler, logger = _Errors(), logging.getLogger("ort_roi")
+    handler, logger = OpErrors(), logging.getLogger("ort_roi")
     logger.addHandler(handler)
     try:
         native, ours = _session(model), _session(converted)

@@ -8,7 +8,6 @@ import argparse
 import pathlib
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -25,62 +24,14 @@ from ..graph.rewrite import rewrite
 from ..ops import form
 from ..runtime.probe import plain_session_error
 from .compare import compare_node, run_plain
-from .effect import Effect, convert_effect
-from .verdicts import print_validation
+from .effect import convert_effect
+from .verdicts import EXIT, Validation, print_validation
 
 
 #: Rows (boxes) of each RoI node compared with its definition, evenly spaced (``--rows``).
 ROWS = 64
 #: Seconds each node's comparison may take; past them it stops and says so (``--node-seconds``).
 NODE_SECONDS = 30.0
-
-
-#: The verdicts, worst first, and the exit status of each (several models: the worst's).
-EXIT = {"FAILED": 1, "DIFFERS": 3, "UNCHECKED": 4, "OK": 0}
-
-
-@dataclass
-class Validation:
-    """The answer of ``ort-roi validate``: does a plain onnxruntime session with
-    ``ort_roi.session_options()`` run the file as it is, does it compute what it should, and
-    what would ``ort-roi convert`` change.
-
-    ``problems``: (step, message) pairs, empty when the answer is yes (step "inputs": the
-    generated inputs could not satisfy the graph, which is no finding about the model);
-    ``notes``: what is worth knowing but no failure; ``compared``: one line per RoI node whose
-    output equals its definition (what was compared); ``runnable``: whether a plain session
-    runs it as it is; ``roi_nodes``: the RoI nodes (of any form) in it; ``after_convert``:
-    when a plain session cannot run it, the same check of what ``ort-roi convert`` makes of
-    it; ``effect``: when it runs as it is and convert would change it, what convert changes,
-    measured on the same inputs (``effect.Effect``).
-    """
-
-    problems: list[tuple[str, str]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    compared: list[str] = field(default_factory=list)
-    runnable: bool = True
-    roi_nodes: int = 0
-    after_convert: "Validation | None" = None
-    effect: Effect | None = None
-    given: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    @property
-    def verdict(self) -> str:
-        """FAILED (the model fails a check), UNCHECKED (the generated inputs could not satisfy
-        the graph: give your own), DIFFERS (a plain session runs it, but convert would change
-        what it computes: the exporter's form read otherwise than its framework computes it)
-        or OK."""
-        if any(step != "inputs" for step, _ in self.problems):
-            return "FAILED"
-        if self.problems:
-            return "UNCHECKED"
-        if self.effect is not None and self.effect.rewrite.repairs:
-            return "DIFFERS"
-        return "OK"
 
 
 def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0, rows: int = ROWS,

@@ -1,21 +1,67 @@
-"""How ``ort-roi validate`` says its answer (``print_validation``): the verdict line of each
-model (OK, DIFFERS, UNCHECKED, FAILED: ``Validation.verdict``), its findings, and what convert
-would change, measured (``effect.Effect``)."""
+"""``ort-roi validate``'s answer (``Validation``: its verdict OK, DIFFERS, UNCHECKED or FAILED
+and their exit statuses, ``EXIT``) and how it is said (``print_validation``): the verdict
+line of each model, its findings, and what convert would change, measured
+(``effect.Effect``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 from .compare import ATOL, RTOL
 from .effect import Effect
 
-if TYPE_CHECKING:
-    from .validate import Validation
-
 PLAIN = "a plain onnxruntime session with ort_roi.session_options()"
 
+#: The verdicts, worst first, and the exit status of each (several models: the worst's).
+EXIT = {"FAILED": 1, "DIFFERS": 3, "UNCHECKED": 4, "OK": 0}
 
-def print_validation(path: str, v: "Validation") -> None:
+
+@dataclass
+class Validation:
+    """The answer of ``ort-roi validate``: does a plain onnxruntime session with
+    ``ort_roi.session_options()`` run the file as it is, does it compute what it should, and
+    what would ``ort-roi convert`` change.
+
+    ``problems``: (step, message) pairs, empty when the answer is yes (step "inputs": the
+    generated inputs could not satisfy the graph, which is no finding about the model);
+    ``notes``: what is worth knowing but no failure; ``compared``: one line per RoI node whose
+    output equals its definition (what was compared); ``runnable``: whether a plain session
+    runs it as it is; ``roi_nodes``: the RoI nodes (of any form) in it; ``after_convert``:
+    when a plain session cannot run it, the same check of what ``ort-roi convert`` makes of
+    it; ``effect``: when it runs as it is and convert would change it, what convert changes,
+    measured on the same inputs (``effect.Effect``).
+    """
+
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    compared: list[str] = field(default_factory=list)
+    runnable: bool = True
+    roi_nodes: int = 0
+    after_convert: "Validation | None" = None
+    effect: Effect | None = None
+    given: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def verdict(self) -> str:
+        """FAILED (the model fails a check), UNCHECKED (the generated inputs could not satisfy
+        the graph: give your own), DIFFERS (a plain session runs it, but convert would change
+        what it computes: the exporter's form read otherwise than its framework computes it)
+        or OK."""
+        if any(step != "inputs" for step, _ in self.problems):
+            return "FAILED"
+        if self.problems:
+            return "UNCHECKED"
+        if self.effect is not None and self.effect.rewrite.repairs:
+            return "DIFFERS"
+        return "OK"
+
+
+
+def print_validation(path: str, v: Validation) -> None:
     """Print ``ort-roi validate``'s answer for one model: the verdict line, then each problem,
     each node compared, the notes, what convert would change (measured) and, for a graph a
     plain session cannot run, the same of the converted graph."""
@@ -73,7 +119,7 @@ def _print_effect(e: Effect, indent: str) -> None:
         print(f"{indent}  note: {note}")
 
 
-def _print_lines(v: "Validation", indent: str) -> None:
+def _print_lines(v: Validation, indent: str) -> None:
     for step, msg in v.problems:  # a message of several lines (onnxruntime's) stays whole
         print(f"{indent}{step}: " + msg.replace("\n", "\n" + indent + "  "))
     for msg in v.compared:
