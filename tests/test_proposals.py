@@ -438,6 +438,86 @@ def test_nms_past_its_comparison_budget_is_a_roi_op_error(monkeypatch, eta):
         generate_proposals(*x.values(), **dict(case["attrs"], eta=eta))
 
 
+def _eta_case(dtype, eta: float, huge: bool) -> dict:
+    """Issue 51's case: 12,001 anchors taken (pre/post_nms_top_n 0), nms_thresh 0.7: an
+    isolated box of the best score, then 12,000 boxes that all overlap one another (sides 50
+    to 150 about the origin; too many pairs for the sparse search, so the fixed-threshold
+    NMS after the first keep asks the grid). With ``huge`` one of the 12,000 (score 0) is
+    1e300 wide instead, far past the others: sides 1e298 times apart."""
+    m = 12001
+    rng = np.random.default_rng(51)
+    an = np.zeros((m, 4))
+    an[0] = [5000, 5000, 5100, 5100]
+    xy = rng.uniform(0, 50, (m - 1, 2))
+    an[1:, :2], an[1:, 2:] = xy, xy + rng.uniform(50, 100, (m - 1, 2))
+    scores = rng.uniform(0.1, 0.9, m)
+    scores[0] = 1.0
+    im = 6000.0
+    if huge:
+        an[m - 1] = [200, 200, 1e300, 300]
+        scores[m - 1] = 0.0
+        im = 2e300
+    an = an.astype(dtype)
+    return dict(name=f"eta_{eta:g}_{np.dtype(dtype).name}{'_huge' * huge}",
+                op="GenerateProposals",
+                inputs=dict(scores=scores.astype(dtype).reshape(1, 1, 1, m),
+                            bbox_deltas=np.zeros((1, 4, 1, m), dtype),
+                            im_shape=np.array([[im, im]], dtype),
+                            anchors=an.reshape(1, m, 1, 4),
+                            variances=np.ones((1, m, 1, 4), dtype)),
+                attrs=dict(pre_nms_top_n=0, post_nms_top_n=0, nms_thresh=0.7, min_size=0.0,
+                           eta=eta, pixel_offset=0))
+
+
+def _session_outputs(case):
+    import onnxruntime as ort
+
+    import ort_roi
+    from ort_roi.graph.builders import single_op_model
+
+    x = list(case["inputs"].values())
+    m = single_op_model(case["op"], x[0].dtype, np.int32, **case["attrs"])
+    sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                providers=["CPUExecutionProvider"])
+    return sess.run(None, dict(zip([i.name for i in sess.get_inputs()], x)))
+
+
+ETA_CASES = [(np.float32, 0.0, False), (np.float64, 0.0, False), (np.float32, -0.5, False),
+             (np.float64, 1e-45, True)]
+
+
+@needs_entry
+@pytest.mark.parametrize("dtype, eta, huge", ETA_CASES)
+def test_eta_at_or_near_zero_keeps_what_paddle_keeps(dtype, eta, huge):
+    """Issue 51: eta 0 makes the threshold 0 after the first keep (Paddle: while it is
+    > 0.5 it is multiplied by eta), and every later box overlapping a kept one by more than 0
+    is suppressed: the isolated best box and the best of the 12,000 overlapping ones are kept
+    (the grid search divided by the threshold: ZeroDivisionError). eta < 0: a negative
+    threshold suppresses every box after the first (IoU 0 is not <= it). eta 1e-45 in
+    float64 with sides 1e298 times apart: the grid's size classes overflowed float64
+    (OverflowError); the huge box overlaps the others by less than 1e-45 and is kept too.
+    In a real onnxruntime session; equal to the literal definition (test_eta_..._live:
+    to Paddle)."""
+    case = _eta_case(dtype, eta, huge)
+    got = _session_outputs(case)
+    x = case["inputs"]
+    s = x["scores"].ravel()
+    want = [0] if eta < 0 else [0, 1 + int(np.argmax(s[1:]))] + [len(s) - 1] * huge
+    assert got[2].tolist() == [len(want)] and np.array_equal(got[1][:, 0], s[want])
+    assert np.array_equal(got[0][0], x["anchors"].reshape(-1, 4)[0])  # decoded exactly
+    _same(got, _definition(case), case["name"])
+
+
+@pytest.mark.parity
+@needs_paddle
+@pytest.mark.parametrize("dtype, eta, huge", ETA_CASES)
+def test_eta_at_or_near_zero_equals_paddle_live(dtype, eta, huge):
+    from tests.oracles import paddle_proposals as paddle_outputs
+
+    case = _eta_case(dtype, eta, huge)
+    _same(_session_outputs(case), paddle_outputs(case), case["name"])
+
+
 # --- the ops: entries, sessions, bad inputs ---------------------------------------------------
 
 @needs_entry

@@ -359,7 +359,9 @@ def _grid_ranges(x1, y1, x2, y2, thr, norm):
     """The grid search's candidates: (o, a, lo, cnt), boxes sorted (``o``) by size class,
     row and x1, and for query a (a sorted position) the sorted positions [lo, lo + cnt) that
     may overlap it by more than ``thr``, each unordered pair once; None where the boxes do
-    not fit the grid (a side <= 0, a non-finite size or area, coordinates too far apart).
+    not fit the grid (a side <= 0, a non-finite size or area, coordinates too far apart,
+    size classes past float64's range) or ``thr`` is <= 0 (eta 0 or below makes the adaptive
+    threshold 0 or negative: every overlap suppresses, and no size class bounds a pair).
 
     IoU > t needs (sides w = x2 - x1 + norm, h likewise; inter <= the smaller box, union >=
     the larger): w_b / w_a in (t, 1/t), h likewise, and x1_b - x1_a in (-(1-t) w_b,
@@ -370,6 +372,8 @@ def _grid_ranges(x1, y1, x2, y2, thr, norm):
     each box queries the rows of the classes next to it that reach its y1 window, and in
     each row (sorted by x1) its x1 window. t is thr less 1e-3 of it, and the windows are
     widened by a relative 1e-9: rounding (of T's IoU, here in float64) only adds candidates."""
+    if not thr > 0:
+        return None
     m = x1.size
     X1, Y1 = x1.astype(F64), y1.astype(F64)
     W = (x2.astype(F64) - X1) + F64(norm)
@@ -387,7 +391,13 @@ def _grid_ranges(x1, y1, x2, y2, thr, norm):
         return None
     # class k: sides in [bound[k], bound[k + 1]); each bound over 1/t times the one before
     # (Python's pow, the C library's: no NumPy transcendental decides a class)
-    bound = np.array([smallest * q ** k for k in range(int(math.log(spread) / math.log(q)) + 4)])
+    try:
+        bound = np.array([smallest * q ** k
+                          for k in range(int(math.log(spread) / math.log(q)) + 4)])
+    except OverflowError:  # a tiny thr (eta ~1e-45) and sides far apart: q ** k past 1e308
+        return None
+    if not np.isfinite(bound).all():
+        return None
     cw = np.searchsorted(bound, W, "right") - 1
     ch = np.searchsorted(bound, H, "right") - 1
     with np.errstate(all="ignore"):
