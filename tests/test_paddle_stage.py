@@ -489,3 +489,62 @@ def test_cuda_source_on_host(host_cupy, case):
     np.testing.assert_array_equal(got, np.concatenate(per)[d[2 * L][:, 0]])
     want = ops.kernel(ops.spec(case["op"]))(*args, **a)
     np.testing.assert_allclose(got, want, **_tol(want.dtype))
+
+
+# -- export-paddle's zero-row Reshape repair (empty_safe_reshapes) ----------------------------
+
+def _reshape_model(form: str, onnx_opset: int) -> onnx.ModelProto:
+    """One Reshape of x (rank 3 or 4) as paddle2onnx writes it: ``const`` Paddle's
+    reshape(x, [0, 2, -1]) (a constant shape), ``flatten`` Paddle's flatten(x, 1, 2)
+    (Concat(Shape(x)[:1], [-1], Shape(x)[3:]))."""
+    if form == "const":
+        nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="r")]
+        inits = [numpy_helper.from_array(np.array([0, 2, -1], np.int64), "shape")]
+        rank = 3
+    else:
+        nodes = [helper.make_node("Shape", ["x"], ["s"], name="s"),
+                 helper.make_node("Slice", ["s", "z", "one"], ["head"], name="head"),
+                 helper.make_node("Slice", ["s", "three", "big"], ["tail"], name="tail"),
+                 helper.make_node("Concat", ["head", "m1", "tail"], ["shape"], name="cat", axis=0),
+                 helper.make_node("Reshape", ["x", "shape"], ["y"], name="r")]
+        inits = [numpy_helper.from_array(np.array([v], np.int64), n)
+                 for n, v in (("z", 0), ("one", 1), ("three", 3), ("big", 1 << 62), ("m1", -1))]
+        rank = 4
+    m = make_model(nodes, [tensor("x", "float32", [f"d{i}" for i in range(rank)])],
+                   [tensor("y", "float32", [None] * 3)], initializers=inits)
+    m.opset_import[0].version = onnx_opset
+    return m
+
+
+def _run(model, x):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("onnx_opset", [11, 13, 14, 17])
+@pytest.mark.parametrize("form, shape, want", [
+    ("const", (3, 0, 5), (3, 2, 0)),  # issue 51: the -1 is 0 beside nonzero copied dims
+    ("const", (0, 4, 5), (0, 2, 10)),  # no rows: onnxruntime cannot infer the -1
+    ("const", (3, 4, 5), (3, 2, 10)),
+    ("flatten", (2, 3, 0, 4), (2, 0, 4)),  # the -1 is 0, x's dim 1 is not
+    ("flatten", (0, 3, 2, 4), (0, 6, 4)),
+    ("flatten", (2, 3, 2, 4), (2, 6, 4))])
+def test_empty_safe_reshapes_keep_a_computed_zero(onnx_opset, form, shape, want):
+    """The repaired Reshape gives Paddle's shape in a real session at every opset, and the
+    values of paddle2onnx's Reshape wherever that one runs. Below opset 14 (no allowzero) a
+    0 in a Reshape's shape copies the input's dim: the repair wrote the -1 it computed as a
+    literal 0 there, which copied x's dim (issue 51: [0, 2, -1] on (3, 0, 5) at opset 13
+    ran before, as (3, 2, 0), and failed after)."""
+    before = _reshape_model(form, onnx_opset)
+    model = _reshape_model(form, onnx_opset)
+    assert P.empty_safe_reshapes(model) == 1
+    onnx.checker.check_model(model, full_check=True)
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    got = _run(model, x)
+    assert got.shape == want and np.array_equal(got.ravel(), x.ravel())
+    if 0 not in shape[:1]:  # paddle2onnx's graph runs: the same shape and values
+        plain = _run(before, x)
+        assert plain.shape == want and np.array_equal(got, plain)
+    else:
+        with pytest.raises(Exception, match="requested shape"):
+            _run(before, x)

@@ -380,10 +380,32 @@ def _empty_safe(g: GraphIndex, node: onnx.NodeProto,
         parts.append(const([v for _, v in after]) if j is None else dims(j, end))
     new_shape = concat(parts, "new_shape")
     extra = {"allowzero": 1} if onnx_opset >= 14 else {}  # every dim literal (a 0 is a 0)
-    nodes.append(helper.make_node("Reshape", [x, new_shape], list(node.output),
+    data = x if onnx_opset >= 14 else _zeros_copy_zeros(nodes, x, new_shape, pre, const)
+    nodes.append(helper.make_node("Reshape", [data, new_shape], list(node.output),
                                   name=pre + "/Reshape", doc_string=doc, **extra))
     g.graph.initializer.extend(inits)
     return nodes
+
+
+def _zeros_copy_zeros(nodes: list, x: str, new_shape: str, pre: str, const) -> str:
+    """Below opset 14 (no allowzero) a 0 in Reshape's shape copies the input's dim there, so a
+    computed 0 (the -1 of [0, 2, -1] on [3, 0, 5]) would copy x's dim: the Reshape reads x as
+    [n, 1, ..., 1] of new_shape's rank r (n = x's size), [0, 0, ..., 0] when n is 0, so that
+    a 0 copies a 0 (and no dim of new_shape is 0 when n > 0). Appends the nodes; returns
+    what the Reshape reads."""
+    def add(op: str, inputs: list[str], tag: str, **attrs) -> str:
+        nodes.append(helper.make_node(op, inputs, [f"{pre}/{tag}"], name=f"{pre}/{tag}",
+                                      **attrs))
+        return f"{pre}/{tag}"
+
+    rest = add("Sub", [add("Shape", [new_shape], "rank"), const([1])], "rest")  # [r - 1]
+    column = add("Reshape", [x, add("Concat", [const([-1]), add(
+        "Expand", [const([1]), rest], "ones")], "column_shape", axis=0)], "column")
+    some = add("Cast", [add("Greater", [add("Size", [x], "size"), const([0])], "nonempty")],
+               "some", to=onnx.TensorProto.INT64)  # [1] where x has elements, else [0]
+    return add("Expand", [column, add("Concat", [const([1]), add("Expand", [some, rest],
+                                                                   "somes")],
+                                      "broadcast", axis=0)], "zeros_copy_zeros")
 
 
 def empty_safe_reshapes(model: onnx.ModelProto) -> int:
@@ -393,7 +415,8 @@ def empty_safe_reshapes(model: onnx.ModelProto) -> int:
     onnxruntime refuses on a tensor with no rows (``Input shape:{0,8,7,7}, requested
     shape:{0,-1}``: a RoI head on an image without boxes), where Paddle returns [0, C*h*w]:
     the -1 is computed from x's Shape (``_empty_safe``; from opset 14 with allowzero=1, so
-    that a 0 is a 0), or the Reshape becomes ``Flatten(axis=1)``. Each new Reshape or
+    that a 0 is a 0; below it the Reshape reads x with dims that a 0 copies as 0,
+    ``_zeros_copy_zeros``), or the Reshape becomes ``Flatten(axis=1)``. Each new Reshape or
     Flatten carries ``REPAIRED`` in its doc_string. Bit for bit the same values wherever
     onnxruntime ran the Reshape before.
 
