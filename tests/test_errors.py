@@ -345,3 +345,39 @@ def test_a_failing_node_of_the_graph_itself_is_not_called_a_feed_error():
     assert e.value.name == "run" and "gather_boxes" in str(e.value)
     assert "feed" not in str(e.value).split(":")[1]
     assert sess.run(None, {"x": np.arange(3, dtype=np.float32), "i": np.array([2])})[0] == 2
+
+
+# --- one check of per-image counts -------------------------------------------------------------
+
+def _count_calls(counts):
+    """RoIAlign (boxes_num), DistributeFpnProposals and CollectFpnProposals (rois_num) over 3
+    boxes and 10 images with the per-image ``counts``: (the call, the input, the rows)."""
+    from ort_roi import ops
+
+    boxes = np.array([[0, 0, 10, 10], [0, 0, 100, 100], [5, 5, 90, 90]], np.float32)
+    X = np.zeros((10, 2, 8, 8), np.float32)
+    return [(lambda: ops.roi_align(X, boxes, counts, pooled_height=2, pooled_width=2),
+             "RoIAlign", "boxes_num", "R = 3 (the rows of the boxes)"),
+            (lambda: ops.distribute_fpn_proposals(boxes, counts, min_level=2, max_level=5),
+             "DistributeFpnProposals_L4", "rois_num", "R = 3 (the rows of fpn_rois)"),
+            (lambda: ops.collect_fpn_proposals(boxes, np.ones((3, 1), np.float32), counts,
+                                               post_nms_topN=2),
+             "CollectFpnProposals_L1", "rois_num_0", "R_0 = 3 (the rows of rois_0)")]
+
+
+@pytest.mark.parametrize("k", range(3))
+def test_per_image_counts_have_one_check(k):
+    """Every op's per-image counts go through one check (kernels.checks.image_counts): the
+    same messages, a long list shown by its first 6 counts (DistributeFpnProposals and
+    CollectFpnProposals had their own copies, which printed all N)."""
+    short = np.array([1, 1] + [0] * 8, np.int32)
+    call, op, name, rows = _count_calls(short)[k]
+    with pytest.raises(ort_roi.RoiOpError) as e:
+        call()
+    assert (e.value.op, e.value.name) == (op, f"input '{name}'")
+    assert str(e.value).endswith(f"must sum to {rows}, got [1, 1, 0, 0, 0, 0, ...]"), str(e.value)
+    negative = np.array([4, 0, -1] + [0] * 7, np.int64)
+    call, *_ = _count_calls(negative)[k]
+    with pytest.raises(ort_roi.RoiOpError) as e:
+        call()
+    assert str(e.value).endswith("count 2 is negative: -1"), str(e.value)

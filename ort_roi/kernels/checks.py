@@ -96,16 +96,26 @@ def batch_from_indices(op: str, name: str, indices, n: int, r: int) -> np.ndarra
     return idx.astype(np.intp)
 
 
-def batch_from_counts(op: str, name: str, counts, n: int, r: int) -> np.ndarray:
-    """Batch indices from per-image counts: int32/int64 [N], non-negative, summing to R."""
-    counts = int_vector(op, name, counts, n, "[N] = [{}] (one count per image of X)")
+def image_counts(op: str, name: str, counts, n: int, r: int,
+                 shape: str = "[N] = [{}] (one count per image of X)",
+                 rows: str = "R = {} (the rows of the boxes)") -> np.ndarray:
+    """The per-image counts input (the one check of every op that takes them): int32/int64
+    [n] (n -1: any [N]; ``shape`` names it in the message), each >= 0, summing to ``r``
+    (``rows`` names it). Returns the counts as given."""
+    counts = int_vector(op, name, counts, n, shape)
     values = counts.tolist()  # N is small: Python ints, no overflow
     if min(values, default=0) < 0:
         i = next(i for i, v in enumerate(values) if v < 0)
         raise RoiOpError(op, f"input '{name}'", f"count {i} is negative: {values[i]}")
     if sum(values) != r:
         raise RoiOpError(op, f"input '{name}'",
-                         f"must sum to R = {r} (the rows of the boxes), got {_show(counts)}")
+                         f"must sum to {rows.format(r)}, got {_show(counts)}")
+    return counts
+
+
+def batch_from_counts(op: str, name: str, counts, n: int, r: int) -> np.ndarray:
+    """Batch indices from per-image counts: int32/int64 [N], non-negative, summing to R."""
+    counts = image_counts(op, name, counts, n, r)
     if n == 1:
         return np.zeros(r, np.intp)
     return np.repeat(np.arange(n, dtype=np.intp), counts.astype(np.intp))

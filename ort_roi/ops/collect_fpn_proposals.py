@@ -12,7 +12,7 @@ import numpy as np
 
 from ..definitions.collect import collect_fpn_proposals_outputs as definition
 from ..errors import RoiOpError
-from ..kernels.checks import check_finite, float_input, int_vector, quiet
+from ..kernels.checks import check_finite, float_input, image_counts, quiet
 from ..kernels.dispatch import compute, host, steps
 from ..spec import MAX_LEVELS, Attr, Dims, Input, Op, OpSpec, Output, level_forms
 
@@ -126,17 +126,10 @@ def collect_fpn_proposals(*inputs, post_nms_topN: int):
         c = np.asarray(host(inputs[2 * L + i]))
         if n is None:
             n = c.shape[0] if c.ndim == 1 else -1
-        c = int_vector(op, f"rois_num_{i}", c, n,
-                       "[N] = [{}] (one count per image, as rois_num_0)"
-                       if i else "[N] (one count per image)")
-        values = c.tolist()  # N is small: Python ints, no overflow
-        if min(values, default=0) < 0:
-            j = next(j for j, v in enumerate(values) if v < 0)
-            raise RoiOpError(op, f"input 'rois_num_{i}'", f"count {j} is negative: {values[j]}")
-        if sum(values) != r.shape[0]:
-            raise RoiOpError(op, f"input 'rois_num_{i}'",
-                             f"must sum to R_{i} = {r.shape[0]} (the rows of rois_{i}), got "
-                             f"{values}")
+        c = image_counts(op, f"rois_num_{i}", c, n, r.shape[0],
+                         "[N] = [{}] (one count per image, as rois_num_0)"
+                         if i else "[N] (one count per image)",
+                         f"R_{i} = {{}} (the rows of rois_{i})")
         rois.append(np.ascontiguousarray(r))
         scores.append(s)
         counts.append(c.astype(np.int64))

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..definitions.proposals import distribute_fpn_proposals_outputs as definition
 from ..errors import RoiOpError
-from ..kernels.checks import check_finite, check_level_count, float_input, int_vector, quiet
+from ..kernels.checks import check_finite, check_level_count, float_input, image_counts, quiet
 from ..kernels.dispatch import compute, host, steps
 from ..spec import COUNTS_DOC, MAX_LEVELS, Attr, Dims, Input, Op, OpSpec, Output, level_forms
 
@@ -107,15 +107,9 @@ def distribute_fpn_proposals(fpn_rois: np.ndarray, rois_num: np.ndarray, *, min_
         raise RoiOpError(op, "input 'fpn_rois'", f"must have shape [R, 4], got {list(rois.shape)}")
     check_finite(op, "fpn_rois", rois, nan_only=True, unit="row")
     num = np.asarray(host(rois_num))
-    counts = int_vector(op, "rois_num", num, num.shape[0] if num.ndim == 1 else -1,
-                        "[N] (one count per image)")
-    values = counts.tolist()
-    if min(values, default=0) < 0:
-        i = next(i for i, v in enumerate(values) if v < 0)
-        raise RoiOpError(op, "input 'rois_num'", f"count {i} is negative: {values[i]}")
-    if sum(values) != rois.shape[0]:
-        raise RoiOpError(op, "input 'rois_num'",
-                         f"must sum to R = {rois.shape[0]} (the rows of fpn_rois), got {values}")
+    counts = image_counts(op, "rois_num", num, num.shape[0] if num.ndim == 1 else -1,
+                          rois.shape[0], "[N] (one count per image)",
+                          "R = {} (the rows of fpn_rois)")
     rois_l, counts_l, restore = compute(
         steps.distribute_fpn_proposals, np.ascontiguousarray(rois),
         rois_num=counts.astype(np.int64), min_level=a["min_level"], max_level=a["max_level"],
