@@ -401,6 +401,38 @@ def test_auto_backend_in_onnxruntime_equals_numpy(host_cupy):
     assert t.tries["numpy"] >= 2 and t.tries["cupy"] >= 2
 
 
+def test_auto_backend_keys_its_timings_on_the_attributes(host_cupy):
+    """"auto" keys its measurements on the node's attributes too: a 14x14 mask head and a
+    7x7 box head over the same maps and boxes (the same shapes in, a different cost) get a
+    record each, both measured (they shared one, so one's timings chose for the other),
+    and every call equals the NumPy kernel's. Two 7x7 heads share theirs."""
+    from ort_roi.kernels import device
+
+    device._timings.clear()
+    case = C.roi_align_cases(16)[0]
+    args = list(case["inputs"].values())
+    runs = []
+    for size in (7, 14, 7):
+        attrs = dict(case["attrs"], pooled_height=size, pooled_width=size)
+        m = builders.single_op_model("RoIAlign", args[0].dtype, args[2].dtype, **attrs)
+        sess = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                    providers=["CPUExecutionProvider"])
+        runs.append((sess, dict(zip([i.name for i in sess.get_inputs()], args)),
+                     ops.roi_align(*args, **attrs)))
+    try:
+        assert ort_roi.set_backend("auto") == "auto"
+        for _ in range(4):
+            for sess, feed, want in runs:
+                _check("align", sess.run(None, feed)[0], want)
+    finally:
+        ort_roi.set_backend("numpy")
+    assert len(device._timings) == 2
+    for t in device._timings.values():
+        assert t.tries["numpy"] >= 2 and t.tries["cupy"] >= 2
+    (seven,) = [t for key, t in device._timings.items() if ("pooled_height", 7) in key[-1]]
+    assert seven.tries["numpy"] + seven.tries["cupy"] == 8  # both 7x7 heads' calls
+
+
 _AFTER_HOST_CUPY = r'''
 import sys
 import numpy as np, onnxruntime as ort

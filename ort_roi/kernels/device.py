@@ -5,7 +5,7 @@ Set it with the environment variable ``ORT_ROI_BACKEND`` (read at import) or
 (through pinned, reused buffers: kernels/cuda/staging.py), run the CUDA kernels and copy the
 output back, with one synchronisation per call; when CuPy or a GPU is missing they fall back
 to NumPy with one warning. ``auto`` measures: for each op and call shape (the feature maps'
-shapes, the number of boxes to a power of two) it runs NumPy and the GPU alternately, twice
+shapes, the number of boxes to a power of two, the node's attributes) it runs NumPy and the GPU alternately, twice
 each (``PROBES``; a first call warms up, the GPU's compiles: not counted), then the faster,
 timing the slower again every ``REPROBE`` calls; without a GPU it is NumPy, silently. The
 copies are what decide:
@@ -140,8 +140,22 @@ class _Timings:
 _timings: "OrderedDict[tuple, _Timings]" = OrderedDict()
 
 
-def _shape_key(kernel: Callable, inputs: Sequence[np.ndarray], features: Sequence[int]) -> tuple:
-    parts = [getattr(kernel, "__qualname__", repr(kernel))]
+def _frozen(v: Any) -> Any:
+    """An attribute's value as a hashable key (lists and arrays as tuples)."""
+    if isinstance(v, np.ndarray):
+        return (str(v.dtype), v.shape, v.tobytes())
+    if isinstance(v, (list, tuple)):
+        return tuple(_frozen(x) for x in v)
+    return v
+
+
+def _shape_key(kernel: Callable, inputs: Sequence[np.ndarray], features: Sequence[int],
+               attrs: dict[str, Any]) -> tuple:
+    """What a call's cost follows: the kernel, the feature maps' dtypes and shapes, the
+    number of boxes to a power of two, and every attribute (a 14x14 mask head costs more
+    than a 7x7 box head on the same maps and boxes; a node's attributes are fixed, so they
+    add no keys beyond one per node and shape), last."""
+    parts: list[Any] = [getattr(kernel, "__qualname__", repr(kernel))]
     for i, x in enumerate(inputs):
         shape = getattr(x, "shape", ())
         if i in features or not shape:
@@ -149,14 +163,15 @@ def _shape_key(kernel: Callable, inputs: Sequence[np.ndarray], features: Sequenc
         else:  # boxes and counts: their number to a power of two
             parts.append((str(getattr(x, "dtype", "")), int(shape[0]).bit_length(),
                           tuple(shape[1:])))
+    parts.append(tuple(sorted((k, _frozen(v)) for k, v in attrs.items())))
     return tuple(parts)
 
 
-def _timings_of(kernel: Callable, inputs: Sequence[np.ndarray],
-                features: Sequence[int]) -> _Timings:
-    """The measurements of this call's shape (made on its first call; the least recently
-    used shape let go past SHAPES)."""
-    key = _shape_key(kernel, inputs, features)
+def _timings_of(kernel: Callable, inputs: Sequence[np.ndarray], features: Sequence[int],
+                attrs: dict[str, Any]) -> _Timings:
+    """The measurements of this call's shape and attributes (made on its first call; the
+    least recently used let go past SHAPES)."""
+    key = _shape_key(kernel, inputs, features, attrs)
     with _lock:
         t = _timings.pop(key, None) or _Timings()
         _timings[key] = t
@@ -200,7 +215,7 @@ def call(kernel: Callable[..., Any], inputs: Sequence[np.ndarray], features: Seq
         return _on_gpu(kernel, inputs, features, **attrs)
     if backend == "numpy":
         return _on_cpu(kernel, inputs, **attrs)
-    t = _timings_of(kernel, inputs, features)
+    t = _timings_of(kernel, inputs, features, attrs)
     with _lock:
         use = t.pick()
     start = time.perf_counter()
