@@ -16,6 +16,12 @@ from onnx import helper
 import ort_roi
 from ort_roi import builders
 from ort_roi.kernels.cpu import parallel
+from tests.work import python_lines
+
+#: How long a wait on a child process or a thread may last before the test calls it a hang:
+#: the waits end in seconds when all goes well (minutes on a loaded machine); what these
+#: timeouts catch is a wait that never ends (a lock held at the fork), not a slow one
+HANG_S = 300
 
 ATTRS = {
     "ROIPooling": dict(pooled_h=2, pooled_w=2, spatial_scale=1.0),
@@ -379,9 +385,9 @@ def _child_result(method):
     p = ctx.Process(target=_run_in_child, args=(q,))
     p.start()
     try:
-        got = q.get(timeout=120)
+        got = q.get(timeout=HANG_S)
     finally:
-        p.join(30)
+        p.join(HANG_S)
         if p.exitcode is None:
             p.kill()
     assert p.exitcode == 0
@@ -410,7 +416,7 @@ def test_fork_while_another_thread_runs_a_kernel():
 
     def held(a, b):
         inside.set()
-        stop.wait(60)
+        stop.wait(HANG_S)
 
     def busy():
         while not stop.is_set():
@@ -422,7 +428,7 @@ def test_fork_while_another_thread_runs_a_kernel():
     for t in threads:
         t.start()
     try:
-        assert inside.wait(30)
+        assert inside.wait(HANG_S)
         if before is not None:
             assert parallel.blas_threads() == 1  # held at one while a kernel runs
         for _ in range(4):
@@ -431,8 +437,8 @@ def test_fork_while_another_thread_runs_a_kernel():
         q = ctx.Queue()
         p = ctx.Process(target=_blas_threads_in_child, args=(q,))
         p.start()
-        got = q.get(timeout=120)
-        p.join(30)
+        got = q.get(timeout=HANG_S)
+        p.join(HANG_S)
         assert got == before
     finally:
         stop.set()
@@ -521,8 +527,8 @@ def test_huge_attributes_are_refused_at_creation_naming_them(form, name, limit):
     """Trust, round 3 (3): DistributeRoIAlign with pooled 100000 x 100000 failed at run with
     "kernel: internal error MemoryError: Unable to allocate 745. GiB". Every op's attribute
     that sizes the output or multiplies the work is bounded: the front door refuses the node
-    at creation, naming the attribute and its value, before anything large is allocated."""
-    import time
+    at creation, naming the attribute and its value, before anything large is allocated
+    or computed (at most 524 lines of ort_roi's Python here)."""
     import tracemalloc
 
     m = builders.single_op_model(form.op_type, domain=form.domain, **_made_with(form.spec))
@@ -532,9 +538,8 @@ def test_huge_attributes_are_refused_at_creation_naming_them(form, name, limit):
             if a.name == name:
                 a.i = value
         tracemalloc.start()
-        t = time.perf_counter()
         try:
-            with pytest.raises(ort_roi.RoiOpError) as e:
+            with python_lines(5000), pytest.raises(ort_roi.RoiOpError) as e:
                 ort_roi.InferenceSession(m)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
@@ -542,7 +547,7 @@ def test_huge_attributes_are_refused_at_creation_naming_them(form, name, limit):
         msg = str(e.value)
         assert f"{form.spec.name} (node 'huge'): attribute '{name}'" in msg, msg
         assert f"must be <= {limit}, got {value}" in msg, msg
-        assert time.perf_counter() - t < 10 and peak < 64 << 20, (time.perf_counter() - t, peak)
+        assert peak < 64 << 20, peak
 
 
 PAIRS = [f for f in _forms() if f.spec.pooled and f.spec.pooled[0] != f.spec.pooled[1]]
@@ -591,8 +596,7 @@ def test_an_output_too_large_for_its_boxes_and_channels_is_refused_before_alloca
     the kernel refuses it before allocating, naming the boxes (side 16000: one box's C
     channels fit) or the attribute (40000: one box is already too large) and the shape; a
     plain session logs it and returns an empty output at once; the front door raises it, and
-    both sessions keep working."""
-    import time
+    both sessions keep working (at most 3,546 lines of ort_roi's Python here)."""
     import tracemalloc
 
     op, domain, attrs, feed = _total_case(key)
@@ -610,18 +614,18 @@ def test_an_output_too_large_for_its_boxes_and_channels_is_refused_before_alloca
     ort_roi.InferenceSession(good)  # the ops registered, outside the measurement
     tracemalloc.start()
     try:
-        t = time.perf_counter()
-        with pytest.raises(ort_roi.RoiOpError) as e:
-            sess = ort_roi.InferenceSession(m)
-            sess.run(None, dict(zip(_names(sess), feed)))
-        plain = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
-                                     providers=["CPUExecutionProvider"])
-        with caplog.at_level(logging.ERROR, logger="ort_roi"):
-            y = plain.run(None, dict(zip(_names(plain), feed)))[0]
+        with python_lines(30000):
+            with pytest.raises(ort_roi.RoiOpError) as e:
+                sess = ort_roi.InferenceSession(m)
+                sess.run(None, dict(zip(_names(sess), feed)))
+            plain = ort.InferenceSession(m.SerializeToString(), ort_roi.session_options(),
+                                         providers=["CPUExecutionProvider"])
+            with caplog.at_level(logging.ERROR, logger="ort_roi"):
+                y = plain.run(None, dict(zip(_names(plain), feed)))[0]
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert time.perf_counter() - t < 20 and peak < 64 << 20, (time.perf_counter() - t, peak)
+    assert peak < 64 << 20, peak
     assert y.size == 0 and f"{op} (node" in str(e.value)
     with pytest.raises(ort_roi.RoiOpError) as direct:  # the kernel called without ONNX
         ort_roi.ops.kernel(spec)(*feed, **{**attrs, **sides})
@@ -643,30 +647,27 @@ def _parallel_options():
 
 def _create_and_run_in_child(queue):
     try:
-        import time
-
-        t = time.perf_counter()
         sess = ort_roi.InferenceSession(builders.single_op_model(
             "RoIAlign", count_dtype=np.int64, **ATTRS["RoIAlign"]), _parallel_options())
-        y = sess.run(None, dict(zip(_names(sess), good_feed("RoIAlign"))))[0]
-        queue.put((y, time.perf_counter() - t))
+        queue.put(sess.run(None, dict(zip(_names(sess), good_feed("RoIAlign"))))[0])
     except BaseException as e:  # noqa: BLE001 - report anything to the parent
         queue.put(repr(e))
 
 
 def _forked_creation():
-    """A forked child's front-door session made and run: (its output, seconds it took)."""
+    """A forked child's front-door session made and run: its output. (The timeout only
+    stops a child blocked for good on a lock held at the fork: it waits forever.)"""
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
     p = ctx.Process(target=_create_and_run_in_child, args=(q,))
     p.start()
     try:
-        got = q.get(timeout=30)  # the child blocked for good on a lock held at the fork
+        got = q.get(timeout=HANG_S)
     finally:
-        p.join(30)
+        p.join(HANG_S)
         if p.exitcode is None:
             p.kill()
-    assert p.exitcode == 0 and isinstance(got, tuple), got
+    assert p.exitcode == 0 and isinstance(got, np.ndarray), got
     return got
 
 
@@ -674,8 +675,8 @@ def _forked_creation():
 def test_fork_while_another_thread_creates_a_front_door_session(how, monkeypatch):
     """Trust, round 3 (5): the front door held a plain threading.Lock for the whole creation
     of a session (its SessionOptions switched to the sequential executor): a child forked
-    meanwhile never made a front-door session (blocked > 15 s). The lock is fork safe and held
-    only while the mode is switched: the child makes one and runs it at once."""
+    meanwhile never made a front-door session (blocked for good). The lock is fork safe and
+    held only while the mode is switched: the child makes one and runs it."""
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("fork not available")
     want = ort_roi.ops.roi_align(*good_feed("RoIAlign"), **ATTRS["RoIAlign"])
@@ -688,7 +689,7 @@ def test_fork_while_another_thread_creates_a_front_door_session(how, monkeypatch
         def held(*args, **kwargs):
             if threading.get_ident() in creator:
                 inside.set()
-                stop.wait(60)
+                stop.wait(HANG_S)
             return real(*args, **kwargs)
 
         monkeypatch.setattr(ort, "InferenceSession", held)
@@ -703,12 +704,10 @@ def test_fork_while_another_thread_creates_a_front_door_session(how, monkeypatch
     gc.collect()  # (see test_sessions_work_in_child_processes)
     thread.start()
     try:
-        assert inside.wait(60)
+        assert inside.wait(HANG_S)
         for _ in range(1 if how == "inside onnxruntime's creation" else 4):
-            y, seconds = _forked_creation()
-            np.testing.assert_array_equal(y, want)
-            assert seconds < 15, seconds
+            np.testing.assert_array_equal(_forked_creation(), want)
     finally:
         stop.set()
-        thread.join(60)
+        thread.join(HANG_S)
     assert so.execution_mode == ort.ExecutionMode.ORT_PARALLEL  # given back

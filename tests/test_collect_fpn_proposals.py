@@ -21,6 +21,7 @@ import pytest
 import ort_roi
 from tests import proposal_cases as P
 from tests.versions import needs_shape_inference
+from tests.work import python_lines
 from ort_roi import RoiOpError, ops
 from ort_roi.definitions import collect as D
 from ort_roi.definitions.cxx import std_stable_sort
@@ -198,15 +199,12 @@ def test_std_stable_sort_transcription():
 
 def test_many_rois_are_vectorised():
     """5 levels x 2 images x 2000 proposals (PaddleDetection's post_nms_top_n per level):
-    one argsort, well under a second."""
-    import time
-
+    one argsort: 369 lines of ort_roi's Python here, whatever the count (a loop over the
+    20,000 rois would run one at least each)."""
     case = P.collect("big", [[2000, 2000]] * 5, 2000, ties=True, seed=3)
-    t = time.perf_counter()
-    got = _kernel(case)
-    took = time.perf_counter() - t
+    with python_lines(2000):
+        got = _kernel(case)
     assert got[0].shape == (2000, 4) and int(got[1].sum()) == 2000
-    assert took < 1.0, took
 
 
 # --- the op: sessions, spec, bad inputs --------------------------------------------------------

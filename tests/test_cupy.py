@@ -607,7 +607,9 @@ def test_cuda_source_on_host_max_of_huge_boxes_is_bounded_and_exact(host_cupy, d
     """Issue 32 (3): a thread visited every sample of its bin (a box of side 1e5 on an 8 x 8
     map: 14286^2 samples a bin, in the kernel up to MAX_MODE_SAMPLES a side). It reads those
     within a pixel of the map and one neighbour each side now: the NumPy kernel's values
-    (one sample per distinct taps) bit for bit, in well under a second."""
+    (one sample per distinct taps) bit for bit. The host build keeps no count of the samples
+    it reads: this thread's CPU time is bounded instead (about 0.001 s a call here; every
+    sample, ~1e10 of them, takes 10 s at least), which the machine's load does not lengthen."""
     rng = np.random.default_rng(32)
     X = (rng.standard_normal((2, 3, 8, 8)) + 1).astype(dtype)
     side = 1e5
@@ -625,12 +627,12 @@ def test_cuda_source_on_host_max_of_huge_boxes_is_bounded_and_exact(host_cupy, d
              dict(mode="onnx_max", sampling_ratio=3,
                   coordinate_transformation_mode="output_half_pixel"))]
     for fn, rest, a in runs:
-        t = time.perf_counter()
+        t = time.thread_time()  # the host build runs in this thread
         got = fn(Xd, *rest, output_height=7, output_width=7, **a)
-        took = time.perf_counter() - t
+        took = time.thread_time() - t
         np.testing.assert_array_equal(np.asarray(got), fn(X, *rest, output_height=7,
                                                           output_width=7, **a))
-        assert took < 1.0, f"{fn.__name__} {a}: {took:.2f} s"
+        assert took < 2, f"{fn.__name__} {a}: {took:.2f} s of this thread's CPU"
     levels = dict(output_height=7, output_width=7, pool_mode=0, featmap_strides=(1.0, 2.0),
                   finest_scale=4)
     X2 = X[:, :, ::2, ::2].copy()

@@ -40,8 +40,8 @@ def test_the_caller_takes_chunks_too_and_chunks_are_shared(workers):
         main = threading.current_thread() is threading.main_thread()
         if main:
             caller_in.set()
-        else:  # (not forever: a caller that never takes a chunk fails the test below)
-            caller_in.wait(5)
+        elif not caller_in.wait(60):  # not forever: a caller that never takes a chunk
+            caller_in.set()  # fails the test below (the other workers do not wait again)
         with lock:
             where[a] = (b, main)
 
@@ -57,25 +57,26 @@ def test_the_caller_takes_chunks_too_and_chunks_are_shared(workers):
 
 def test_the_caller_does_what_no_worker_got_to_and_waits_for_none(workers):
     """A worker thread that cannot start (here: the pool's only thread is busy) is
-    cancelled: the calling thread takes every chunk and returns without waiting."""
+    cancelled: the calling thread takes every chunk and returns without waiting (for_ranges
+    returns while the pool's thread is still blocked; waiting for its chunk, it would return
+    only after the block ends, here after 300 s)."""
     if workers == 1:
         pytest.skip("one thread")
     gate = threading.Event()
     pool = ThreadPoolExecutor(1)
-    pool.submit(gate.wait)
+    blocked = pool.submit(gate.wait, 300)
     where = []
     try:
         with mock.patch.object(_parallel, "_executor", lambda: pool):
-            t = time.perf_counter()
             _parallel.for_ranges(64, lambda a, b: where.append(
                 (a, threading.current_thread() is threading.main_thread())), min_chunk=8)
-            took = time.perf_counter() - t
+        returned_while_blocked = not blocked.done()
     finally:
         gate.set()
         pool.shutdown()
     assert sorted(a for a, _ in where) == list(range(0, 64, 8))
     assert all(main for _, main in where)
-    assert took < 5  # the blocked worker was not waited for (it would wait forever)
+    assert returned_while_blocked  # the blocked worker was not waited for
 
 
 def test_an_error_stops_the_chunks_waits_for_those_running_then_raises(workers):

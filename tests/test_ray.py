@@ -18,6 +18,7 @@ import http.server
 import json
 import os
 import pathlib
+import select
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ import threading
 import time
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -34,6 +36,8 @@ import pytest
 from ort_roi import scale
 from ort_roi.graph.inputs import generate_inputs
 from ort_roi.scale import BatchPredictor, HttpPredictor, Limits, Runner
+from ort_roi.scale import client as _client
+from tests.work import python_lines
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MODEL = str(ROOT / "models" / "fast_rcnn_head.onnx")  # features [1,16,24,32], rois [R,5]
@@ -183,21 +187,23 @@ def _hostile() -> dict[str, tuple[bytes, str]]:
 
 
 def test_hostile_bodies_get_400_with_a_message_in_bounded_time_and_memory():
-    """Each malformed body: 400 and a message saying what is wrong, within 2 s and 16 MiB
-    of Python allocations (the over-size body is refused on its length, unread), and the
-    next request is answered exactly."""
+    """Each malformed body: 400 and a message saying what is wrong, within 1,000 lines of
+    ort_roi's Python (at most 197 here: no loop over the body's values) and 16 MiB of Python
+    allocations (the over-size body is refused on its length, unread), and the next request
+    is answered exactly."""
     h = HttpPredictor(MODEL, limits={"max_body_bytes": 4 << 20})
     good = _good(1)
     want = Runner(MODEL).run(good)
     for name, (body, says) in _hostile().items():
         tracemalloc.start()
-        t = time.perf_counter()
-        status, text = h.respond(body)
-        took = time.perf_counter() - t
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
+        try:
+            with python_lines(1000):
+                status, text = h.respond(body)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
         assert status == 400 and says in text, (name, status, text)
-        assert took < 2 and peak < 16 << 20, (name, took, peak)
+        assert peak < 16 << 20, (name, peak)
         status, text = h.respond(_body(good))
         assert status == 200, (name, text)
         _assert_exact(text, want)
@@ -296,9 +302,10 @@ class _Request:
 
 
 def test_read_body_checks_method_type_length_and_time():
-    lim = Limits(max_body_bytes=1000, read_timeout_s=0.3)
+    """(The bodies read in time get a minute: a loaded machine does not make them late.)"""
+    lim = Limits(max_body_bytes=1000, read_timeout_s=60)
 
-    def status(req: _Request) -> tuple[int, str]:
+    def status(req: _Request, lim: Limits = lim) -> tuple[int, str]:
         try:
             asyncio.run(scale.read_body(req, lim))
         except scale.HttpError as e:
@@ -316,8 +323,9 @@ def test_read_body_checks_method_type_length_and_time():
     streamed = _Request(b"x" * 5000, chunk=100, length=False)
     assert "grew over the cap max_body_bytes=1000" in status(streamed)[1]
     assert streamed.read <= 1100  # reading stopped at the cap
-    slow = _Request(b"x" * 900, chunk=100, delay=0.1)
-    assert status(slow)[0] == 408 and "read_timeout_s=0.3" in status(slow)[1]
+    slow = _Request(b"x" * 900, chunk=100, delay=0.1)  # 0.9 s at least
+    late = Limits(max_body_bytes=1000, read_timeout_s=0.3)
+    assert status(slow, late)[0] == 408 and "read_timeout_s=0.3" in status(slow, late)[1]
 
 
 class _Handle:
@@ -379,7 +387,7 @@ class _Flaky(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_client_retries_what_may_be_retried_and_no_more():
+def test_client_retries_what_may_be_retried_and_no_more(monkeypatch):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/roi"
@@ -398,9 +406,16 @@ def test_client_retries_what_may_be_retried_and_no_more():
         r = client.post(b"{}")
         assert (r.status, r.attempts) == (503, 5) and len(_Flaky.script) == 4  # bounded
         _Flaky.script[:] = [(503, {"Retry-After": "30"})] * 2
-        t = time.monotonic()
+        waits = []
+
+        def sleep(s: float) -> None:  # the client's waits, recorded (and waited)
+            waits.append(s)
+            time.sleep(s)
+
+        monkeypatch.setattr(_client, "time", SimpleNamespace(sleep=sleep,
+                                                             monotonic=time.monotonic))
         r = scale.Client(url, attempts=3, max_wait_s=0.2).post(b"{}")
-        assert r.status == 200 and time.monotonic() - t < 2  # the wait is capped
+        assert r.status == 200 and waits == [0.2, 0.2]  # the waits are capped
     finally:
         server.shutdown()
         server.server_close()
@@ -565,7 +580,10 @@ def test_the_cluster_listens_on_loopback_only(serve_port):
 # --- serving that survives, serving under pressure (scale.application) ---------------------
 
 LIMITS = Limits(max_body_bytes=1 << 20, max_depth=32, max_boxes=64, max_output_bytes=2000,
-                read_timeout_s=3.0)
+                read_timeout_s=10.0)
+#: How long a wait for the cluster (a replacement replica, a load's last request) may last
+#: before the test calls it a hang: seconds when all goes well, minutes on a loaded machine
+HANG_S = 300
 
 
 def _predictor_pids(app: str = "prod") -> list[int]:
@@ -576,8 +594,9 @@ def _predictor_pids(app: str = "prod") -> list[int]:
                   and a.get("State") == "ALIVE")
 
 
-def _recovered(victim: int, limit_s: float, app: str = "prod") -> float:
-    """Seconds until 2 predictor replicas run and ``victim`` is not one of them."""
+def _recovered(victim: int, limit_s: float = HANG_S, app: str = "prod") -> None:
+    """Wait until 2 predictor replicas run and ``victim`` is not one of them (limit_s: a
+    hang guard)."""
     from ray import serve
 
     t = time.monotonic()
@@ -585,7 +604,7 @@ def _recovered(victim: int, limit_s: float, app: str = "prod") -> float:
         dep = serve.status().applications[app].deployments["HttpPredictor"]
         pids = _predictor_pids(app)
         if dep.replica_states == {"RUNNING": 2} and len(pids) == 2 and victim not in pids:
-            return time.monotonic() - t
+            return
         time.sleep(0.25)
     raise AssertionError(f"not recovered in {limit_s} s: {dep.replica_states}, {pids}")
 
@@ -675,8 +694,9 @@ def test_serving_caps_each_give_a_400_naming_the_cap(prod):
 
 def test_clients_sending_slowly_do_not_block_a_valid_request(prod):
     """6 connections (more than the predictors' 4 slots) send their headers and a few bytes
-    of body, then nothing: a valid request meanwhile is answered at once; each slow one gets
-    408 after read_timeout_s (3 s) and the service goes on."""
+    of body, then nothing: a valid request meanwhile is answered before any slow one (not
+    after them); each slow one gets 408 after read_timeout_s (10 s: room for the valid
+    request on a loaded machine), not before, and the service goes on."""
     port = int(prod.split(":")[2].split("/")[0])
     slow = []
     t0 = time.monotonic()
@@ -687,50 +707,47 @@ def test_clients_sending_slowly_do_not_block_a_valid_request(prod):
         slow.append(s)
     time.sleep(0.5)
     good = _good(3)
-    t = time.monotonic()
     status, _, text = _raw(prod, _body(good))
-    took = time.monotonic() - t
-    assert status == 200 and took < LIMITS.read_timeout_s, took
+    assert status == 200 and select.select(slow, [], [], 0)[0] == []  # none answered yet
     _assert_exact(text, Runner(MODEL).run(good))
     for s in slow:
         head = s.recv(4096)
         assert head.startswith(b"HTTP/1.1 408"), head[:200]
-        assert b"did not arrive within read_timeout_s=3.0" in head + s.recv(4096)
+        assert b"did not arrive within read_timeout_s=10.0" in head + s.recv(4096)
         s.close()
-    assert LIMITS.read_timeout_s <= time.monotonic() - t0 < 20  # the ingress's 408, not Serve's
+    assert time.monotonic() - t0 >= LIMITS.read_timeout_s  # not before the timeout
     assert _raw(prod, _body(good))[0] == 200
 
 
 def test_overload_is_503_with_retry_after_and_latency_stays_bounded(prod):
     """32 clients at once, each request sent once: the predictors hold 4 and queue 2; the
-    rest is answered 503 with Retry-After at once. Every 200 exact; no answer waits long."""
+    rest is answered 503 with Retry-After at once. Every 200 exact; no answer waits past
+    Serve's request timeout (it would be answered 408 by Serve)."""
     client = scale.Client(prod, attempts=1)
     feeds = [_good(i) for i in range(4)]
     bodies = [_body(f) for f in feeds]
     wants = [Runner(MODEL).run(f) for f in feeds]
 
-    def one(i: int) -> tuple[int, dict, str, float]:
-        t = time.monotonic()
+    def one(i: int) -> tuple[int, dict, str]:
         status, headers, data = client.send(bodies[i % 4])
-        return status, headers, data.decode(), time.monotonic() - t
+        return status, headers, data.decode()
 
     with ThreadPoolExecutor(32) as pool:
         answers = list(pool.map(one, range(64)))
     statuses = [a[0] for a in answers]
     assert set(statuses) == {200, 503}, statuses
-    for i, (status, headers, text, _) in enumerate(answers):
+    for i, (status, headers, text) in enumerate(answers):
         if status == 503:
             assert headers["retry-after"] == "1" and "overloaded" in text
             assert headers[scale.ERROR_HEADER.lower()] == "overloaded"
         else:
             _assert_exact(text, wants[i % 4])
-    seconds = sorted(a[3] for a in answers)
-    assert seconds[-1] < 15, seconds  # bounded: well within Serve's request timeout
 
 
-def _load(url: str, n: int, workers: int, during, limit_s: float = 60):
+def _load(url: str, n: int, workers: int, during, limit_s: float = HANG_S):
     """n requests by ``workers`` threads through scale.Client (bounded retries), none started
-    after limit_s; ``during()`` runs in the main thread meanwhile. The replies, in order."""
+    after limit_s (a hang guard); ``during()`` runs in the main thread meanwhile. The
+    replies, in order."""
     client = scale.Client(url, timeout_s=30, deadline_s=40)
     feeds = [_good(i) for i in range(6)]
     bodies = [_body(f) for f in feeds]
@@ -760,7 +777,7 @@ def test_killing_one_of_two_replicas_mid_load_loses_no_request(prod):
         os.kill(pids[0], signal.SIGKILL)
 
     _load(prod, 160, 8, kill)
-    assert _recovered(pids[0], 60) < 60
+    _recovered(pids[0])
 
 
 def test_slowest_a_frozen_replica_is_replaced_and_its_requests_answered(prod):
@@ -776,7 +793,7 @@ def test_slowest_a_frozen_replica_is_replaced_and_its_requests_answered(prod):
 
     try:
         _load(prod, 200, 8, freeze)
-        assert _recovered(pids[0], 60) < 60
+        _recovered(pids[0])
     finally:
         try:
             os.kill(pids[0], signal.SIGCONT)

@@ -100,16 +100,18 @@ def test_a_wrong_roi_node_is_reported_failed_naming_it(tmp_path):
 def test_validate_answers_ok_on_mask_rcnn_native_and_converted(tmp_path, capsys):
     """It ran 30 minutes on a whole detector (onnx.reference's NMS) or answered FAILED on
     Mask R-CNN for 21 detections against 20 (a score threshold's float noise): now each RoI
-    node against its definition, in bounded time."""
+    node against its definition, in bounded time: the process's CPU time, which the machine's
+    load does not lengthen (validate keeps no count of its work: --node-seconds bounds each
+    node's comparison by the clock)."""
     pytest.importorskip("torch", reason="needs torch: pip install '.[torchvision]'")
     pytest.importorskip("torchvision", reason="needs torchvision: pip install '.[torchvision]'")
     from tests import test_torchvision_models as tvm
 
     graphs = tvm._graphs("mask_resnet18")
     paths = [_save(tmp_path, graphs[k], f"mask_{k}.onnx") for k in ("native", "converted")]
-    start = time.perf_counter()
+    start = time.process_time()
     assert cli.main(["validate", *paths]) == 0
-    took = time.perf_counter() - start
+    took = time.process_time() - start
     out = capsys.readouterr().out
     native, converted = out.split(paths[1])
     assert f"{paths[0]}: OK" in native, out
@@ -118,7 +120,7 @@ def test_validate_answers_ok_on_mask_rcnn_native_and_converted(tmp_path, capsys)
     ours = sum(n.domain == "ort_roi" for n in graphs["converted"].graph.node)
     assert converted.count("(ort_roi::PyramidRoIAlign_L4): OK: ") == 2, out
     assert converted.count("(ort_roi::") == ours, out  # every one of its RoI nodes
-    assert took < 240, took  # about 20 s on 2 busy cores
+    assert took < 240, took  # CPU seconds; about 20 s (the 30 minutes: 1800)
 
 
 def test_validate_keeps_its_answer_on_the_rows_it_compares(tmp_path, capsys):
