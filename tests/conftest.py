@@ -63,3 +63,7 @@ def tolerance(op: str, attrs: dict, dtype) -> dict:
         return dict(rtol=1e-9, atol=1e-9)
     tv = op.startswith(("Torchvision", "PyramidRoIAlign"))
     return dict(rtol=1e-5, atol=1e-5) if tv else dict(rtol=1e-4, atol=1e-4)
+
+
+# the skip summary by reason at the end of the run (tests/skips.py)
+from tests.skips import pytest_terminal_summary  # noqa: E402,F401 - a pytest hook

@@ -207,3 +207,30 @@ def test_every_skip_for_a_missing_extra_names_the_extra():
                 assert f"pip install '.[{extra}]'" in reason, \
                     f"{path.name}:{node.lineno}: skip reason {reason!r} names no extra"
     assert seen >= 20
+
+
+def test_the_test_command_ends_with_its_skips_by_reason(tmp_path):
+    """The README's promise: the test command ends with how many tests skipped for each
+    reason (tests/skips.py, the hook tests/conftest.py holds), most first; xfails are not
+    skips. Run as pytest runs it, on a sample file whose conftest takes the same hook."""
+    (tmp_path / "conftest.py").write_text("from tests.skips import pytest_terminal_summary"
+                                          "  # noqa: F401\n")
+    (tmp_path / "test_sample.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.parametrize('i', range(3))\n"
+        "def test_a(i):\n    pytest.skip(\"needs torch: pip install '.[torchvision]'\")\n"
+        "def test_b():\n    pytest.importorskip('no_such_module_here', reason='needs it')\n"
+        "@pytest.mark.xfail(reason='not a skip')\n"
+        "def test_c():\n    assert 0\n"
+        "def test_d():\n    pass\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "--rootdir", str(tmp_path), "test_sample.py"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    head = next(i for i, s in enumerate(lines) if "4 skipped, by reason" in s)
+    assert lines[head + 1:head + 3] == ["     3  needs torch: pip install '.[torchvision]'",
+                                        "     1  needs it"], r.stdout
+    assert "1 passed, 4 skipped, 1 xfailed" in lines[head + 3], r.stdout
