@@ -375,3 +375,32 @@ def test_no_module_outside_the_kernels_outgrows_one_concern():
             and (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long, (f"modules over {MAX_MODULE_LINES} lines (split them by concern, as "
                       f"cli/bench_*.py, scale/, geometry/ and graph/tensorflow/ are): {long}")
+
+
+def test_every_kernel_shows_its_signature():
+    """``@quiet`` keeps each kernel's signature: ``inspect.signature`` (following
+    ``__wrapped__`` or not) shows the kernel's own parameters, no ``**kwargs``: every
+    attribute of its spec a keyword parameter and every input a parameter (those a
+    multi-level node holds one a feature map, attr_0 .., feat_0 .., gathered by its node)."""
+    import inspect
+    import re
+
+    from ort_roi import ops
+
+    for e in ops.ENTRIES:
+        k = e.kernel
+        sig = inspect.signature(k, follow_wrapped=False)
+        assert sig == inspect.signature(inspect.unwrap(k)), k.__name__
+        params = sig.parameters
+        assert not [p for p in params.values() if p.kind == p.VAR_KEYWORD], (k.__name__, sig)
+        star = [p for p in params.values() if p.kind == p.VAR_POSITIONAL]
+        for s in e.specs:
+            for a in s.attrs:
+                if re.search(r"_\d+$", a.name) and e.node is not None:
+                    continue  # one a feature map: the node gathers them into a list
+                assert a.name in params and params[a.name].kind in (
+                    inspect.Parameter.KEYWORD_ONLY,
+                    inspect.Parameter.POSITIONAL_OR_KEYWORD), (k.__name__, a.name, sig)
+            for i in s.inputs:
+                assert i.name in params or (star and re.search(r"_\d+$", i.name)), (
+                    k.__name__, i.name, sig)

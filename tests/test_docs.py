@@ -47,3 +47,28 @@ def test_the_api_reference_names_the_public_api(site: pathlib.Path):
         assert f'id="ort_roi.ops.{name}.{name}"' in html, name
     for name in ("ort_roi.builders.single_op_model", "ort_roi.scale.BatchPredictor"):
         assert f'id="{name}"' in html, name
+
+
+def test_the_api_reference_shows_each_kernels_signature(site: pathlib.Path):
+    """Each op's kernel is listed with its own parameters (``@quiet`` keeps them), the ones
+    ``inspect.signature`` shows, not ``*args, **kwargs``."""
+    import html as html_lib
+    import inspect
+    import re
+
+    from ort_roi import ops
+
+    page = (site / "api" / "index.html").read_text()
+    for e in ops.ENTRIES:
+        k = e.kernel
+        at = page.find(f'id="{k.__module__}.{k.__name__}"')
+        assert at >= 0, k.__name__
+        text = html_lib.unescape(re.sub(r"<[^>]+>", "", page[page.find(">", at) + 1:at + 5000]))
+        heading = text[:text.find("¶")]
+        shown = re.sub(r"\s+", "", heading.split(f"{k.__name__}(", 1)[1])
+        params = inspect.signature(k).parameters.values()
+        assert "**" not in shown or any(p.kind == p.VAR_KEYWORD for p in params), heading
+        for p in params:
+            star = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "")
+            assert re.search(rf"(^|,){re.escape(star + p.name)}[=,)]", shown), (k.__name__,
+                                                                             p.name, heading)

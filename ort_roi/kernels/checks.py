@@ -11,6 +11,8 @@ references)."""
 from __future__ import annotations
 
 import functools
+import inspect
+from typing import Any, Callable, TypeVar, cast
 
 import numpy as np
 
@@ -19,14 +21,22 @@ from ..spec import MAX_LEVELS, MAX_OUTPUT_ELEMENTS, TYPES
 from .dispatch import host, is_cupy
 
 
-def quiet(kernel):
+_Kernel = TypeVar("_Kernel", bound=Callable[..., Any])
+
+
+def quiet(kernel: _Kernel) -> _Kernel:
     """Run a kernel with IEEE behaviour: a huge box may overflow T on purpose (inf bin
-    sizes follow the references' arithmetic), so no warnings and no FloatingPointError."""
+    sizes follow the references' arithmetic), so no warnings and no FloatingPointError.
+
+    The kernel keeps its signature: its name, docstring and ``__wrapped__`` (functools.wraps),
+    its ``__signature__`` (``inspect.signature`` shows its parameters even where it does not
+    follow ``__wrapped__``) and its type (an IDE or type checker sees the kernel's own)."""
     @functools.wraps(kernel)
     def wrapper(*args, **kwargs):
         with np.errstate(all="ignore"):
             return kernel(*args, **kwargs)
-    return wrapper
+    wrapper.__signature__ = inspect.signature(kernel)  # type: ignore[attr-defined]
+    return cast(_Kernel, wrapper)
 
 
 def _show(a: np.ndarray, limit: int = 6) -> str:
