@@ -429,7 +429,8 @@ class Op:
     holds it in (its own, and the nodes other exporters write that it computes); ``node``:
     where a node's inputs or attributes are not the kernel's parameters (the multi-level ops'
     per-level scales, attributes spatial_scale_0 ..), the function a node calls, which calls
-    ``kernel``.
+    ``kernel``; ``own``: one of the product's own ops, those of the ort_roi domain its own
+    graphs are built from (``ort_roi.SPECS``), rather than another framework's op it computes.
     """
 
     specs: tuple[OpSpec, ...]
@@ -438,6 +439,7 @@ class Op:
     steps: tuple[Any, ...]  # kernels.dispatch.Step (spec.py imports no kernels)
     forms: tuple[NodeForm, ...]
     node: Callable[..., Any] | None = None
+    own: bool = False
 
     @property
     def spec(self) -> OpSpec:

@@ -241,7 +241,12 @@ def test_the_registry_is_one_list():
                                 for m in ops.MODULES)
     assert sorted(f"ort_roi.ops.{m}" for m in ops.MODULES) == _op_modules()
     assert ops.KERNELS == {e.kernel.__name__: e.kernel for e in ops.ENTRIES}
+    # the product's own ops are those their entry says are (own=True), not a slice of the list
+    assert ops.SPECS == tuple(e.spec for e in ops.ENTRIES if e.own)
+    assert [s.name for s in ops.SPECS] == ["ROIPooling", "RoIPool", "PSROIPool", "RoIAlign"]
     tree = ast.parse(MODULES["ort_roi.ops"].read_text())
+    assert not [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Subscript)
+                and getattr(n.value, "id", None) == "ENTRIES"]  # no meaning in ENTRIES' order
     assert not [ast.unparse(n) for n in ast.walk(tree)
                 if isinstance(n, ast.ImportFrom) and n.level == 1]  # from . / from .x import
     for n in ast.walk(tree):  # no op's kernel or module named but in MODULES' strings

@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 from ..spec import DOMAIN, NodeForm, Op, OpSpec
 
-#: The registry: every op's module, in documentation order (the four ops of the ort_roi
-#: domain first). Everything below is derived from it.
+#: The registry: every op's module, in documentation order. Everything below is derived from
+#: it (its order is the docs' and listings' order, and means nothing else).
 MODULES: tuple[str, ...] = (
     "roi_pooling", "roi_pool", "psroi_pool", "roi_align", "onnx_roi_align",
     "roi_feature_extractor", "torchvision_ps_roi_align", "torchvision_ps_roi_pool",
@@ -37,8 +37,9 @@ MODULES: tuple[str, ...] = (
 #: Every op's entry, in ``MODULES`` order.
 ENTRIES: tuple[Op, ...] = tuple(import_module(f"{__name__}.{m}").ENTRY for m in MODULES)
 
-#: The ops of the ort_roi domain its own graphs are built from (the product's four).
-SPECS: tuple[OpSpec, ...] = tuple(e.spec for e in ENTRIES[:4])
+#: The ops of the ort_roi domain its own graphs are built from (the product's own: each
+#: entry with ``own=True``).
+SPECS: tuple[OpSpec, ...] = tuple(e.spec for e in ENTRIES if e.own)
 
 #: Every node form ort_roi runs: registered ones first (the bridge runs them as they are),
 #: then the standard / exporter nodes convert and the front door rewrite.

@@ -64,7 +64,7 @@ def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
 
 
 ENTRY = Op(
-    specs=(SPEC,), kernel=psroi_pool, definition=definition, steps=(steps.pool_bins,),
+    own=True, specs=(SPEC,), kernel=psroi_pool, definition=definition, steps=(steps.pool_bins,),
     forms=(NodeForm(DOMAIN, "PSROIPool", SPEC, "ort_roi graphs (ort_roi.builders)",
                     "Paddle psroi_pool"),),
 )

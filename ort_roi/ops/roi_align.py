@@ -67,7 +67,7 @@ def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
 
 
 ENTRY = Op(
-    specs=(SPEC,), kernel=roi_align, definition=definition, steps=(steps.align,),
+    own=True, specs=(SPEC,), kernel=roi_align, definition=definition, steps=(steps.align,),
     forms=(NodeForm(DOMAIN, "RoIAlign", SPEC, "ort_roi graphs (ort_roi.builders)",
                     "Paddle roi_align"),),
 )

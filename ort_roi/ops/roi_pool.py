@@ -50,7 +50,7 @@ def roi_pool(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
 
 
 ENTRY = Op(
-    specs=(SPEC,), kernel=roi_pool, definition=definition, steps=(steps.max_pool,),
+    own=True, specs=(SPEC,), kernel=roi_pool, definition=definition, steps=(steps.max_pool,),
     forms=(NodeForm(DOMAIN, "RoIPool", SPEC, "ort_roi graphs (ort_roi.builders)",
                     "Paddle roi_pool"),),
 )

@@ -65,7 +65,7 @@ def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_h: int, pooled_w: int
 
 
 ENTRY = Op(
-    specs=(SPEC,), kernel=roi_pooling, definition=definition,
+    own=True, specs=(SPEC,), kernel=roi_pooling, definition=definition,
     steps=(steps.max_pool, steps.bilinear_pool),
     forms=(NodeForm(DOMAIN, "ROIPooling", SPEC, "ort_roi graphs (ort_roi.builders)",
                     "MXNet ROIPooling (max), OpenVINO ROIPooling-1 (bilinear)"),
