@@ -7,24 +7,26 @@ from __future__ import annotations
 import numpy as np
 
 from ..geometry import (MMCV_EMPTY_MAX, BoxGeometry, align_bins, max_sample_positions,
-                        onnx_geometry, roi_align_geometry, sample_positions)
+                        onnx_geometry, roi_align_geometry, sample_positions, sampling_grid)
 from .common import bilinear, images_of, weighted_corners
 
 
 def align_box(X: np.ndarray, box: np.ndarray, geometry: BoxGeometry, spatial_scale, ph: int,
               pw: int, sampling_ratio: int, reduce: str = "mean", empty=0.0) -> np.ndarray:
     """One box [x1, y1, x2, y2] of X [C, H, W]: its bins (geometry.align_bins: corners
-    scaled and shifted, the size at least the geometry's least, grid sampling_ratio or
-    ceil(bin size)), each bin's gh x gw samples at y = (start + p*bin) + (iy + 0.5)*bin/gh
-    (x likewise), each sample bilinear (0 beyond one pixel off the map). ``reduce``:
-    "mean" (the sum in T over max(gh*gw, 1)), "max" (a running maximum from ``empty``,
-    mmcv) or "onnx_max" (onnxruntime: the largest weighted corner of any sample, 0 without
-    samples). A max reads, of the samples with the same taps (a huge box's samples off the
-    map, or clamped to its edge), one: geometry.max_sample_positions; the same value."""
+    scaled and shifted, the size at least the geometry's least), each bin's grid
+    (geometry.sampling_grid: sampling_ratio or ceil(bin size)), each bin's gh x gw samples
+    at y = (start + p*bin) + (iy + 0.5)*bin/gh (x likewise), each sample bilinear (0 beyond
+    one pixel off the map). ``reduce``: "mean" (the sum in T over max(gh*gw, 1)), "max" (a
+    running maximum from ``empty``, mmcv) or "onnx_max" (onnxruntime: the largest weighted
+    corner of any sample, 0 without samples). A max reads, of the samples with the same taps
+    (a huge box's samples off the map, or clamped to its edge), one:
+    geometry.max_sample_positions; the same value."""
     t = X.dtype.type
     C, H, W = X.shape
-    bins = align_bins(box[None], spatial_scale, geometry, ph, pw, sampling_ratio)
-    (y0, x0), (bh, bw), (gh, gw) = bins.start[0], bins.size[0], bins.grid[0]
+    bins = align_bins(box[None], spatial_scale, geometry, ph, pw)
+    (y0, x0), (bh, bw) = bins.start[0], bins.size[0]
+    gh, gw = sampling_grid(bins.size, sampling_ratio)[0]
     if reduce != "mean" and gh > 0 and gw > 0:
         ys = max_sample_positions(y0, bh, gh, ph, H)  # [ph, <= gh]
         xs = max_sample_positions(x0, bw, gw, pw, W)  # [pw, <= gw]

@@ -25,7 +25,7 @@ def torchvision_ps_roi_align(X, rois, *, pooled_height=1, pooled_width=1, spatia
     out = np.zeros((rois.shape[0], oc, PH, PW), X.dtype)
     for r in range(rois.shape[0]):
         b, box = int(rois[r, 0]), rois[r, 1:]
-        bins = align_bins(box[None], spatial_scale, ALIGNED, PH, PW, sampling_ratio)
+        bins = align_bins(box[None], spatial_scale, ALIGNED, PH, PW)
         grid, count = torchvision_sample_grid(box_extent(box[None], spatial_scale, ALIGNED),
                                               (PH, PW), sampling_ratio)
         (gh, gw), count = grid[0].tolist(), int(count[0])

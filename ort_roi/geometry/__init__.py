@@ -8,7 +8,8 @@ One module per family of ops, every public name re-exported here (``from ort_roi
 import align_bins``):
 
 - ``boxes``: where a box lies, the RoIAlign family's variants (``BoxGeometry``: ``ALIGNED``,
-  ``LEGACY``, OpenVINO's, mmdeploy's), its bins (``align_bins``), mmdeploy's rescale;
+  ``LEGACY``, OpenVINO's, mmdeploy's), its bins (``align_bins``) and their samples per side
+  (``sampling_grid``), mmdeploy's rescale;
 - ``sampling``: RoIAlign's samples: their positions, neighbours and taps;
 - ``separable``: a bin's mean 1-D weights (RoIAlign's average as Ay @ X @ Ax.T);
 - ``pooling``: integer bins (ROIPooling max, RoIPool, Paddle's psroi_pool) and ROIPooling's
@@ -30,7 +31,7 @@ The semantics each op builds from these pieces: docs/semantics.md.
 from .boxes import (ALIGNED, FLT_MAX, LEGACY, MMCV_EMPTY_MAX, MMDEPLOY_ALIGNED,
                     ONNX_HALF_PIXEL, ONNX_OUTPUT_HALF_PIXEL, OPENVINO_ALIGNED, AlignBins,
                     BoxGeometry, align_bins, box_extent, level_scales, mmdeploy_rescale,
-                    onnx_geometry, roi_align_geometry)
+                    onnx_geometry, roi_align_geometry, sampling_grid)
 from .crop_and_resize import (crop_and_resize_nearest_index, crop_and_resize_neighbours,
                               crop_and_resize_positions)
 from .pooling import (bilinear_pool_neighbours, bilinear_pool_positions, clip_edges,
@@ -46,7 +47,8 @@ __all__ = [
     # boxes
     "BoxGeometry", "ALIGNED", "LEGACY", "OPENVINO_ALIGNED", "MMDEPLOY_ALIGNED",
     "ONNX_HALF_PIXEL", "ONNX_OUTPUT_HALF_PIXEL", "MMCV_EMPTY_MAX", "FLT_MAX",
-    "roi_align_geometry", "onnx_geometry", "AlignBins", "align_bins", "level_scales",
+    "roi_align_geometry", "onnx_geometry", "AlignBins", "align_bins", "sampling_grid",
+    "level_scales",
     "box_extent", "mmdeploy_rescale",
     # sampling
     "sample_positions", "neighbours", "sample_taps", "max_sample_positions",

@@ -52,20 +52,18 @@ def onnx_geometry(coordinate_transformation_mode: str) -> BoxGeometry:
 
 
 class AlignBins(NamedTuple):
-    """Per box and axis (columns y, x): the first bin's start, the bin size and the samples
-    per bin side (0: none), in T (grid int64)."""
+    """Per box and axis (columns y, x): the first bin's start and the bin size, in T. The
+    samples of each bin: ``sampling_grid(size, sampling_ratio)``."""
 
     start: np.ndarray  # [R, 2]
     size: np.ndarray  # [R, 2]
-    grid: np.ndarray  # [R, 2]
 
 
 def align_bins(boxes: np.ndarray, spatial_scale, geometry: BoxGeometry, pooled_h: int,
-               pooled_w: int, sampling_ratio: int) -> AlignBins:
+               pooled_w: int) -> AlignBins:
     """The bins of boxes [R, 4] = [x1, y1, x2, y2], in T, as the references compute them:
     start = corner * scale - offset, size = end - start (at least ``geometry.least``),
-    bin = size / pooled, grid = sampling_ratio, or ceil(size / pooled) when it is <= 0.
-    ``spatial_scale``: one scale, or one per box ([R, 1])."""
+    bin = size / pooled. ``spatial_scale``: one scale, or one per box ([R, 1])."""
     t = boxes.dtype.type
     scale = np.asarray(spatial_scale, boxes.dtype)
     c = boxes[:, [1, 0, 3, 2]] * scale - t(geometry.offset)  # y1 x1 y2 x2
@@ -73,13 +71,20 @@ def align_bins(boxes: np.ndarray, spatial_scale, geometry: BoxGeometry, pooled_h
     if geometry.least is not None:
         size = np.maximum(size, t(geometry.least))
     pooled = np.array([pooled_h, pooled_w], boxes.dtype)
-    bin_size = size / pooled
+    return AlignBins(c[:, :2], size / pooled)
+
+
+def sampling_grid(bin_size: np.ndarray, sampling_ratio: int) -> np.ndarray:
+    """RoIAlign's ``sampling_ratio`` attribute made the samples per side of each bin (the
+    family's one rule, for the definitions and both backends): ``sampling_ratio`` when it is
+    > 0, else ceil(bin size) (adaptive; 0 for an empty or inverted bin: no samples).
+
+    ``bin_size``: the bins' sizes (``align_bins``), [R, 2] in T. Returns the grid, [R, 2]
+    int64 (y, x)."""
     if sampling_ratio > 0:
-        grid = np.full(size.shape, sampling_ratio, np.int64)
-    else:
-        # ceil of a huge float is clipped before the cast; a grid <= 0 means no samples.
-        grid = np.minimum(np.maximum(np.ceil(size / pooled), 0), 2**62).astype(np.int64)
-    return AlignBins(c[:, :2], bin_size, grid)
+        return np.full(bin_size.shape, sampling_ratio, np.int64)
+    # ceil of a huge float is clipped before the cast; a grid <= 0 means no samples.
+    return np.minimum(np.maximum(np.ceil(bin_size), 0), 2**62).astype(np.int64)
 
 
 def level_scales(scales, level: np.ndarray, dtype) -> np.ndarray:

@@ -49,12 +49,11 @@ class steps:  # noqa: N801 - a namespace: ``compute(steps.align, X, ...)``
     pool_bins = Step("pool_bins", cpu.pool_bins, cuda.pool_bins,
                      ("batch", "hlo", "hhi", "wlo", "whi"))
     ps_align = Step("ps_align", cpu.ps_align, cuda.ps_align, ("batch", "boxes"))
-    align = Step("align", cpu.align, cuda.align, ("batch", "start", "bin_size", "grid"))
-    align_max = Step("align_max", cpu.align_max, cuda.align_max,
-                     ("batch", "start", "bin_size", "grid"))
+    align = Step("align", cpu.align, cuda.align, ("batch", "start", "bin_size"))
+    align_max = Step("align_max", cpu.align_max, cuda.align_max, ("batch", "start", "bin_size"))
     align_rotated = Step("align_rotated", cpu.align_rotated, cuda.align_rotated, ("rows",))
     align_levels = Step("align_levels", cpu.align_levels, cuda.align_levels,
-                        ("batch", "start", "bin_size", "grid", "level"))
+                        ("batch", "start", "bin_size", "level"))
     crop_bilinear = Step("crop_bilinear", cpu.crop_bilinear, cuda.crop_bilinear,
                          ("batch", "y0", "y1", "fy", "x0", "x1", "fx"))
     crop_nearest = Step("crop_nearest", cpu.crop_nearest, cuda.crop_nearest,

@@ -69,10 +69,10 @@ def caffe2_roi_align(X: np.ndarray, rois: np.ndarray, *, order: str = "NCHW",
         boxes = np.ascontiguousarray(rois[:, 1:])
     check_box_sizes(op, "rois", boxes, a["spatial_scale"])
     check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
-    ph, pw, sr = a["pooled_h"], a["pooled_w"], a["sampling_ratio"]
-    bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw, sr)
+    ph, pw = a["pooled_h"], a["pooled_w"]
+    bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw)
     return compute(steps.align, X, batch=batch, start=bins.start, bin_size=bins.size,
-                   grid=bins.grid, ph=ph, pw=pw, sampling_ratio=sr)
+                   ph=ph, pw=pw, sampling_ratio=a["sampling_ratio"])
 
 
 ENTRY = Op(

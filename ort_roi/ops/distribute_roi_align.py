@@ -121,11 +121,11 @@ def distribute_roi_align(fpn_rois: np.ndarray, rois_num: np.ndarray, *feats: np.
                     pixel_offset=bool(a["pixel_offset"])) - a["min_level"]
     scale = level_scales([a[f"spatial_scale_{i}"] for i in range(L)], level, rois.dtype)
     check_box_sizes(op, "fpn_rois", rois, scale, level, a["min_level"])  # at each level
-    ph, pw, sr = a["pooled_height"], a["pooled_width"], a["sampling_ratio"]
-    bins = align_bins(rois, scale, roi_align_geometry(a["aligned"]), ph, pw, sr)
+    ph, pw = a["pooled_height"], a["pooled_width"]
+    bins = align_bins(rois, scale, roi_align_geometry(a["aligned"]), ph, pw)
     return compute(steps.align_levels, X, batch=batch, start=bins.start, bin_size=bins.size,
-                   grid=bins.grid, level=level.astype(np.intp), ph=ph, pw=pw, sampling_ratio=sr,
-                   mode=0)
+                   level=level.astype(np.intp), ph=ph, pw=pw,
+                   sampling_ratio=a["sampling_ratio"], mode=0)
 
 
 ENTRY = Op(

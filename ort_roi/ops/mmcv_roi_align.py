@@ -65,13 +65,13 @@ def mmcv_roi_align(input: np.ndarray, rois: np.ndarray, *, output_height: int = 
     _, batch, boxes = check_batch_rois(op, "rois", rois, X)
     check_box_sizes(op, "rois", boxes, a["spatial_scale"])
     check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
-    ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
-    bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw, sr)
+    ph, pw = a["output_height"], a["output_width"]
+    bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw)
     if a["mode"] == "avg":
         return compute(steps.align, X, batch=batch, start=bins.start, bin_size=bins.size,
-                       grid=bins.grid, ph=ph, pw=pw, sampling_ratio=sr)
+                       ph=ph, pw=pw, sampling_ratio=a["sampling_ratio"])
     return compute(steps.align_max, X, batch=batch, start=bins.start, bin_size=bins.size,
-                   grid=bins.grid, ph=ph, pw=pw, empty=MMCV_EMPTY_MAX)
+                   ph=ph, pw=pw, sampling_ratio=a["sampling_ratio"], empty=MMCV_EMPTY_MAX)
 
 
 ENTRY = Op(

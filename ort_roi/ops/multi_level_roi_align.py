@@ -89,11 +89,11 @@ def multi_level_roi_align(rois, *feats, output_height: int = 7, output_width: in
         boxes = mmdeploy_rescale(boxes, a["roi_scale_factor"])
     scale = [float(np.float32(1.0 / np.float32(a[f"stride_{i}"]))) for i in range(L)]
     check_box_sizes(op, "rois", boxes, max(scale))
-    ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
+    ph, pw = a["output_height"], a["output_width"]
     bins = align_bins(boxes, level_scales(scale, level, boxes.dtype),
-                      MMDEPLOY_ALIGNED if a["aligned"] else LEGACY, ph, pw, sr)
+                      MMDEPLOY_ALIGNED if a["aligned"] else LEGACY, ph, pw)
     return compute(steps.align_levels, X, batch=batch, start=bins.start, bin_size=bins.size,
-                   grid=bins.grid, level=level, ph=ph, pw=pw, sampling_ratio=sr,
+                   level=level, ph=ph, pw=pw, sampling_ratio=a["sampling_ratio"],
                    mode=1 - a["pool_mode"], empty=-FLT_MAX)
 
 

@@ -79,14 +79,14 @@ def onnx_roi_align(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *
     batch = batch_from_indices(op, "batch_indices", batch_indices, X.shape[0], rois.shape[0])
     check_box_sizes(op, "rois", rois, a["spatial_scale"])
     check_output_size(SPEC, a, rois.shape[0], X.shape[1])
-    ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
+    ph, pw = a["output_height"], a["output_width"]
     bins = align_bins(rois, a["spatial_scale"], onnx_geometry(a["coordinate_transformation_mode"]),
-                      ph, pw, sr)
+                      ph, pw)
     if a["mode"] == "avg":
         return compute(steps.align, X, batch=batch, start=bins.start, bin_size=bins.size,
-                       grid=bins.grid, ph=ph, pw=pw, sampling_ratio=sr)
+                       ph=ph, pw=pw, sampling_ratio=a["sampling_ratio"])
     return compute(steps.align_max, X, batch=batch, start=bins.start, bin_size=bins.size,
-                   grid=bins.grid, ph=ph, pw=pw,
+                   ph=ph, pw=pw, sampling_ratio=a["sampling_ratio"],
                    empty=None if a["mode"] == "onnx_max" else MMCV_EMPTY_MAX)
 
 

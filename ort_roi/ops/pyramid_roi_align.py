@@ -71,11 +71,11 @@ def pyramid_roi_align(rois, levels, *feats, output_height: int = 1, output_width
     check_box_sizes(op, "rois", boxes, max(scale))
     check_output_size(spec, a, boxes.shape[0], X[0].shape[1])
     level = np.where((level >= 0) & (level < L), level, L).astype(np.intp)  # L: no level
-    ph, pw, sr = a["output_height"], a["output_width"], a["sampling_ratio"]
+    ph, pw = a["output_height"], a["output_width"]
     bins = align_bins(boxes, level_scales(scale, level, boxes.dtype),
-                      roi_align_geometry(a["aligned"]), ph, pw, sr)
+                      roi_align_geometry(a["aligned"]), ph, pw)
     return compute(steps.align_levels, X, batch=batch, start=bins.start, bin_size=bins.size,
-                   grid=bins.grid, level=level, ph=ph, pw=pw, sampling_ratio=sr, mode=0)
+                   level=level, ph=ph, pw=pw, sampling_ratio=a["sampling_ratio"], mode=0)
 
 
 ENTRY = Op(

@@ -60,10 +60,10 @@ def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
     boxes, batch = check_counted_boxes(op, ("boxes", "boxes_num"), boxes, boxes_num, X)
     check_box_sizes(op, "boxes", boxes, a["spatial_scale"])
     check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
-    ph, pw, sr = a["pooled_height"], a["pooled_width"], a["sampling_ratio"]
-    bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw, sr)
+    ph, pw = a["pooled_height"], a["pooled_width"]
+    bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw)
     return compute(steps.align, X, batch=batch, start=bins.start, bin_size=bins.size,
-                   grid=bins.grid, ph=ph, pw=pw, sampling_ratio=sr)
+                   ph=ph, pw=pw, sampling_ratio=a["sampling_ratio"])
 
 
 ENTRY = Op(

@@ -74,12 +74,12 @@ def roi_feature_extractor(rois, *feats, output_size: int = 7, sampling_ratio: in
     level = openvino_levels(boxes, L)
     scale = [float(np.float32(1) / np.float32(a[f"scale_{i}"])) for i in range(L)]  # 1.0f / s
     check_box_sizes(op, "rois", boxes, max(scale))
-    p, sr = a["output_size"], a["sampling_ratio"]
+    p = a["output_size"]
     bins = align_bins(boxes, level_scales(scale, level, boxes.dtype),
-                      OPENVINO_ALIGNED if a["aligned"] else LEGACY, p, p, sr)
+                      OPENVINO_ALIGNED if a["aligned"] else LEGACY, p, p)
     out = compute(steps.align_levels, X, batch=np.zeros(boxes.shape[0], np.intp),
-                  start=bins.start, bin_size=bins.size, grid=bins.grid, level=level, ph=p, pw=p,
-                  sampling_ratio=sr, mode=0)
+                  start=bins.start, bin_size=bins.size, level=level, ph=p, pw=p,
+                  sampling_ratio=a["sampling_ratio"], mode=0)
     return out, boxes.copy()
 
 

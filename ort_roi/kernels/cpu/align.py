@@ -1,7 +1,9 @@
 """RoIAlign on the CPU: the mean of bilinear samples (RoIAlign, MMCVRoiAlign avg, ONNX
 RoiAlign avg, Caffe2), the max (MMCVRoiAlign max, ONNX RoiAlign max in both readings) and
-several feature-pyramid levels at once. Boxes arrive checked, with their geometry variant
-(geometry.BoxGeometry).
+several feature-pyramid levels at once. Boxes arrive checked, as their bins (geometry.align_bins:
+each box's first bin's start and bin size), with the op's ``sampling_ratio`` attribute as it
+resolved it; each step makes the bins' samples per side (``grid``) from it once
+(geometry.sampling_grid).
 
 The mean of samples is separable: for box r,
     out[r, c] = Ay[r] @ X[b, c] @ Ax[r].T
@@ -11,9 +13,10 @@ NHWC copy of X:
 - "crops": from each box's crop of the map, two GEMMs; the weights built from the samples
   themselves for ordinary grids and in closed form for huge adaptive grids, so a giant box
   costs O(pooled * size), not O(samples);
-- "taps", for a fixed sampling ratio g: bin p's weights are nonzero on at most 2g rows (each
-  sample's two neighbours), so a box needs only ph*2g rows by pw*2g columns of pixels,
-  gathered and reduced a few boxes at a time;
+- "taps", for a fixed sampling_ratio (> 0): bin p's weights are nonzero on at most
+  2 * sampling_ratio rows (each sample's two neighbours), so a box needs only
+  ph * 2 * sampling_ratio rows by pw * 2 * sampling_ratio columns of pixels, gathered and
+  reduced a few boxes at a time;
 - "planes": the crops' weights applied to X as it is (NCHW), no copy: per box
   T = Ax[crop cols] @ X[b] as [C*H, wc]^T over every row, then Ay[crop rows] @ T^T; for a
   few boxes on a small map, where the NHWC copy would cost more than the box;
@@ -25,21 +28,24 @@ from __future__ import annotations
 import numpy as np
 
 from ...geometry import (MMCV_EMPTY_MAX, bilinear_weights, crop_weights,
-                         max_sample_positions, neighbours, sample_positions, sample_taps)
+                         max_sample_positions, neighbours, sample_positions, sample_taps,
+                         sampling_grid)
 from . import strategies, workspace
 from .parallel import for_ranges
 
 
 def align(X: np.ndarray, batch: np.ndarray, start: np.ndarray, bin_size: np.ndarray,
-          grid: np.ndarray, ph: int, pw: int, sampling_ratio: int,
+          ph: int, pw: int, sampling_ratio: int,
           out: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
-    """RoIAlign's mean over the bins the op computed on the host (geometry.align_bins: start,
-    bin size and grid [R, 2] each, y then x), over an NHWC copy of X, boxes shared among the
-    cores; each call (or box) by the strategy strategies.py picks. Box i is written to
+    """RoIAlign's mean over the bins the op computed on the host (geometry.align_bins: start
+    and bin size [R, 2] each, y then x) with ``sampling_ratio`` samples per bin side (<= 0:
+    adaptive; the grid, geometry.sampling_grid), over an NHWC copy of X, boxes shared among
+    the cores; each call (or box) by the strategy strategies.py picks. Box i is written to
     out[rows[i]] when ``out`` is given (several levels into one output), else to a new
     [R, C, ph, pw] array (rows 0 .. R-1)."""
     N, C, H, W = X.shape
     R = start.shape[0]
+    grid = sampling_grid(bin_size, sampling_ratio)
     if out is None:
         out, rows = workspace.output((R, C, ph, pw), X.dtype), np.arange(R)
     if R == 0 or C == 0:
@@ -61,21 +67,25 @@ def align(X: np.ndarray, batch: np.ndarray, start: np.ndarray, bin_size: np.ndar
     return out
 
 
-def _axis_taps(start, bin_size, g: int, pooled: int, size: int, dtype):
-    """sample_taps() of ``g`` samples per bin as indices [R, pooled * 2g] and weights over g
-    [R, pooled, 2g] of ``dtype``."""
-    idx, w = sample_taps(start, bin_size, g, pooled, size, g)
+def _axis_taps(start, bin_size, sampling_ratio: int, pooled: int, size: int, dtype):
+    """sample_taps() of ``sampling_ratio`` samples per bin as indices
+    [R, pooled * 2 * sampling_ratio] and weights over sampling_ratio
+    [R, pooled, 2 * sampling_ratio] of ``dtype``."""
+    idx, w = sample_taps(start, bin_size, sampling_ratio, pooled, size, sampling_ratio)
     R, t = start.shape[0], w.dtype.type
-    return idx.reshape(R, pooled * 2 * g), (w / t(g)).astype(dtype).reshape(R, pooled, 2 * g)
+    k = 2 * sampling_ratio  # taps per bin side: each sample's two neighbours
+    return idx.reshape(R, pooled * k), (w / t(sampling_ratio)).astype(dtype).reshape(R, pooled, k)
 
 
-def _align_taps(Xn, batch, start, bin_size, g: int, ph: int, pw: int, out, rows, which):
-    """Boxes ``which`` from their taps: with the taps' pixels G [ph, 2g, pw, 2g, C],
-    out[c, p, q] = sum_ij wy[p, i] wx[q, j] G[p, i, q, j, c], as two batched products
-    (over i for each row of bins, then over j for each bin), a few boxes per step."""
+def _align_taps(Xn, batch, start, bin_size, sampling_ratio: int, ph: int, pw: int, out, rows,
+                which):
+    """Boxes ``which`` from their taps, k = 2 * sampling_ratio a bin side: with the taps'
+    pixels G [ph, k, pw, k, C], out[c, p, q] = sum_ij wy[p, i] wx[q, j] G[p, i, q, j, c], as
+    two batched products (over i for each row of bins, then over j for each bin), a few boxes
+    per step."""
     N, H, W, C = Xn.shape
     pixels = Xn.reshape(N * H * W, C)
-    k = 2 * g
+    k = 2 * sampling_ratio  # taps per bin side
     ny, nx = ph * k, pw * k  # taps per box along y and x
     step = max(1, strategies.taps_step() // (ny * nx * C))
     block = max(step, strategies.taps_step() // 8 // (ny + nx))  # boxes whose taps are made together
@@ -83,8 +93,8 @@ def _align_taps(Xn, batch, start, bin_size, g: int, ph: int, pw: int, out, rows,
     def work(a: int, b: int) -> None:
         for b0 in range(a, b, block):
             rs = which[b0:min(b, b0 + block)]
-            ty, wy = _axis_taps(start[rs, 0], bin_size[rs, 0], g, ph, H, Xn.dtype)
-            tx, wx = _axis_taps(start[rs, 1], bin_size[rs, 1], g, pw, W, Xn.dtype)
+            ty, wy = _axis_taps(start[rs, 0], bin_size[rs, 0], sampling_ratio, ph, H, Xn.dtype)
+            tx, wx = _axis_taps(start[rs, 1], bin_size[rs, 1], sampling_ratio, pw, W, Xn.dtype)
             ty += (batch[rs] * H)[:, None]
             for s0 in range(0, rs.size, step):
                 s1 = min(rs.size, s0 + step)
@@ -206,9 +216,10 @@ def _align_small(X, batch, start, bin_size, grid, ph: int, pw: int):
 MAX_STEP = 1 << 20
 
 
-def align_max(X, batch, start, bin_size, grid, ph: int, pw: int,
+def align_max(X, batch, start, bin_size, ph: int, pw: int, sampling_ratio: int,
               empty: float | None = MMCV_EMPTY_MAX) -> np.ndarray:
-    """Max pooling of bilinear samples over the host's bins (``align``): per box, the samples of each bin
+    """Max pooling of bilinear samples over the host's bins and ``sampling_ratio``
+    (``align``): per box, the samples of each bin
     from an NHWC copy; of samples with the same taps one (geometry.max_sample_positions), so
     a huge box costs in proportion to the map, not to its samples.
 
@@ -224,6 +235,7 @@ def align_max(X, batch, start, bin_size, grid, ph: int, pw: int,
     out = workspace.output((R, C, ph, pw), X.dtype)
     if R == 0 or C == 0:
         return out
+    grid = sampling_grid(bin_size, sampling_ratio)
     Xn = workspace.nhwc(X).reshape(N * H * W, C)
 
     def work(a: int, b: int) -> None:
@@ -264,7 +276,7 @@ def align_max(X, batch, start, bin_size, grid, ph: int, pw: int,
     return out
 
 
-def align_levels(X: list, batch, start, bin_size, grid, level, ph: int, pw: int,
+def align_levels(X: list, batch, start, bin_size, level, ph: int, pw: int,
                  sampling_ratio: int, mode: int, empty: float | None = 0.0):
     """Each box pooled from its level X[level[r]] over the host's bins (computed at its
     level's scale) with RoIAlign's arithmetic, the mean (mode 0) or the max from ``empty``
@@ -277,9 +289,9 @@ def align_levels(X: list, batch, start, bin_size, grid, level, ph: int, pw: int,
     for i in range(len(X)):
         which = np.flatnonzero(level == i)
         if which.size:
-            args = (X[i], batch[which], start[which], bin_size[which], grid[which], ph, pw)
+            args = (X[i], batch[which], start[which], bin_size[which], ph, pw, sampling_ratio)
             if mode == 0:
-                align(*args, sampling_ratio, out=out, rows=which)
+                align(*args, out=out, rows=which)
             else:
                 out[which] = align_max(*args, empty=empty)
     return out

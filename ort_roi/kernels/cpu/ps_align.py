@@ -26,7 +26,7 @@ def ps_align(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: i
     out = np.zeros((R, oc, ph, pw), X.dtype)
     if R == 0 or oc == 0:
         return out
-    start, bin_size, _ = align_bins(boxes, spatial_scale, ALIGNED, ph, pw, sampling_ratio)
+    start, bin_size = align_bins(boxes, spatial_scale, ALIGNED, ph, pw)
     grid, count = torchvision_sample_grid(box_extent(boxes, spatial_scale, ALIGNED), (ph, pw),
                                           sampling_ratio)
     samples = np.maximum(grid, 0)  # a negative grid (an inverted box): no samples

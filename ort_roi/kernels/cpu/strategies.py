@@ -3,9 +3,10 @@ box), and a way to force one (tests hold every strategy to the definition; bench
 them). Every choice the NumPy kernels make is made here.
 
 - RoIAlign's mean (``align``): "small" (a small problem at once: every sample's weights on
-  every row and column), "taps" (a fixed sampling ratio g: each box from its ph*2g x pw*2g
-  bilinear taps, a few boxes per step), "crops" (each box from its crop of an NHWC copy of
-  the map, two GEMMs with the bins' mean weights, in closed form for grids over
+  every row and column), "taps" (a fixed sampling_ratio: each box from its
+  ph * 2 * sampling_ratio x pw * 2 * sampling_ratio bilinear taps, a few boxes per step),
+  "crops" (each box from its crop of an NHWC copy of the map, two GEMMs with the bins' mean
+  weights, in closed form for grids over
   ``EXPLICIT_GRID_MAX``) or "planes" (the same weights applied to the NCHW map as it is:
   no copy, for a few boxes on a small map).
 - Max pooling (``max_pool``): "small" (masks over the whole map) or "table" (a table of window

@@ -18,9 +18,8 @@ from importlib import resources
 
 import numpy as np
 
-from ...geometry import (ALIGNED, EXPLICIT_GRID_MAX, align_bins, axis_weights,
-                         box_extent,
-                         torchvision_sample_grid)
+from ...geometry import (ALIGNED, EXPLICIT_GRID_MAX, align_bins, axis_weights, box_extent,
+                         sampling_grid, torchvision_sample_grid)
 from ...spec import MAX_LEVELS
 from . import staging
 
@@ -178,28 +177,31 @@ def _roi_align(X, batch, start, bin_size, grid, ph: int, pw: int, mode: int, lim
     return out, Xg, left
 
 
-def align(X, batch, start, bin_size, grid, ph: int, pw: int, sampling_ratio: int):
-    """RoIAlign's mean over the host's bins; boxes with huge grids in closed form (two GEMMs
-    on the device)."""
+def align(X, batch, start, bin_size, ph: int, pw: int, sampling_ratio: int):
+    """RoIAlign's mean over the host's bins and ``sampling_ratio`` (the grid:
+    geometry.sampling_grid); boxes with huge grids in closed form (two GEMMs on the
+    device)."""
     import cupy
 
     N, C, H, W = X.shape
+    grid = sampling_grid(bin_size, sampling_ratio)
     out, Xg, big = _roi_align(X, batch, start, bin_size, grid, ph, pw, 0, EXPLICIT_GRID_MAX)
     if big.size:  # closed-form weights: O(pooled * size), not O(samples)
-        s, b, g = start[big], bin_size[big], grid[big]
-        Ay = cupy.asarray(axis_weights(s[:, 0], b[:, 0], g[:, 0], ph, H, X.dtype))
-        Ax = cupy.asarray(axis_weights(s[:, 1], b[:, 1], g[:, 1], pw, W, X.dtype))
+        s, b, big_grid = start[big], bin_size[big], grid[big]
+        Ay = cupy.asarray(axis_weights(s[:, 0], b[:, 0], big_grid[:, 0], ph, H, X.dtype))
+        Ax = cupy.asarray(axis_weights(s[:, 1], b[:, 1], big_grid[:, 1], pw, W, X.dtype))
         for i, r in enumerate(big):
             out[r] = cupy.matmul(cupy.matmul(Ay[i], Xg[batch[r]]), Ax[i].T)
     return out, NONE
 
 
-def align_max(X, batch, start, bin_size, grid, ph: int, pw: int,
+def align_max(X, batch, start, bin_size, ph: int, pw: int, sampling_ratio: int,
               empty: float | None = -10000.0):
     """Max of bilinear samples (a running maximum from ``empty``, or onnxruntime's max of
     weighted corners when ``empty`` is None); boxes with more than MAX_MODE_SAMPLES samples
     per bin side are left to the host."""
     mode = 2 if empty is None else 1
+    grid = sampling_grid(bin_size, sampling_ratio)
     out, _, left = _roi_align(X, batch, start, bin_size, grid, ph, pw, mode, MAX_MODE_SAMPLES,
                               0.0 if empty is None else empty)
     return out, left
@@ -209,9 +211,9 @@ def ps_align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_r
     """torchvision's ps_roi_align: the roi_align kernel's mean over position-sensitive
     channels; a box whose grid torchvision counts as 0 samples gives NaN (0 / 0), one whose
     grid is negative (inverted) 0; huge grids are left to the host."""
-    start, bin_size, agrid = align_bins(boxes, spatial_scale, ALIGNED, ph, pw, sampling_ratio)
-    out, _, left = _roi_align(X, batch, start, bin_size, agrid, ph, pw, 0, EXPLICIT_GRID_MAX,
-                              ps=1)
+    start, bin_size = align_bins(boxes, spatial_scale, ALIGNED, ph, pw)
+    out, _, left = _roi_align(X, batch, start, bin_size, sampling_grid(bin_size, sampling_ratio),
+                              ph, pw, 0, EXPLICIT_GRID_MAX, ps=1)
     grid, count = torchvision_sample_grid(box_extent(boxes, spatial_scale, ALIGNED), (ph, pw),
                                           sampling_ratio)
     bad = np.flatnonzero((grid <= 0).any(axis=1))
@@ -221,7 +223,7 @@ def ps_align(X, batch, boxes, ph: int, pw: int, spatial_scale: float, sampling_r
     return out, left
 
 
-def align_levels(Xs: list, batch, start, bin_size, grid, level, ph: int, pw: int,
+def align_levels(Xs: list, batch, start, bin_size, level, ph: int, pw: int,
                  sampling_ratio: int, mode: int, empty: float | None = 0.0):
     """Multi-level RoIAlign in one launch (roi_align_levels): box r pooled from
     Xs[level[r]] over its host bins, mean (mode 0) or max from ``empty`` (mode 1); a box on
@@ -234,7 +236,8 @@ def align_levels(Xs: list, batch, start, bin_size, grid, level, ph: int, pw: int
     out = cupy.zeros((R, C, ph, pw), X0.dtype)
     limit = EXPLICIT_GRID_MAX if mode == 0 else MAX_MODE_SAMPLES
     lv = np.where((level >= 0) & (level < len(Xs)), level, -1)
-    rows, big = align_rows(batch, start, bin_size, grid, limit, level=lv,
+    rows, big = align_rows(batch, start, bin_size, sampling_grid(bin_size, sampling_ratio),
+                           limit, level=lv,
                            sizes=[x.shape[2:] for x in Xs])
     Xg = [cupy.ascontiguousarray(x) for x in Xs]
     launch("roi_align_levels", out, *Xg, *Xg[:1] * (MAX_LEVELS - len(Xg)), staging.to_device(rows),
