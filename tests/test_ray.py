@@ -564,17 +564,69 @@ def test_ray_serve_two_replicas_equal_one_process_bad_request_4xx(serve_port):
     serve.delete("roi")
 
 
-def test_the_cluster_listens_on_loopback_only(serve_port):
-    """Every listening socket of this test's Ray processes (GCS, raylet, agents, workers,
-    Serve's proxy) is on 127.0.0.1."""
-    psutil = pytest.importorskip("psutil")
-    ours = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)}
-    listening = [c for c in psutil.net_connections("inet")
-                 if c.status == psutil.CONN_LISTEN and c.pid in ours]
-    assert serve_port in {c.laddr.port for c in listening}
-    assert len(listening) > 5
-    assert {c.laddr.ip for c in listening} <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}, \
-        [(c.laddr, psutil.Process(c.pid).name()) for c in listening]
+def _descendants(root: int) -> set[int]:
+    """root and every process below it (from /proc's parent ids)."""
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                kids.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(d))
+        except (OSError, ValueError, IndexError):
+            continue
+    out, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        out.add(pid)
+        todo += kids.get(pid, [])
+    return out
+
+
+def _listening(pids: set[int]) -> list[tuple[str, int, int, str]]:
+    """(address, port, pid, process name) of each TCP socket in LISTEN that ``pids`` hold,
+    read from /proc/net/tcp{,6} and /proc/<pid>/fd (what ``ss -ltnp`` lists)."""
+    where = {}
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        with open(f"/proc/net/{table}") as f:
+            for line in list(f)[1:]:
+                cols = line.split()
+                if cols[3] != "0A":  # LISTEN
+                    continue
+                ip, port = cols[1].split(":")
+                raw = bytes.fromhex(ip)
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                where[cols[9]] = (socket.inet_ntop(family, raw), int(port, 16))
+    found = []
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            name = pathlib.Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link[8:-1] in where:
+                found.append((*where[link[8:-1]], pid, name))
+    return found
+
+
+def test_the_cluster_listens_on_loopback_only_while_replicas_run(prod):
+    """Every listening socket of this test's Ray processes (GCS, raylet, agents, Serve's
+    controller and proxy, the ingress and predictor replicas while they run, each one's
+    inter-deployment gRPC server included: Ray binds it to [::], scale rebinds it to the
+    node's address) is on 127.0.0.1."""
+    if not os.path.exists("/proc/net/tcp"):
+        pytest.skip("reads Linux's /proc")
+    port = int(prod.split(":")[2].split("/")[0])
+    assert _raw(prod, _body(_good(0)))[0] == 200  # the replicas run
+    listening = _listening(_descendants(os.getpid()))
+    replicas = {pid for _, _, pid, name in listening if name.startswith("ray::ServeRepli")}
+    assert set(_predictor_pids()) <= replicas and len(replicas) >= 3  # + the ingress
+    assert port in {p for _, p, _, _ in listening}
+    assert {ip for ip, _, _, _ in listening} <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}, \
+        [x for x in listening if x[0] not in ("127.0.0.1", "::ffff:127.0.0.1")]
 
 
 # --- serving that survives, serving under pressure (scale.application) ---------------------

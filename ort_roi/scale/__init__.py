@@ -26,7 +26,7 @@ cost. The worker goes on with the next one; no NaN output is passed on as a resu
 Its modules, one concern each: ``runner`` (a session and the checks of a run), ``data`` (Ray
 Data), ``limits`` (the caps and the error answers), ``bodies`` (reading a hostile body),
 ``replica`` (the Serve predictor), ``serving`` (the ingress and the application),
-``cluster`` (a loopback cluster), ``client`` (the retrying client). Everything public is
+``cluster`` (a loopback cluster, replicas' gRPC on the node's address), ``client`` (the retrying client). Everything public is
 here, as ``ort_roi.scale.<name>``.
 """
 
@@ -39,9 +39,10 @@ from .limits import ERROR_HEADER, HttpError, Limits
 from .bodies import read_body
 from .replica import HttpPredictor
 from .serving import HttpIngress, application, http_options
-from .cluster import start_local
+from .cluster import replica_grpc_on_node_address, start_local
 from .client import Client, Reply
 
 __all__ = ["Runner", "BatchPredictor", "predict_batches", "Limits", "HttpError",
            "ERROR_HEADER", "read_body", "HttpPredictor", "HttpIngress", "application",
-           "http_options", "start_local", "Client", "Reply"]
+           "http_options", "start_local", "replica_grpc_on_node_address", "Client",
+           "Reply"]

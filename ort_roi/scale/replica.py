@@ -16,6 +16,7 @@ import onnx
 from ..errors import RoiOpError
 from ..graph.inputs import generate_inputs, roles
 from .bodies import loads, read_body
+from .cluster import replica_grpc_on_node_address
 from .limits import HttpError, Limits, as_limits, bad_request, response
 from .runner import Runner
 
@@ -55,6 +56,7 @@ class HttpPredictor(Runner):
     def __init__(self, model: str | os.PathLike | bytes | Any, intra_op_threads: int = 1,
                  check_finite: bool = True, limits: Limits | Mapping[str, Any] | None = None):
         super().__init__(model, intra_op_threads, check_finite)
+        replica_grpc_on_node_address()  # Ray would listen on every interface
         self.limits = as_limits(limits)
         proto = _model_proto(self.model)
         role = roles(proto) if proto is not None else {}

@@ -12,6 +12,7 @@ import random
 from typing import Any, Mapping
 
 from .bodies import read_body
+from .cluster import replica_grpc_on_node_address
 from .limits import ERROR_HEADER, HttpError, Limits, as_limits, response
 from .replica import HttpPredictor
 
@@ -36,6 +37,7 @@ class HttpIngress:
 
     def __init__(self, predictor: Any, limits: Limits | Mapping[str, Any] | None = None,
                  attempts: int = 4, backoff_s: float = 0.05, retry_after_s: float = 1.0):
+        replica_grpc_on_node_address()  # Ray would listen on every interface
         self.predictor = predictor
         self.limits = as_limits(limits)
         self.attempts = attempts
