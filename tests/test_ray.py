@@ -165,7 +165,17 @@ def _hostile() -> dict[str, tuple[bytes, str]]:
                             "holds 100002 arrays; the model's inputs hold at most"),
         "a million numbers": (b'{"features": [' + b"1.5," * 200000 + b"1]}",
                               "holds 200001 values; the model's inputs hold at most"),
-        "strings": (with_rois('[["0", 16, 16, 200, 180]]'), "'rois' is not numeric"),
+        "strings": (with_rois('[["0", 16, 16, 200, 180]]'),
+                    "'rois' is not numeric (got strings)"),
+        "a long string": (b'{"features": "' + b"a" * (3 << 20) + b'"}',
+                          "the JSON string at byte 13 holds at least 3145728 bytes, over the "
+                          "cap max_string_bytes=1024"),
+        "a long key": (b'{"' + b"\\\"" * 600 + b'": 1}',  # escaped quotes
+                       "the JSON string at byte 1 holds at least 1025 bytes, over the cap "
+                       "max_string_bytes=1024"),
+        "many strings": (b'{"features": [' + b'"", ' * 1100 + b'""]}',
+                         "the JSON holds 2204 quote characters, over the 1024 strings"),
+        "unterminated": (b'{"features": "' + b"b" * 2000, "holds 2000 bytes (unterminated)"),
         "NaN": (with_rois("[[0, 16, 16, NaN, 180]]"), "'NaN' at byte"),
         "Infinity": (with_rois("[[0, 16, -Infinity, 200, 180]]"), "'Infinity' at byte"),
         "boolean": (with_rois("[[0, true, 16, 200, 180]]"), "'true' at byte"),
@@ -207,6 +217,24 @@ def test_hostile_bodies_get_400_with_a_message_in_bounded_time_and_memory():
         status, text = h.respond(_body(good))
         assert status == 200, (name, text)
         _assert_exact(text, want)
+
+
+def test_a_long_string_is_refused_on_the_bytes_in_bounded_memory():
+    """A 15 MiB string (under max_body_bytes) as a value or a key: 400 naming the cap
+    max_string_bytes, found on the bytes before any parsing, with under 64 KiB of Python
+    allocations (it cost the replica 282 MB when it was parsed)."""
+    h = HttpPredictor(MODEL)
+    for body in (b'{"features": "' + b"a" * (15 << 20) + b'"}',
+                 b'{"' + b"\\u00e9" * (2 << 20) + b'": 1}'):
+        tracemalloc.start()
+        status, text = h.respond(body)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert status == 400 and "over the cap max_string_bytes=1024" in text, text
+        assert peak < 64 << 10, peak
+    good = _good(0)
+    status, text = h.respond(_body(good))  # keys are strings under the cap
+    _assert_exact(text, Runner(MODEL).run(good))
 
 
 def test_an_image_with_no_boxes_says_its_shape():

@@ -1,7 +1,7 @@
 """Reading a request body that may be hostile: the body read with its size and time capped
-(:func:`read_body`), then its JSON refused on the bytes, before any parsing, where it nests too
-deeply, holds more than the model's inputs can or holds literals that are not numbers, and
-parsed strictly (:func:`loads`)."""
+(:func:`read_body`), then its JSON refused on the bytes, before any parsing, where it holds
+too many or too long strings, nests too deeply, holds more than the model's inputs can or
+holds literals that are not numbers, and parsed strictly (:func:`loads`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .limits import HttpError, Limits, bad_request
+from .limits import MAX_STRINGS, HttpError, Limits, bad_request
 
 _CHUNK = 1 << 20
 _NEST = np.zeros(256, np.int8)
@@ -57,6 +57,34 @@ def _scan_json(body: bytes, max_depth: int,
     word = re.match(rb"[A-Za-z]*", body[left:left + 32]).group().decode() or "?"
     raise bad_request(f"{word!r} at byte {left} is not a number: graph inputs hold numbers "
                       "(JSON's true, false and null, NaN and Infinity are refused)")
+
+
+def _check_strings(body: bytes, max_bytes: int) -> None:
+    """Refuse, on the bytes and before any parsing, a body holding more than ``MAX_STRINGS``
+    JSON strings or a string longer than ``max_bytes`` (what is inside its quotes). The
+    quotes are counted in C (``bytes.count``); at most ``2 * MAX_STRINGS`` of them are then
+    walked, each one's preceding backslashes counted on the stretch since the last quote
+    (``rstrip``, in C): a quote after an odd run of them is escaped."""
+    quotes = body.count(b'"')
+    if quotes > 2 * MAX_STRINGS:
+        raise bad_request(f"the JSON holds {quotes} quote characters, over the {MAX_STRINGS} "
+                          "strings a body may hold (its keys: graph input names, shape, data)")
+    start, last, at = -1, 0, body.find(b'"')
+    while at >= 0:
+        if start < 0:
+            start = at + 1
+        else:
+            if at - start > max_bytes:
+                raise bad_request(f"the JSON string at byte {start - 1} holds at least "
+                                  f"{at - start} bytes, over the cap max_string_bytes="
+                                  f"{max_bytes}")
+            seg = body[last:at]  # the stretch since the last quote: under max_bytes
+            if (len(seg) - len(seg.rstrip(b"\\"))) % 2 == 0:  # not escaped: it closes
+                start = -1
+        last, at = at + 1, body.find(b'"', at + 1)
+    if start >= 0 and len(body) - start > max_bytes:
+        raise bad_request(f"the JSON string at byte {start - 1} holds {len(body) - start} "
+                          f"bytes (unterminated), over the cap max_string_bytes={max_bytes}")
 
 
 def _scan(body: bytes, max_depth: int) -> tuple[str, int] | None:
@@ -111,7 +139,7 @@ def loads(body: bytes, limits: Limits, most: tuple[int, int] | None = None) -> A
 
     Args:
         body: the request's body.
-        limits: the caps (``max_body_bytes``, ``max_depth``).
+        limits: the caps (``max_body_bytes``, ``max_string_bytes``, ``max_depth``).
         most: (arrays, values) the model's inputs can hold at most, refused on the bytes
             beyond; None where a declared dimension is open.
 
@@ -127,6 +155,7 @@ def loads(body: bytes, limits: Limits, most: tuple[int, int] | None = None) -> A
     if not body.strip():
         raise bad_request("the body is empty; send a JSON object (graph input name -> nested "
                           "lists)")
+    _check_strings(body, limits.max_string_bytes)
     _scan_json(body, limits.max_depth, most)
     try:
         text = body.decode("utf-8")

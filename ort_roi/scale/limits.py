@@ -10,6 +10,8 @@ from typing import Any, Mapping
 #: the response header that says which kind of error an ort_roi answer is (absent on 200s
 #: and on errors Serve itself answered, e.g. a 500 for a replica lost with the request)
 ERROR_HEADER = "X-Ort-Roi-Error"
+#: the most JSON strings a body may hold (keys: graph input names, ``shape``, ``data``)
+MAX_STRINGS = 1024
 _KINDS = {400: "bad-request", 405: "method", 408: "timeout", 415: "content-type",
           500: "model-error", 503: "unavailable"}
 
@@ -27,6 +29,9 @@ class Limits:
             hold, a body holding more is refused on its bytes first.
         max_depth: how deeply JSON arrays and objects may nest, checked on the bytes before
             they are parsed (a [N, C, H, W] map as nested lists in the body's object: 5).
+        max_string_bytes: the bytes of each JSON string (a key: an input's name, ``shape``,
+            ``data``), checked on the bytes before they are parsed; a body holds at most
+            ``MAX_STRINGS`` strings (a 15 MiB string cost its replica 19 times its size).
         max_boxes: the rows of each boxes input (the graph inputs of [R, 4..6] boxes), checked
             after parsing, before any array is built.
         max_output_bytes: the raw bytes of all outputs (their JSON is 3-5 times as many),
@@ -38,6 +43,7 @@ class Limits:
 
     max_body_bytes: int = 16 << 20
     max_depth: int = 32
+    max_string_bytes: int = 1024
     max_boxes: int = 10000
     max_output_bytes: int = 64 << 20
     read_timeout_s: float = 10.0

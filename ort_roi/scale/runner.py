@@ -16,6 +16,11 @@ from ..runtime.session import InferenceSession
 _TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
           "tensor(int32)": np.int32, "tensor(int64)": np.int64}
 
+#: what a non-numeric array holds, by NumPy dtype kind (its dtype's name for a string says
+#: its size in bits: "str503316480")
+_KIND_NAMES = {"U": "strings", "S": "bytes", "O": "Python objects", "c": "complex numbers",
+               "M": "datetimes", "m": "timedeltas", "V": "raw records"}
+
 
 def _empty(onnx_type: str, shape: list | None) -> np.ndarray:
     """An array of 0 rows of the declared type, with the declared rank and trailing sizes."""
@@ -96,7 +101,7 @@ class Runner:
                              f"{e}") from e
         if a.dtype.kind not in "biuf":
             raise RoiOpError("ort_roi", "feed", f"graph input {name!r} is not numeric "
-                             f"(got {a.dtype.name} values)")
+                             f"(got {_KIND_NAMES.get(a.dtype.kind, a.dtype.name)})")
         want = self.inputs[name]
         if cast and want is not None and a.dtype != want:
             a = _cast(name, a, np.dtype(want))
