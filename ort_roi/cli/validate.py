@@ -18,7 +18,7 @@ from ..errors import RoiOpError, first_line, node_label
 from ..graph import schemas
 from ..graph import shapes
 from ..graph.files import ModelFileError, read_model
-from ..graph.inputs import generate_inputs
+from ..graph.inputs import GivenInputsUnfit, feed_problems, generate_inputs
 from ..graph.nodes import copy_model, given_attrs, iter_nodes, node_attrs, opset
 from ..graph.rewrite import rewrite
 from ..ops import form
@@ -32,6 +32,8 @@ from .verdicts import EXIT, Validation, print_validation
 ROWS = 64
 #: Seconds each node's comparison may take; past them it stops and says so (``--node-seconds``).
 NODE_SECONDS = 30.0
+#: What validate asks for where it cannot make inputs the graph accepts (step "inputs").
+OWN_INPUTS = "give your own with --inputs FILE.npz"
 
 
 def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0, rows: int = ROWS,
@@ -66,7 +68,9 @@ def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0, rows: int 
             far are reported, said in the node's line.
         progress: called with a line at each step (what it is doing and how long it took).
         inputs: graph input name -> array, used instead of generated ones (the others are
-            generated).
+            generated to fit them). Where the generated inputs cannot satisfy the graph's RoI
+            nodes (before the run, or seen in it) or ``inputs`` do not fit the graph,
+            ``problems`` holds ("inputs", why): the generator's limit, not the model's failure.
 
     Returns:
         the answer (``Validation``).
@@ -126,15 +130,17 @@ def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0, rows: int 
 
 def _feed(m: onnx.ModelProto, given: dict[str, np.ndarray] | None, r: int, seed: int,
           v: Validation) -> dict[str, np.ndarray] | None:
-    """The inputs: the given ones, the others generated for ``m``; None (a problem in ``v``)
-    when they cannot be generated."""
+    """The inputs: the given ones, the others generated for ``m`` to fit them (their numbers
+    of images and boxes); None (a problem in ``v``) when they cannot be generated."""
     try:
-        feed = generate_inputs(m, r, seed)
+        feed = generate_inputs(m, r, seed, given)
+    except GivenInputsUnfit as e:  # the user's arrays do not fit the graph's declarations
+        v.problems.append(("inputs", f"--inputs: {e}"))
+        return None
     except Exception as e:  # noqa: BLE001 - the generator's limit, not the model's failure
         v.problems.append(("inputs", f"cannot generate inputs for this graph ({first_line(e)}): "
-                                     f"give your own with --inputs FILE.npz"))
+                                     f"{OWN_INPUTS}"))
         return None
-    feed.update(given or {})
     v.given = sorted(given or {})
     return feed
 
@@ -214,6 +220,11 @@ def _check_and_run(m: onnx.ModelProto, v: Validation, feed: dict[str, np.ndarray
         seen, errors = _run_exposed(m, nodes, feed)
     except Exception as e:  # noqa: BLE001 - onnxruntime's whole message is the finding
         v.problems.append(("run", f"{type(e).__name__}: {str(e).strip()}"))
+        return
+    wrong = feed_problems(m, seen, set(feed) - set(v.given))
+    if wrong:  # the generator's mistake, not the model's: what the run logged follows from it
+        v.problems += [("inputs", f"cannot generate inputs for this graph ({msg}): {OWN_INPUTS}")
+                       for msg in wrong]
         return
     v.problems += [("run", msg) for msg in errors]
     if errors:
