@@ -70,6 +70,31 @@ def test_counts_through_a_shift_are_corrected_by_what_the_nodes_add():
                           "definition (within 0.0001 + 0.0001 x |value|), max |diff| 0"]
 
 
+def test_counts_through_a_scale_or_a_concat_with_constants_are_solved():
+    """Nodes linear in boxes_num (y = A x + b): 2 * boxes_num needs 3; [2] ++ boxes_num on 2
+    images needs [4] (2 + 4 boxes); each validated OK on 6 boxes."""
+    feed = generate_inputs(_head(op="Mul", value=2), r=6)
+    assert feed["boxes_num"].tolist() == [3]
+    nodes = [_const("two", [2], TensorProto.INT32),
+             helper.make_node("Concat", ["two", "boxes_num"], ["num"], name="cat", axis=0),
+             helper.make_node("RoIAlign", ["x", "boxes", "num"], ["y"], name="align",
+                              domain="ort_roi", aligned=1, pooled_height=2, pooled_width=2,
+                              sampling_ratio=2, spatial_scale=0.25)]
+    g = helper.make_graph(nodes, "cat", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 32, 32]),
+        helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["R", 4]),
+        helper.make_tensor_value_info("boxes_num", TensorProto.INT32, ["M"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["R", 8, 2, 2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("ort_roi", 1)], ir_version=9)
+    feed = generate_inputs(m, r=6)
+    assert feed["boxes_num"].tolist() == [4]
+    for model in (m, _head(op="Mul", value=2)):
+        v = validate(model)
+        assert v.ok, v.problems
+        assert "all 6 rows equal its definition" in v.compared[0], v.compared
+
+
 def test_validate_answers_ok_on_a_paddle2onnx_like_head(tmp_path, capsys):
     path = _save(tmp_path, _head())
     assert cli.main(["validate", path]) == 0

@@ -20,6 +20,9 @@ from ..errors import first_line
 from ..ops import form
 from .toolkit import GraphIndex, ancestors, reads
 
+#: The most entries of an input ``linear`` probes one unit vector at a time.
+LINEAR_MAX = 1024
+
 
 def dims(vi: onnx.ValueInfoProto) -> list | None:
     """The declared sizes of a value (None: open), or None where it declares no shape."""
@@ -89,8 +92,8 @@ def choose(run: Callable[[dict], np.ndarray], feed: dict, vi: onnx.ValueInfoProt
     """Set ``feed[vi.name]`` to the first candidate whose value through ``run`` passes
     ``check``: the counts and the batch indices of r boxes over n images (``kind`` first),
     shaped as ``vi`` declares, each also corrected by what the nodes added to it (x + (want -
-    run(x))). Returns why the first candidate (the counts or batch indices themselves)
-    failed, or None once one passes."""
+    run(x))); then the value ``linear`` solves for nodes linear in it. Returns why the first
+    candidate (the counts or batch indices themselves) failed, or None once one passes."""
     dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
     want = dict(zip(("counts", "batch"), per_image(r, n)))
     whys = [f"its declared shape {dims(vi)} holds no candidate"]
@@ -111,7 +114,62 @@ def choose(run: Callable[[dict], np.ndarray], feed: dict, vi: onnx.ValueInfoProt
                 if y.size != want[kind].size or x.size != y.size:
                     break
                 x = (x + (want[kind] - y.ravel()).reshape(x.shape)).astype(dtype)
+    try:
+        x = linear(lambda f: np.asarray(run(f)).ravel().astype(np.float64), feed, vi, kind, n, r)
+        if x is not None:
+            feed[vi.name] = x
+            bad = check(run(feed))
+            if bad is None:
+                return None
+            whys.append(f"with {vi.name} = {x.tolist()[:8]}, it {bad}")
+    except Exception as e:  # noqa: BLE001 - onnxruntime refused a probe
+        whys.append(f"probing it: {first_line(e)}")
     return whys[min(1, len(whys) - 1)]
+
+
+def linear(run: Callable[[dict], np.ndarray], feed: dict, vi: onnx.ValueInfoProto, kind: str,
+           n: int, r: int) -> np.ndarray | None:
+    """The value of input ``vi`` for nodes linear in it (y = A x + b: Add, Mul by constants,
+    Concat with constants, Gather, reshapes; y's size a * size(x) + k): the size that gives
+    y N entries (counts) or R (batch indices), A and b probed on zeros and unit vectors, and
+    the entries of y that x reaches set to the counts of what the constant ones leave of the
+    R boxes (or to batch indices), solved by least squares and rounded. None where y's size
+    does not grow with x's or no such size exists (the caller checks the value found)."""
+    dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+
+    def zeros(m: int) -> np.ndarray | None:
+        shape = fits(dims(vi), m)
+        return np.zeros(shape[0], dtype) if shape else None
+
+    def at(x: np.ndarray) -> np.ndarray:
+        feed[vi.name] = x
+        return run(feed)
+
+    one, two = zeros(1), zeros(2)
+    if one is None or two is None:
+        return None
+    a, size1 = at(two).size - at(one).size, at(one).size
+    want = n if kind == "counts" else r
+    m = (want - size1 + a) // a if a > 0 and (want - size1 + a) % a == 0 else 0
+    if not 1 <= m <= LINEAR_MAX or zeros(m) is None:
+        return None
+    z = zeros(m)
+    b = at(z)
+    units = [z.copy() for _ in range(m)]
+    for i, u in enumerate(units):
+        u.flat[i] = 1
+    A = np.stack([at(u) - b for u in units], 1)
+    reached = np.abs(A).sum(1) > 0
+    t = b.copy()
+    if kind == "counts":
+        rest = r - int(b[~reached].sum())
+        if rest < 0 or not reached.any():
+            return None
+        t[reached] = per_image(rest, int(reached.sum()))[0]
+    else:
+        t[reached] = per_image(int(reached.sum()), n)[1]
+    x = np.linalg.lstsq(A[reached], (t - b)[reached], rcond=None)[0]
+    return np.rint(x).astype(dtype).reshape(z.shape)
 
 
 def fits(d: list | None, size: int) -> list[tuple[int, ...]]:

@@ -16,7 +16,8 @@ Counts and batch indices that reach their RoI node through other nodes (paddle2o
 ``boxes_num`` through Unsqueeze / Add / Squeeze; a standard export computes batch indices from
 the counts) are chosen so that what reaches the node is valid: the nodes between the graph
 input and the node's input are run in onnxruntime on candidate values (the counts or batch
-indices themselves, shaped as the input declares, then corrected by what the nodes added)
+indices themselves, shaped as the input declares, then corrected by what the nodes added; for
+nodes linear in the input, as Mul or a Concat with constants, the value solved from probes)
 until the counts reaching the node sum to its boxes' rows and the batch indices have a row
 per box, each an image of the batch. Where none fits, :class:`InputsUnsatisfied` names the
 input and why; ``ort-roi validate`` then asks for the user's own inputs (``--inputs``)
