@@ -87,7 +87,9 @@ def print_validation(path: str, v: Validation) -> None:
         _print_effect(v.effect, "  ")
     a = v.after_convert
     if a is not None:
-        verdict = "OK, a plain session runs it" if a.ok else "FAILED"
+        verdict = {"OK": "OK, a plain session runs it", "DIFFERS": "OK, a plain session runs it",
+                   "UNCHECKED": "UNCHECKED (the generated inputs cannot satisfy it: give your "
+                                "own with --inputs FILE.npz)"}.get(a.verdict, "FAILED")
         print(f"  after `ort-roi convert`: {verdict}")
         _print_lines(a, "    ")
 

@@ -241,8 +241,8 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0,
             cols = (d[1] if d and len(d) == 2 and d[1] else
                     rl.spec.box_cols[0] if rl and isinstance(rl.spec.box_cols, tuple) else
                     rl.spec.box_cols if rl else 4)
-            out[vi.name] = _boxes(rng, rows, cols, per_image(rows, n)[1],
-                                  normalized).astype(dtype)
+            out[vi.name] = _boxes(rng, rows, cols, per_image(rows, n)[1], normalized,
+                                  _extent(model, vi.name, sizes)).astype(dtype)
         else:
             level = rl.level if rl is not None else 0
             c = FEAT_C
@@ -260,12 +260,37 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0,
     return out
 
 
-def _boxes(rng, r: int, cols: int, batch: np.ndarray, normalized: bool) -> np.ndarray:
-    """r boxes [x1, y1, x2, y2] inside an image of the finest map's size, as ``cols``
-    columns: 4, 5 (batch first) or 6 (rotated: batch, cx, cy, w, h, theta)."""
-    h, w = FEAT_H * STRIDE, FEAT_W * STRIDE
+def _extent(model: onnx.ModelProto, name: str, sizes: dict) -> tuple[float, float] | None:
+    """The image (h, w) that boxes ``name`` are in, where the RoI node reading them (else,
+    boxes on their way through other nodes, the graph's first RoI node) scales them onto a
+    feature map the graph declares with a fixed size: its H, W over its spatial_scale; None
+    otherwise (the default image)."""
+    nodes = []
+    for node in iter_nodes(model.graph):
+        f = form(node.domain, node.op_type)
+        spec = f.target(len(node.input)) if f is not None else None
+        if spec is not None and spec.features:
+            nodes.append((name not in node.input, node, spec))
+    if not nodes:
+        return None
+    _, node, spec = min(nodes, key=lambda t: t[0])  # a direct reader first, in graph order
+    scale = given_attrs(node).get("spatial_scale")
+    i = spec.features[0]
+    d = sizes.get(node.input[i]) if i < len(node.input) else None
+    if isinstance(scale, float) and scale > 0 and d and len(d) == 4 and d[2] and d[3]:
+        return d[2] / scale, d[3] / scale
+    return None
+
+
+def _boxes(rng, r: int, cols: int, batch: np.ndarray, normalized: bool,
+           extent: tuple[float, float] | None = None) -> np.ndarray:
+    """r boxes [x1, y1, x2, y2] inside an image of the finest map's size (``extent``: of
+    that (h, w), boxes of 6-40 % of it), as ``cols`` columns: 4, 5 (batch first) or 6
+    (rotated: batch, cx, cy, w, h, theta)."""
+    h, w = extent or (FEAT_H * STRIDE, FEAT_W * STRIDE)
     xy = rng.uniform(0, 1, (r, 2)) * [w * 0.8, h * 0.8]
-    wh = rng.uniform(32, 200, (r, 2))
+    wh = (rng.uniform(0.06, 0.4, (r, 2)) * [w, h] if extent is not None else
+          rng.uniform(32, 200, (r, 2)))
     b = np.concatenate([xy, np.minimum(xy + wh, [w - 1, h - 1])], 1)
     if normalized:
         b = b / [w, h, w, h]
