@@ -11,14 +11,23 @@ from . import libm
 from .geometry.torchvision import c_int
 from .libm import floor_log2
 
+#: The rules' IEEE arithmetic, as the references compute it (no warnings): infinite
+#: coordinates give inf - inf and inf * 0 (NaN), a huge box's area overflows to inf, and
+#: mmdeploy's sqrtf of an inverted box's negative area is NaN; each rule maps those values
+#: as its reference does (OpenVINO: area <= 0 or NaN is level L; mmdeploy: NaN is 0; Paddle:
+#: inf and NaN convert to INT_MIN, min_level)
+_IEEE = {"invalid": "ignore", "over": "ignore"}
+
 
 def openvino_levels(boxes: np.ndarray, L: int) -> np.ndarray:
     """OpenVINO's redistribute_rois, in float32 (log2f, the C library's): the level of each
     box, L for area <= 0."""
     b = boxes.astype(np.float32)
-    area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
     f = np.float32
-    level = np.clip(floor_log2(np.sqrt(np.maximum(area, f(0))) / f(224) + f(1e-6), 2), 0, L - 1)
+    with np.errstate(**_IEEE):
+        area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+        level = np.clip(floor_log2(np.sqrt(np.maximum(area, f(0))) / f(224) + f(1e-6), 2), 0,
+                        L - 1)
     return np.where(area > 0, level, L).astype(np.intp)
 
 
@@ -26,9 +35,10 @@ def mmdeploy_levels(boxes: np.ndarray, finest_scale: int, L: int) -> np.ndarray:
     """mmdeploy's rule on the boxes as given: sqrtf, then log2f of (scale / finest_scale +
     1e-6) (the 1e-6 added in double, as the plugin's literal), floor, clamp; NaN is 0."""
     b = boxes.astype(np.float32)
-    scale = np.sqrt((b[:, 3] - b[:, 1]) * (b[:, 2] - b[:, 0]))
-    q = (scale / np.float32(finest_scale)).astype(np.float64) + 1e-6
-    v = floor_log2(q.astype(np.float32), 0)
+    with np.errstate(**_IEEE):
+        scale = np.sqrt((b[:, 3] - b[:, 1]) * (b[:, 2] - b[:, 0]))
+        q = (scale / np.float32(finest_scale)).astype(np.float64) + 1e-6
+        v = floor_log2(q.astype(np.float32), 0)
     v = np.where(np.isnan(v), 0, v)
     return np.clip(v, 0, L - 1).astype(np.intp)
 
@@ -46,9 +56,9 @@ def fpn_levels(rois: np.ndarray, min_level: int, max_level: int, refer_level: in
     """
     T = rois.dtype.type
     x1, y1, x2, y2 = rois.T
-    w, h = x2 - x1, y2 - y1
-    with np.errstate(over="ignore"):  # a huge roi's area is inf, as in Paddle
+    with np.errstate(**_IEEE):
+        w, h = x2 - x1, y2 - y1
         area = w * h if not pixel_offset else (w + T(1)) * (h + T(1))
-    area = np.where((x2 < x1) | (y2 < y1), T(0), area)
-    q = np.sqrt(area) / T(refer_scale) + T(1e-6)
+        area = np.where((x2 < x1) | (y2 < y1), T(0), area)
+        q = np.sqrt(area) / T(refer_scale) + T(1e-6)
     return np.clip(c_int(libm.floor_log2(q, refer_level)), min_level, max_level)

@@ -13,6 +13,7 @@ import ast
 import ctypes
 import ctypes.util
 import pathlib
+import warnings
 
 import numpy as np
 import pytest
@@ -155,6 +156,32 @@ def test_openvino_and_mmdeploy_levels_use_log2f():
     q = ((np.sqrt(area) / f(56)).astype(np.float64) + 1e-6).astype(f)
     want = np.clip(np.floor(c_apply("log2f", q)), 0, 3)
     assert np.array_equal(mmdeploy_levels(boxes, 56, 4), want.astype(np.intp))
+
+
+#: Boxes whose level arithmetic meets IEEE's special values: inverted (x, then y), an
+#: infinite side, inf - inf, -inf .. inf times a zero side, NaN, zero-size, a float32-huge
+#: area, and two plain ones
+SPECIAL_BOXES = [[10, 10, 5, 50], [0, 50, 10, 10], [0, 0, np.inf, 5], [np.inf, 0, np.inf, 5],
+                 [-np.inf, 0, np.inf, 0], [0, 0, np.nan, 4], [3, 3, 3, 3], [0, 0, 3e38, 3e38],
+                 [0, 0, 100, 100], [0, 0, 1000, 900]]
+
+
+@pytest.mark.parametrize("t", [np.float32, np.float64], ids=["float32", "float64"])
+def test_level_rules_on_special_boxes_give_their_levels_without_warnings(t):
+    """The level rules as their references map an inverted box (mmdeploy's sqrtf of a
+    negative area: NaN, level 0; OpenVINO: level L), infinities, NaN and an overflowing area
+    (Paddle: INT_MIN, min_level), with no RuntimeWarning (levels.py warned "invalid value
+    encountered in sqrt" 61 times in the suite, and in subtract / multiply / overflow)."""
+    boxes = np.array(SPECIAL_BOXES, t)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = [openvino_levels(boxes, 4), K.fpn_levels(boxes, 2, 5, 4, 224, False),
+               K.fpn_levels(boxes, 2, 5, 4, 224, True), mmdeploy_levels(boxes, 56, 4)]
+    huge = 2 if t is np.float32 else 5  # 3e38 squared: inf in float32 (INT_MIN), not float64
+    assert [g.tolist() for g in got] == [[4, 4, 3, 4, 4, 4, 4, 3, 0, 3],
+                                         [2, 2, 2, 2, 2, 2, 2, huge, 2, 5],
+                                         [2, 2, 2, 2, 2, 2, 2, huge, 2, 5],
+                                         [0, 0, 3, 0, 0, 0, 0, 3, 0, 3]]
 
 
 #: NumPy routines whose results the CPU's SIMD level can change (correctly rounded ones --

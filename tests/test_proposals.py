@@ -7,6 +7,7 @@ the ops in real onnxruntime sessions, and the bad-input catalogue."""
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -765,3 +766,22 @@ def test_distribute_bad_inputs(change, where, what):
     with pytest.raises(RoiOpError) as e:
         distribute_fpn_proposals(kw.pop("fpn_rois"), kw.pop("rois_num"), **kw)
     assert e.value.name == where and what in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("path", ["sparse", "blocks", "adaptive"])
+def test_nms_of_touching_zero_area_boxes_without_warnings(monkeypatch, path):
+    """Two zero-area boxes that touch (pixel_offset 0) have IoU 0 / 0 = NaN, not <= the
+    threshold: the later one is suppressed, as by Paddle's loop (the definition), on every
+    path (the sparse pairs, the block NMS, the adaptive steps) and with no RuntimeWarning
+    (the kernel warned "invalid value encountered in divide")."""
+    if path == "blocks":
+        monkeypatch.setattr(K, "NMS_PAIRS", 0)
+    eta = 0.9 if path == "adaptive" else 1.0
+    boxes = np.array([[5, 5, 5, 5], [5, 5, 5, 5], [0, 0, 10, 10], [5, 5, 5, 5], [20, 20, 20, 20]],
+                     np.float32)
+    scores = np.array([0.9, 0.8, 0.7, 0.6, 0.5], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = K.nms(boxes, scores, 0.7, eta, False, 5)
+        want = _literal_nms(boxes, scores, 0.7, eta, False)
+    assert got.tolist() == want == [0, 2, 4]

@@ -83,18 +83,21 @@ def nms(T, boxes: list, scores: list, nms_threshold, eta: float, pixel_offset: b
     selected = []
     threshold = T(nms_threshold)
     normalized = not pixel_offset
-    while order:
-        idx = order[-1]
-        flag = True
-        for kept in selected:
-            if not flag:
-                break
-            flag = jaccard_overlap(T, boxes[idx], boxes[kept], normalized) <= threshold
-        if flag:
-            selected.append(idx)
-        order.pop()
-        if flag and eta < 1 and threshold > 0.5:
-            threshold = threshold * T(np.float32(eta))
+    # IEEE, as in Paddle, without warnings: two zero-area boxes that touch give 0 / 0 = NaN
+    # (not <= any threshold: suppressed); huge boxes overflow to inf
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        while order:
+            idx = order[-1]
+            flag = True
+            for kept in selected:
+                if not flag:
+                    break
+                flag = jaccard_overlap(T, boxes[idx], boxes[kept], normalized) <= threshold
+            if flag:
+                selected.append(idx)
+            order.pop()
+            if flag and eta < 1 and threshold > 0.5:
+                threshold = threshold * T(np.float32(eta))
     return selected
 
 

@@ -40,6 +40,10 @@ BBOX_CLIP = math.log(1000.0 / 16.0)
 NMS_BLOCK = 256
 #: libstdc++'s _S_threshold (introsort leaves ranges this small to the insertion sort)
 STL_THRESHOLD = 16
+#: Paddle's IoU arithmetic in IEEE, without warnings: two zero-area boxes that touch give
+#: 0 / 0 = NaN, which is not <= the threshold (suppressed, as by Paddle's JaccardOverlap);
+#: huge boxes' sides, areas and intersections overflow to inf (inf / inf: NaN, likewise)
+IOU_IEEE = {"divide": "ignore", "invalid": "ignore", "over": "ignore"}
 
 
 # --- libstdc++'s orders, vectorised ------------------------------------------------------------
@@ -228,14 +232,15 @@ def _nms_blocks(x1, y1, x2, y2, area, thr, norm, limit: int) -> np.ndarray:
         """[len(r), len(c)]: kept box r suppresses candidate c (JaccardOverlap(c, r) > thr).
         For boxes with x1 <= x2, y1 <= y2 (as the filter leaves them) Paddle's disjointness
         test is a negative intersection side; the IoU is computed for the others only."""
-        dx = np.minimum(x2[c], x2[r, None]) - np.maximum(x1[c], x1[r, None])
-        dy = np.minimum(y2[c], y2[r, None]) - np.maximum(y1[c], y1[r, None])
-        hit = (dx >= 0) & (dy >= 0)
-        i, j = np.nonzero(hit)
-        if i.size:
-            inter = (dx[i, j] + norm) * (dy[i, j] + norm)
-            iou = inter / (area[c[j]] + area[r[i]] - inter)
-            hit[i, j] = ~(iou <= thr)
+        with np.errstate(**IOU_IEEE):
+            dx = np.minimum(x2[c], x2[r, None]) - np.maximum(x1[c], x1[r, None])
+            dy = np.minimum(y2[c], y2[r, None]) - np.maximum(y1[c], y1[r, None])
+            hit = (dx >= 0) & (dy >= 0)
+            i, j = np.nonzero(hit)
+            if i.size:
+                inter = (dx[i, j] + norm) * (dy[i, j] + norm)
+                iou = inter / (area[c[j]] + area[r[i]] - inter)
+                hit[i, j] = ~(iou <= thr)
         return hit
 
     suppressed = np.zeros(m, bool)
@@ -321,11 +326,12 @@ def _suppressing(x1, y1, x2, y2, area, thr, norm, p: np.ndarray, q: np.ndarray) 
     either way round), is not <= thr: the one of them visited first, kept, suppresses the
     other. For boxes with x1 <= x2, y1 <= y2 Paddle's disjointness test is a negative
     intersection side; the IoU is computed for the others only."""
-    dx = np.minimum(x2[q], x2[p]) - np.maximum(x1[q], x1[p])
-    dy = np.minimum(y2[q], y2[p]) - np.maximum(y1[q], y1[p])
-    hit = np.flatnonzero((dx >= 0) & (dy >= 0))
-    inter = (dx[hit] + norm) * (dy[hit] + norm)
-    iou = inter / (area[q[hit]] + area[p[hit]] - inter)
+    with np.errstate(**IOU_IEEE):
+        dx = np.minimum(x2[q], x2[p]) - np.maximum(x1[q], x1[p])
+        dy = np.minimum(y2[q], y2[p]) - np.maximum(y1[q], y1[p])
+        hit = np.flatnonzero((dx >= 0) & (dy >= 0))
+        inter = (dx[hit] + norm) * (dy[hit] + norm)
+        iou = inter / (area[q[hit]] + area[p[hit]] - inter)
     return hit[~(iou <= thr)]
 
 
@@ -591,9 +597,10 @@ def _nms_adaptive(x1, y1, x2, y2, area, thr, eta, norm, limit: int) -> np.ndarra
             thr = thr * T(eta)
         c = slice(j + 1, m)
         disjoint = (x1[j] > x2[c]) | (x2[j] < x1[c]) | (y1[j] > y2[c]) | (y2[j] < y1[c])
-        inter = ((np.minimum(x2[c], x2[j]) - np.maximum(x1[c], x1[j]) + norm)
-                 * (np.minimum(y2[c], y2[j]) - np.maximum(y1[c], y1[j]) + norm))
-        iou = np.where(disjoint, T(0), inter / (area[c] + area[j] - inter))
+        with np.errstate(**IOU_IEEE):
+            inter = ((np.minimum(x2[c], x2[j]) - np.maximum(x1[c], x1[j]) + norm)
+                     * (np.minimum(y2[c], y2[j]) - np.maximum(y1[c], y1[j]) + norm))
+            iou = np.where(disjoint, T(0), inter / (area[c] + area[j] - inter))
         worst[c] = np.maximum(worst[c], iou)
         j += 1
         work += NMS_ADAPTIVE_COST * (m - j)
@@ -652,8 +659,9 @@ def nms(boxes: np.ndarray, scores: np.ndarray, nms_thresh: float, eta: float,
     b = boxes[order]
     x1, y1, x2, y2 = (np.ascontiguousarray(b[:, i]) for i in range(4))
     norm = T(0) if not pixel_offset else T(1)
-    w, h = x2 - x1, y2 - y1
-    area = np.where((x2 < x1) | (y2 < y1), T(0), (w + norm) * (h + norm))
+    with np.errstate(**IOU_IEEE):
+        w, h = x2 - x1, y2 - y1
+        area = np.where((x2 < x1) | (y2 < y1), T(0), (w + norm) * (h + norm))
     thr = T(nms_thresh)
     if eta < 1 and thr > 0.5:
         kept = _nms_adaptive(x1, y1, x2, y2, area, thr, np.float32(eta), norm, limit)
