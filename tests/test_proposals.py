@@ -19,6 +19,7 @@ from ort_roi import RoiOpError
 from ort_roi.definitions import cxx
 from ort_roi.definitions import proposals as D
 from ort_roi.kernels.cpu import proposals as K
+from ort_roi.kernels.cpu.proposals import blocks, common, fixed, generate, grid, sparse
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "goldens", "proposals.npz")
 
@@ -259,12 +260,12 @@ def test_nms_sparse_and_block_paths_equal_the_literal_loop(monkeypatch, thr, pix
                  pixel_offset)
     for limit in (len(boxes), 7):
         assert np.array_equal(K.nms(boxes, scores, thr, 1.0, pixel_offset, limit), want[:limit])
-    monkeypatch.setattr(K, "NMS_PAIR_COST", 0)  # the sparse path wherever it can
+    monkeypatch.setattr(fixed, "NMS_PAIR_COST", 0)  # the sparse path wherever it can
     for limit in (len(boxes), 7):
         assert np.array_equal(K.nms(boxes, scores, thr, 1.0, pixel_offset, limit), want[:limit])
-    monkeypatch.setattr(K, "NMS_ROUNDS", 1)
+    monkeypatch.setattr(common, "NMS_ROUNDS", 1)
     assert np.array_equal(K.nms(boxes, scores, thr, 1.0, pixel_offset, 600), want)
-    monkeypatch.setattr(K, "NMS_PAIRS", 0)
+    monkeypatch.setattr(sparse, "NMS_PAIRS", 0)
     assert np.array_equal(K.nms(boxes, scores, thr, 1.0, pixel_offset, 600), want)
 
 
@@ -332,10 +333,10 @@ def test_nms_grid_equals_the_literal_loop(monkeypatch, seed, dtype):
     blocks, keeps what Paddle's loop keeps: thresholds from 0.05 to 1 and above, both pixel
     offsets, ties, duplicates, near-duplicates, nested and thin boxes, zero-size boxes (the
     grid declines them: the block NMS), eta < 1 (the adaptive steps, then the grid), limits."""
-    monkeypatch.setattr(K, "NMS_GRID_FROM", 0)
-    monkeypatch.setattr(K, "NMS_PAIRS", 0)
-    monkeypatch.setattr(K, "NMS_GRID_CHUNK", 97)
-    monkeypatch.setattr(K, "NMS_SETTLE_BLOCK", 64)
+    monkeypatch.setattr(fixed, "NMS_GRID_FROM", 0)
+    monkeypatch.setattr(sparse, "NMS_PAIRS", 0)
+    monkeypatch.setattr(grid, "NMS_GRID_CHUNK", 97)
+    monkeypatch.setattr(common, "NMS_SETTLE_BLOCK", 64)
     rng = np.random.default_rng(seed)
     for i, thr in enumerate((0.05, 0.3, 0.5, 0.7, 0.95, 0.999, 1.0, 1.5)):
         pixel_offset = bool((i + seed) % 2)
@@ -351,9 +352,9 @@ def test_nms_grid_settles_long_chains_one_box_at_a_time(monkeypatch):
     """A chain of boxes each suppressing the next (shifted by a tenth of their side, scores
     falling along it): the fixed point of a block stops after NMS_ROUNDS, the block is
     settled one box at a time, and the keeps are the loop's (every other box)."""
-    monkeypatch.setattr(K, "NMS_GRID_FROM", 0)
-    monkeypatch.setattr(K, "NMS_PAIRS", 0)
-    monkeypatch.setattr(K, "NMS_ROUNDS", 3)
+    monkeypatch.setattr(fixed, "NMS_GRID_FROM", 0)
+    monkeypatch.setattr(sparse, "NMS_PAIRS", 0)
+    monkeypatch.setattr(common, "NMS_ROUNDS", 3)
     x = np.arange(300, dtype=np.float32) * 10
     boxes = np.stack([x, np.zeros_like(x), x + 100, np.full_like(x, 100)], 1)
     scores = np.linspace(1, 0, 300).astype(np.float32)
@@ -376,7 +377,7 @@ def test_nms_grid_equals_block_nms_on_rpn_boxes(dtype):
 
     x = case["inputs"]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(K, "nms", grab)
+        mp.setattr(generate, "nms", grab)
         K.generate_proposals(x["scores"], x["bbox_deltas"], x["im_shape"],
                              x["anchors"].reshape(-1, 4), x["variances"].reshape(-1, 4), 0, 0,
                              0.7, 0.0, 1.0, False)
@@ -388,8 +389,8 @@ def test_nms_grid_equals_block_nms_on_rpn_boxes(dtype):
     for norm in (T(0), T(1)):
         area = (x2 - x1 + norm) * (y2 - y1 + norm)
         for thr in (T(0.5), T(0.7), T(0.9)):
-            want = K._nms_blocks(x1, y1, x2, y2, area, thr, norm, len(b))
-            got = K._nms_grid(x1, y1, x2, y2, area, thr, norm, len(b))
+            want = blocks.nms_blocks(x1, y1, x2, y2, area, thr, norm, len(b))
+            got = grid.nms_grid(x1, y1, x2, y2, area, thr, norm, len(b))
             assert np.array_equal(got, want), (norm, thr)
 
 
@@ -398,7 +399,7 @@ def test_nms_grid_equals_block_nms_on_rpn_boxes(dtype):
 def test_step_equals_definition_all_anchors_through_the_grid(monkeypatch, dtype):
     """GenerateProposals with every anchor taken (pre/post_nms_top_n 0) through the grid
     search, eta 1 and 0.9, both pixel offsets: the step equals the definition."""
-    monkeypatch.setattr(K, "NMS_GRID_FROM", 0)
+    monkeypatch.setattr(fixed, "NMS_GRID_FROM", 0)
     for i, (eta, offset) in enumerate(((1.0, 0), (0.9, 1), (1.0, 1))):
         case = rpn_all_anchors(1500, seed=i, dtype=dtype)
         case["attrs"].update(eta=eta, pixel_offset=offset)
@@ -448,10 +449,10 @@ def test_nms_past_its_comparison_budget_is_a_roi_op_error(monkeypatch, eta):
     in a Python op that cannot be interrupted."""
     from ort_roi.ops.generate_proposals import generate_proposals
 
-    monkeypatch.setattr(K, "NMS_MAX_COMPARISONS", 10000)
-    monkeypatch.setattr(K, "NMS_PAIRS", 0)  # the sparse search and the grid decline
-    monkeypatch.setattr(K, "NMS_GRID_FROM", 0)
-    monkeypatch.setattr(K, "NMS_GRID_PAIRS", 0)
+    monkeypatch.setattr(common, "NMS_MAX_COMPARISONS", 10000)
+    monkeypatch.setattr(sparse, "NMS_PAIRS", 0)  # the sparse search and the grid decline
+    monkeypatch.setattr(fixed, "NMS_GRID_FROM", 0)
+    monkeypatch.setattr(grid, "NMS_GRID_PAIRS", 0)
     case = rpn_all_anchors(3000)
     x = case["inputs"]
     with pytest.raises(RoiOpError, match=r"GenerateProposals: input 'scores': image 0: NMS "
@@ -775,7 +776,7 @@ def test_nms_of_touching_zero_area_boxes_without_warnings(monkeypatch, path):
     path (the sparse pairs, the block NMS, the adaptive steps) and with no RuntimeWarning
     (the kernel warned "invalid value encountered in divide")."""
     if path == "blocks":
-        monkeypatch.setattr(K, "NMS_PAIRS", 0)
+        monkeypatch.setattr(sparse, "NMS_PAIRS", 0)
     eta = 0.9 if path == "adaptive" else 1.0
     boxes = np.array([[5, 5, 5, 5], [5, 5, 5, 5], [0, 0, 10, 10], [5, 5, 5, 5], [20, 20, 20, 20]],
                      np.float32)
