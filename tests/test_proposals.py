@@ -208,18 +208,19 @@ def test_libstdcxx_all_equal_and_sorted_inputs():
 
 def _nms_work(monkeypatch, bound: int) -> dict:
     """The NMS's work, counted: {"pairs": the box pairs whose IoU the sparse and the grid
-    searches compute (_suppressing)}; the block NMS's and the adaptive steps' comparisons
-    (the count the kernel keeps) held to ``bound``: past it NmsTooCostly (a RoiOpError from
-    generate_proposals)."""
+    searches compute (common.suppressing, called by both)}; the block NMS's and the adaptive
+    steps' comparisons (the count the kernel keeps) held to ``bound``: past it NmsTooCostly (a
+    RoiOpError from generate_proposals)."""
     seen = {"pairs": 0}
-    real = K._suppressing
+    real = common.suppressing
 
     def counted(*args):
         seen["pairs"] += args[-1].size
         return real(*args)
 
-    monkeypatch.setattr(K, "_suppressing", counted)
-    monkeypatch.setattr(K, "NMS_MAX_COMPARISONS", bound)
+    for module in (sparse, grid):
+        monkeypatch.setattr(module, "suppressing", counted)
+    monkeypatch.setattr(common, "NMS_MAX_COMPARISONS", bound)
     return seen
 
 
