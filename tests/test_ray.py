@@ -458,7 +458,8 @@ def ray_cluster():
     ray = pytest.importorskip("ray", reason="needs ray: pip install '.[ray]'")
     pytest.importorskip("ray.data", reason="needs ray: pip install '.[ray]'")
     pytest.importorskip("ray.serve", reason="needs ray: pip install '.[ray]'")
-    scale.start_local(num_cpus=2, log_to_driver=False)  # every server on 127.0.0.1
+    # every server on 127.0.0.1; a connection to Serve's proxy sends its headers within 2 s
+    scale.start_local(num_cpus=2, header_timeout_s=2, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     try:
         yield ray
@@ -493,6 +494,34 @@ def test_ray_data_two_actors_equal_one_process_bad_rows_per_row(ray_cluster):
             assert r["error"] is None, r["error"]
             for k in ("cls_prob", "bbox_pred"):
                 np.testing.assert_array_equal(r[k], want[k])
+
+
+def test_ray_data_a_boolean_row_fails_alone(ray_cluster):
+    """Ray gives a block's column one dtype when it builds the dataset: a row whose rois are
+    booleans among float32 rows reaches the predictor as 0.0 / 1.0, no longer told apart
+    (``ray.data.from_items``: it ran as boxes, no error). Given the rows themselves,
+    predict_batches checks each one first: the boolean row (and one of strings) fails
+    alone with its message, outputs empty; the others, in the same blocks, run exactly."""
+    ray = ray_cluster
+    rows = [dict(id=i, **_good(i)) for i in range(8)]
+    rows[2]["rois"] = rows[2]["rois"] > 5
+    rows[5]["features"] = rows[5]["features"].astype(str)
+    merged = ray.data.from_items([rows[2], rows[3]], override_num_blocks=1).take_all()
+    assert merged[0]["rois"].dtype == np.float32 and set(np.unique(merged[0]["rois"])) <= {0, 1}
+    out = scale.predict_batches(rows, MODEL, actors=2, batch_size=4, num_cpus=1).take_all()
+    assert sorted(r["id"] for r in out) == list(range(8))
+    expected = _expected([r for r in rows if r["id"] not in (2, 5)])
+    for r in out:
+        if r["id"] in (2, 5):
+            kind = "booleans" if r["id"] == 2 else "values that are not numbers"
+            name = "rois" if r["id"] == 2 else "features"
+            assert r["error"] == (f"ort_roi: feed: graph input {name!r} holds {kind}; it "
+                                  "takes numbers")
+            assert r["cls_prob"].shape == (0, 5)
+        else:
+            assert r["error"] is None, r["error"]
+            for k in ("cls_prob", "bbox_pred"):
+                np.testing.assert_array_equal(r[k], expected[r["id"]][k])
 
 
 def test_slowest_ray_data_a_row_that_kills_its_worker_is_retried_boundedly(
@@ -532,6 +561,48 @@ def test_slowest_ray_data_a_row_that_kills_its_worker_is_retried_boundedly(
         np.testing.assert_array_equal(r["cls_prob"], expected[r["id"]]["cls_prob"])
 
 
+def test_slowest_ray_data_an_actor_killed_mid_dataset_is_restarted(ray_cluster, tmp_path):
+    """Ray logs "... has constructor arguments in the object store and max_restarts > 0 ...
+    the actor restart will fail" for every predict_batches: Ray Data hands its actors their
+    DataContext and map function as object refs. The driver holds them while the dataset
+    runs, so a restart finds them: SIGKILL of one of the 2 actors while it runs a batch, and
+    that actor is restarted (a new process), its batch retried, every row back exact."""
+    ray = ray_cluster
+    log = tmp_path / "pids"
+    log.write_text("")
+
+    class Slow(BatchPredictor):
+        def __call__(self, batch):
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()}\n")
+            time.sleep(0.5)  # long enough to be killed inside
+            return super().__call__(batch)
+
+    rows = [dict(id=i, **_good(i)) for i in range(16)]
+    ds = ray.data.from_items(rows, override_num_blocks=8)
+    with ThreadPoolExecutor(1) as pool:
+        run = pool.submit(lambda: scale.predict_batches(
+            ds, MODEL, actors=2, batch_size=2, num_cpus=1, predictor=Slow).take_all())
+        stop = time.monotonic() + 120
+        while not log.read_text().split() and time.monotonic() < stop and not run.done():
+            time.sleep(0.05)
+        victim = int(log.read_text().split()[0])
+        os.kill(victim, signal.SIGKILL)
+        out = run.result(timeout=300)
+    assert sorted(r["id"] for r in out) == list(range(16))
+    expected = _expected(rows)
+    for r in out:
+        assert r["error"] is None
+        np.testing.assert_array_equal(r["cls_prob"], expected[r["id"]]["cls_prob"])
+    import ray._private.state
+
+    actors = [a for a in ray._private.state.actors().values()
+              if "MapBatches(Slow)" in a.get("ActorClassName", "")]
+    assert sorted(a["NumRestarts"] for a in actors) == [0, 1], actors
+    pids = log.read_text().split()
+    assert len(set(pids)) == 3  # the 2 actors, then the killed one restarted: a new process
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -555,7 +626,8 @@ def serve_port(ray_cluster) -> int:
     from ray import serve
 
     port = _free_port()
-    serve.start(http_options=scale.http_options(port=port, request_timeout_s=30))
+    serve.start(http_options=scale.http_options(port=port, request_timeout_s=30,
+                                                keep_alive_timeout_s=2))
     return port
 
 
@@ -666,23 +738,24 @@ LIMITS = Limits(max_body_bytes=1 << 20, max_depth=32, max_boxes=64, max_output_b
 HANG_S = 300
 
 
-def _predictor_pids(app: str = "prod") -> list[int]:
+def _predictor_pids(app: str = "prod", deployment: str = "HttpPredictor") -> list[int]:
     import ray._private.state
 
     return sorted(a["Pid"] for a in ray._private.state.actors().values()
-                  if a.get("ActorClassName") == f"ServeReplica:{app}:HttpPredictor"
+                  if a.get("ActorClassName") == f"ServeReplica:{app}:{deployment}"
                   and a.get("State") == "ALIVE")
 
 
-def _recovered(victim: int, limit_s: float = HANG_S, app: str = "prod") -> None:
-    """Wait until 2 predictor replicas run and ``victim`` is not one of them (limit_s: a
-    hang guard)."""
+def _recovered(victim: int, limit_s: float = HANG_S, app: str = "prod",
+               deployment: str = "HttpPredictor") -> None:
+    """Wait until 2 replicas of ``deployment`` run and ``victim`` is not one of them
+    (limit_s: a hang guard)."""
     from ray import serve
 
     t = time.monotonic()
     while time.monotonic() - t < limit_s:
-        dep = serve.status().applications[app].deployments["HttpPredictor"]
-        pids = _predictor_pids(app)
+        dep = serve.status().applications[app].deployments[deployment]
+        pids = _predictor_pids(app, deployment)
         if dep.replica_states == {"RUNNING": 2} and len(pids) == 2 and victim not in pids:
             return
         time.sleep(0.25)
@@ -799,6 +872,44 @@ def test_clients_sending_slowly_do_not_block_a_valid_request(prod):
     assert _raw(prod, _body(good))[0] == 200
 
 
+def _established(port: int) -> int:
+    """Server-side TCP connections on 127.0.0.1:port that are ESTABLISHED (/proc/net/tcp)."""
+    with open("/proc/net/tcp") as f:
+        return sum(1 for line in list(f)[1:] if line.split()[3] == "01"
+                   and line.split()[1] == f"0100007F:{port:04X}")
+
+
+def test_idle_connections_are_closed_by_the_proxy(prod):
+    """10 connections that send nothing, 5 that stop inside their headers and one idle
+    after an answer (keep-alive): the proxy closes each of them (header_timeout_s=2 from
+    start_local, keep_alive_timeout_s=2 from http_options; before, they stayed open for as
+    long as was watched). A valid request meanwhile is answered exactly; the proxy holds no
+    connection to them afterwards."""
+    if not os.path.exists("/proc/net/tcp"):
+        pytest.skip("reads Linux's /proc")
+    port = int(prod.split(":")[2].split("/")[0])
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(10)]
+    cut = []
+    for _ in range(5):
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        s.sendall(b"POST /prod HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
+        cut.append(s)
+    assert _established(port) >= 15  # the proxy's ends of them (2 s to send headers)
+    kept = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    good = _good(4)
+    kept.request("POST", "/prod", _body(good), {"Content-Type": "application/json"})
+    r = kept.getresponse()
+    assert r.status == 200 and r.getheader("connection", "keep-alive") != "close"
+    _assert_exact(r.read().decode(), Runner(MODEL).run(good))
+    status, _, text = _raw(prod, _body(good))
+    assert status == 200
+    _assert_exact(text, Runner(MODEL).run(good))
+    for s in idle + cut + [kept.sock]:
+        assert s.recv(4096) == b""  # closed by the proxy (a 30 s socket timeout bounds it)
+        s.close()
+    assert _established(port) == 0
+
+
 def test_overload_is_503_with_retry_after_and_latency_stays_bounded(prod):
     """32 clients at once, each request sent once: the predictors hold 4 and queue 2; the
     rest is answered 503 with Retry-After at once. Every 200 exact; no answer waits past
@@ -858,6 +969,25 @@ def test_killing_one_of_two_replicas_mid_load_loses_no_request(prod):
 
     _load(prod, 160, 8, kill)
     _recovered(pids[0])
+
+
+def test_killing_one_of_two_ingress_replicas_mid_load_loses_no_request(prod):
+    """application's default is 2 ingress replicas: SIGKILL of one while 8 clients send 160
+    requests through scale.Client: every answer exact (Serve's proxy sends the next ones to
+    the other; the few the lost one held are Serve's own 500s, which the client retries);
+    Serve starts a replacement."""
+    pids = _predictor_pids(deployment="HttpIngress")
+    assert len(pids) == 2
+
+    def kill() -> None:
+        time.sleep(1.5)
+        os.kill(pids[0], signal.SIGKILL)
+
+    replies = _load(prod, 160, 8, kill)
+    _recovered(pids[0], deployment="HttpIngress")
+    # what was retried: Serve's own 500 (a request the lost ingress held; 4 of 160 once)
+    # and 503 (the small queue of this fixture)
+    assert all(set(r.history) <= {500, 503} for r in replies), [r.history for r in replies]
 
 
 def test_slowest_a_frozen_replica_is_replaced_and_its_requests_answered(prod):

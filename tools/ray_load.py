@@ -110,6 +110,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=60, help="seconds per request")
     ap.add_argument("--single", action="store_true",
                     help="application(ingress=False): the predictors alone, one hop less")
+    ap.add_argument("--ingress-replicas", type=int, default=2,
+                    help="HttpIngress replicas (the figures of docs/scaling.md: 1)")
     ap.add_argument("--max-ongoing", type=int, default=2, help="per predictor replica")
     ap.add_argument("--max-queued", type=int, default=16, help="queued for the predictors")
     ap.add_argument("--health-period", type=float, default=2.0)
@@ -157,7 +159,8 @@ def main() -> int:
             a.model, replicas=a.replicas, cpus_per_replica=min(1.0, a.cpus / a.replicas),
             intra_op_threads=a.threads, max_ongoing_requests=a.max_ongoing,
             max_queued_requests=a.max_queued, health_check_period_s=a.health_period,
-            health_check_timeout_s=a.health_timeout, ingress=not a.single)
+            health_check_timeout_s=a.health_timeout, ingress=not a.single,
+            ingress_replicas=a.ingress_replicas)
         serve.run(app, name="roi", route_prefix="/roi")
         url = f"http://127.0.0.1:{port}/roi"
         once = scale.Client(url, attempts=1, timeout_s=a.timeout)

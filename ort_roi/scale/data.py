@@ -42,7 +42,9 @@ class BatchPredictor(Runner):
 
         Args:
             batch: column -> values, one per row (Ray's ``numpy`` batch format: arrays, or
-                object arrays of arrays for tensors of varying shape).
+                object arrays of arrays for tensors of varying shape). A row whose error
+                column already holds a message (set by :func:`predict_batches` for a row
+                refused before Ray merged its types) fails with it, unrun.
 
         Returns:
             The passed-through columns, one column per graph output (arrays, empty where the
@@ -52,9 +54,12 @@ class BatchPredictor(Runner):
         out: dict[str, Any] = {k: v for k, v in batch.items() if k not in self.inputs}
         results: dict[str, list] = {k: [] for k in self.outputs}
         errors: list[str | None] = []
+        refused = batch.get(self.error_column)
         for i in range(n):
             row = {k: batch[k][i] for k in self.inputs if k in batch}
             try:
+                if refused is not None and refused[i] is not None:
+                    raise RoiOpError("ort_roi", "feed", str(refused[i]))
                 outs = self.run(row, cast=True)
             except RoiOpError as e:
                 outs, err = self.empty, str(e)
@@ -90,7 +95,8 @@ def predict_batches(ds: Any, model: str | os.PathLike | bytes, *, actors: int = 
     deprecation warning (removal in Ray 2.64) this call keeps quiet.
 
     Args:
-        ds: the ``ray.data.Dataset`` (columns named after the graph's inputs, and an id).
+        ds: the ``ray.data.Dataset`` (columns named after the graph's inputs, and an id),
+            or a list of such rows (dicts), checked, then ``ray.data.from_items(ds)``.
         model: the ONNX model's path (or bytes).
         actors: the actor pool's size (``compute=ray.data.ActorPoolStrategy(size=actors)``,
             the form that replaces ``concurrency=``).
@@ -109,6 +115,9 @@ def predict_batches(ds: Any, model: str | os.PathLike | bytes, *, actors: int = 
     """
     import ray
 
+    if isinstance(ds, (list, tuple)):
+        inputs = set(Runner(model).inputs)  # the graph's inputs, as each actor reads them
+        ds = ray.data.from_items([_checked(row, inputs, error_column) for row in ds])
     kwargs = {"model": model, "intra_op_threads": intra_op_threads,
               "check_finite": check_finite, "error_column": error_column}
     with warnings.catch_warnings():
@@ -119,3 +128,26 @@ def predict_batches(ds: Any, model: str | os.PathLike | bytes, *, actors: int = 
                 size=actors, max_tasks_in_flight_per_actor=tasks_per_actor),
             batch_size=batch_size,
             num_cpus=num_cpus, max_restarts=max_restarts, max_task_retries=max_task_retries)
+
+
+def _checked(row: Mapping[str, Any], inputs: set[str],
+             error_column: str) -> dict[str, Any]:
+    """``row``, or where one of its ``inputs`` holds booleans or values that are not numbers
+    (which Ray's column type would turn into numbers or refuse for the whole dataset): the
+    row with those arrays as zeros of their shape and the message in ``error_column``."""
+    import numpy as np
+
+    out, why = dict(row), None
+    for k, v in row.items():
+        if k not in inputs or not isinstance(v, (np.ndarray, list)):
+            continue
+        try:
+            a = np.asarray(v)
+        except (ValueError, TypeError):
+            continue  # ragged: the predictor names it
+        if a.dtype.kind not in "iuf":
+            kind = "booleans" if a.dtype.kind == "b" else "values that are not numbers"
+            why = why or f"graph input {k!r} holds {kind}; it takes numbers"
+            out[k] = np.zeros(a.shape, np.float32)
+    out[error_column] = why
+    return out

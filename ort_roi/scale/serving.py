@@ -95,24 +95,30 @@ class HttpIngress:
 
 
 def http_options(port: int = 8000, request_timeout_s: float = 30.0,
-                 host: str = "127.0.0.1") -> dict:
+                 host: str = "127.0.0.1", keep_alive_timeout_s: int = 5) -> dict:
     """``serve.start(http_options=...)`` for an ort_roi service: Serve's proxy on ``host``
     (loopback unless said), every request bounded in time (a slow client or a stuck request
-    is answered 408 and the proxy goes on).
+    is answered 408 and the proxy goes on), an idle connection closed after its answer.
+
+    A connection that sends no request at all, or stops inside its headers, is closed by
+    :func:`worker_setup` (``header_timeout_s`` of :func:`start_local`).
 
     Args:
         port: the proxy's port.
         request_timeout_s: the end-to-end limit of a request.
         host: the address to listen on.
+        keep_alive_timeout_s: seconds a connection may stay idle after an answer (Serve's
+            default: 90).
 
     Returns:
         The options, a dict.
     """
-    return {"host": host, "port": port, "request_timeout_s": request_timeout_s}
+    return {"host": host, "port": port, "request_timeout_s": request_timeout_s,
+            "keep_alive_timeout_s": keep_alive_timeout_s}
 
 
 def application(model: str | os.PathLike | bytes, *, replicas: int = 2,
-                ingress_replicas: int = 1, cpus_per_replica: float = 1.0,
+                ingress_replicas: int = 2, cpus_per_replica: float = 1.0,
                 intra_op_threads: int = 1, check_finite: bool = True,
                 limits: Limits | Mapping[str, Any] | None = None,
                 max_ongoing_requests: int = 2, max_queued_requests: int = 16,
@@ -129,7 +135,10 @@ def application(model: str | os.PathLike | bytes, *, replicas: int = 2,
     Args:
         model: the ONNX model's path (or bytes), loaded by each replica.
         replicas: predictor replicas.
-        ingress_replicas: ingress replicas (light: reading bodies and retrying).
+        ingress_replicas: ingress replicas (light: reading bodies and retrying; no CPU
+            reserved). Two, so that a lost one is not every request's: Serve's proxy sends
+            the next requests to the other while it is replaced (one alone: 7 of 200
+            requests lost as Serve's 500 on its SIGKILL, back 14-19 s later).
         cpus_per_replica: Ray CPUs per predictor replica (with ``intra_op_threads``).
         intra_op_threads: onnxruntime's intra-op threads per predictor replica.
         check_finite: refuse NaN or Inf in inputs or outputs (400).
