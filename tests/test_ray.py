@@ -167,8 +167,8 @@ def _hostile() -> dict[str, tuple[bytes, str]]:
                               "holds 200001 values; the model's inputs hold at most"),
         "strings": (with_rois('[["0", 16, 16, 200, 180]]'),
                     "'rois' is not numeric (got strings)"),
-        "a long string": (b'{"features": "' + b"a" * (3 << 20) + b'"}',
-                          "the JSON string at byte 13 holds at least 3145728 bytes, over the "
+        "a long string": (b'{"features": "' + b"a" * (600 << 10) + b'"}',
+                          "the JSON string at byte 13 holds at least 614400 bytes, over the "
                           "cap max_string_bytes=1024"),
         "a long key": (b'{"' + b"\\\"" * 600 + b'": 1}',  # escaped quotes
                        "the JSON string at byte 1 holds at least 1025 bytes, over the cap "
