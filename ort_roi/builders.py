@@ -1,6 +1,6 @@
 """``ort_roi.builders``: nodes with every attribute explicit and models onnxruntime reads.
 
-The public name of :mod:`ort_roi.graph.builders` (``import ort_roi.builders`` and
+The public name of ``ort_roi.graph.builders`` (``import ort_roi.builders`` and
 ``from ort_roi import builders`` both give these functions)::
 
     from ort_roi import builders

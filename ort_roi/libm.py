@@ -7,10 +7,10 @@ them), and those round differently from the C library on a few percent of argume
 ``np.exp`` on an AVX-512 CPU: 1 ULP on ~5 % of random inputs). So every bit-exact step takes
 its transcendental from here:
 
-- :func:`exp` -- ``exp`` (float64: the C library's, each element through ``math.exp``, which
+- ``exp`` -- ``exp`` (float64: the C library's, each element through ``math.exp``, which
   calls it) or ``expf`` (float32: the double exponential rounded; the few results near a
   float32 rounding midpoint, where glibc's expf may round the other way, from ``expf``).
-- :func:`floor_log2` -- ``floor(log2(q) + add)`` in q's type, the level rules' form: NumPy's
+- ``floor_log2`` -- ``floor(log2(q) + add)`` in q's type, the level rules' form: NumPy's
   log2 decides where no value within its error could give another floor, the C library's
   ``log2`` / ``log2f`` decides the rest.
 

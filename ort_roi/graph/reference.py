@@ -9,10 +9,10 @@ compared with this is the kernels compared with the definitions.
 ReferenceEvaluator needs op names unique across domains, so it is handed the classes of
 the node forms a model uses (``OPS``: those of the ort_roi domain).
 
-One node at a time (``ort-roi validate``): :func:`node_definition` says which op and attributes
+One node at a time (``ort-roi validate``): ``node_definition`` says which op and attributes
 define what a node computes (ours as it is; a node onnxruntime runs natively as ``ort-roi
-convert`` would rewrite it), :func:`select_rows` takes some boxes' rows of its inputs (the
-outputs' rows are those boxes' rows) and :func:`run_definition` computes them.
+convert`` would rewrite it), ``select_rows`` takes some boxes' rows of its inputs (the
+outputs' rows are those boxes' rows) and ``run_definition`` computes them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one graph-rewrite pass over the node forms (``ops.FORMS``).
 
-``rewrite`` serves ``ort-roi convert``, :func:`convert` and the front door's model
+``rewrite`` serves ``ort-roi convert``, ``convert`` and the front door's model
 preparation: every node of a form is checked against its spec; forms onnxruntime runs
 natively (ONNX RoiAlign, MaxRoiPool) are rewritten into ort_roi nodes (``to="ort_roi"``) or
 back (``to="onnx"``); registered forms keep their node and get every attribute explicit.

@@ -1,7 +1,7 @@
 """Where the registered ops compute: ``numpy`` (the default), ``cupy`` or ``auto``.
 
 Set it with the environment variable ``ORT_ROI_BACKEND`` (read at import) or
-:func:`set_backend`. With ``cupy`` the ops in onnxruntime copy their inputs to the GPU
+``set_backend``. With ``cupy`` the ops in onnxruntime copy their inputs to the GPU
 (through pinned, reused buffers: kernels/cuda/staging.py), run the CUDA kernels and copy the
 output back, with one synchronisation per call; when CuPy or a GPU is missing they fall back
 to NumPy with one warning. ``auto`` measures: for each op and call shape (the feature maps'

@@ -10,7 +10,8 @@ docs read ``ENTRIES``; nothing else lists ops. Adding an op = a module here and 
 ``ort_roi.ops.<kernel>`` are derived from it), its definition, its compute step(s), its tests.
 
 The kernels take arrays and the attributes as keyword arguments (NumPy in, NumPy out; a CuPy
-feature map computes on the GPU) and raise :class:`ort_roi.RoiOpError` on bad input::
+feature map computes on the GPU) and raise [`ort_roi.RoiOpError`][ort_roi.RoiOpError] on bad
+input:
 
     from ort_roi.ops import roi_align
     y = roi_align(X, boxes, boxes_num, pooled_height=7, pooled_width=7, spatial_scale=0.25)

@@ -180,10 +180,10 @@ class InferenceSession:
     ``ort_roi.convert`` does (``roialign_max``, ``fuse`` and ``exporter`` as there; what is
     worth knowing is issued as a warning naming the node), omitted optional attributes take
     their defaults, float attributes reach the kernels exactly, and a bad input raises
-    :class:`ort_roi.RoiOpError` (a ValueError) naming op, node, input and tensor, from ``run``
-    instead of returning NaN, whatever other threads run meanwhile. ort_roi's ops are
-    registered on ``sess_options`` (once, as ``session_options`` does); nothing else of it is
-    changed, but the session runs with the
+    [`ort_roi.RoiOpError`][ort_roi.RoiOpError] (a ValueError) naming op, node, input and
+    tensor, from ``run`` instead of returning NaN, whatever other threads run meanwhile.
+    ort_roi's ops are registered on ``sess_options`` (once, as ``session_options`` does);
+    nothing else of it is changed, but the session runs with the
     sequential executor whatever its ``execution_mode`` says (that is how a run's errors
     reach it, see the module doc). Everything else is delegated to the wrapped
     ``onnxruntime.InferenceSession``.
