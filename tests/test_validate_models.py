@@ -120,7 +120,7 @@ def test_validate_answers_ok_on_mask_rcnn_native_and_converted(tmp_path, capsys)
     ours = sum(n.domain == "ort_roi" for n in graphs["converted"].graph.node)
     assert converted.count("(ort_roi::PyramidRoIAlign_L4): OK: ") == 2, out
     assert converted.count("(ort_roi::") == ours, out  # every one of its RoI nodes
-    assert took < 240, took  # CPU seconds; about 20 s (the 30 minutes: 1800)
+    assert took < 240, took  # CPU seconds: 17 here (43 s on the clock under a load of 12)
 
 
 def test_validate_keeps_its_answer_on_the_rows_it_compares(tmp_path, capsys):
