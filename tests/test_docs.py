@@ -23,7 +23,7 @@ ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|attr|exc|data|obj|const|ref|
                   r":`~?([^`]+)`")
 #: Files whose docstrings still hold roles, each to be converted by its owner (then removed
 #: from here: the test below fails on an entry with no role left)
-PENDING = {"ort_roi/scale/": "issue 51 (7): ort_roi.scale's docstrings, owned by its helper"}
+PENDING: dict[str, str] = {}
 
 
 def _roles() -> dict[str, list[tuple[int, str]]]:

@@ -18,16 +18,17 @@ settings, and a client that retries what may be retried:
     reply = scale.Client("http://127.0.0.1:8000/roi").post(feed)   # retries 503 / 408
 
 A bad row or request (wrong shape or dtype, NaN boxes, a count that does not add up, an image
-or outputs holding NaN or Inf) is reported with the :class:`ort_roi.RoiOpError` message: in
-the row's ``error`` column (its outputs empty) or as an HTTP 400 whose body is the message.
-A request over one of the :class:`Limits` is a 400 naming the cap, before the work it would
-cost. The worker goes on with the next one; no NaN output is passed on as a result.
+or outputs holding NaN or Inf) is reported with the [`ort_roi.RoiOpError`][ort_roi.RoiOpError]
+message: in the row's ``error`` column (its outputs empty) or as an HTTP 400 whose body is the
+message. A request over one of the [`Limits`][ort_roi.scale.Limits] is a 400 naming the cap, before
+the work it would cost. The worker goes on with the next one; no NaN output is passed on as a
+result.
 
 Its modules, one concern each: ``runner`` (a session and the checks of a run), ``data`` (Ray
 Data), ``limits`` (the caps and the error answers), ``bodies`` (reading a hostile body),
 ``replica`` (the Serve predictor), ``serving`` (the ingress and the application),
-``cluster`` (a loopback cluster, replicas' gRPC on the node's address), ``client`` (the retrying client). Everything public is
-here, as ``ort_roi.scale.<name>``.
+``cluster`` (a loopback cluster, replicas' gRPC on the node's address), ``client`` (the retrying
+client). Everything public is here, as ``ort_roi.scale.<name>``.
 """
 
 from __future__ import annotations

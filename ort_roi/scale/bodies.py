@@ -1,7 +1,7 @@
 """Reading a request body that may be hostile: the body read with its size and time capped
-(:func:`read_body`), then its JSON refused on the bytes, before any parsing, where it holds
-too many or too long strings, nests too deeply, holds more than the model's inputs can or
-holds literals that are not numbers, and parsed strictly (:func:`loads`)."""
+([`read_body`][ort_roi.scale.read_body]), then its JSON refused on the bytes, before any parsing,
+where it holds too many or too long strings, nests too deeply, holds more than the model's inputs
+can or holds literals that are not numbers, and parsed strictly (``loads``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The HTTP client of an ort_roi endpoint: :class:`Client` retries what may be retried
-(503, 408, 429, Serve's own 5xx, a failed connection), boundedly; :class:`Reply` is what it
-got."""
+"""The HTTP client of an ort_roi endpoint: [`Client`][ort_roi.scale.Client] retries what may be
+retried (503, 408, 429, Serve's own 5xx, a failed connection), boundedly;
+[`Reply`][ort_roi.scale.Reply] is what it got."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from .limits import ERROR_HEADER
 
 
 class Reply(NamedTuple):
-    """What :meth:`Client.post` got: the last answer, and how it got there.
+    """What [`Client.post`][ort_roi.scale.Client.post] got: the last answer, and how it got there.
 
     Attributes:
         status: the HTTP status of the last answer (0: the connection failed each time).
@@ -117,7 +117,8 @@ class Client:
             feed: graph input name -> array (or nested lists), or the JSON body's bytes.
 
         Returns:
-            The :class:`Reply`: the last status and body, tries, and what failed before.
+            The [`Reply`][ort_roi.scale.Reply]: the last status and body, tries, and what failed
+            before.
         """
         body = feed if isinstance(feed, (bytes, bytearray)) else json.dumps(
             {k: np.asarray(v).tolist() for k, v in feed.items()}).encode()

@@ -1,6 +1,6 @@
 """A local Ray cluster whose every server listens on 127.0.0.1 only, Serve replicas whose
 gRPC server listens on their node's address only, and a proxy that closes connections that
-send no request (:func:`worker_setup`)."""
+send no request (``worker_setup``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 
-#: the environment variable :func:`worker_setup` reads: seconds a connection to Serve's
+#: the environment variable ``worker_setup`` reads: seconds a connection to Serve's
 #: proxy may take to send a request's headers (0: no limit)
 HEADER_TIMEOUT_ENV = "ORT_ROI_HEADER_TIMEOUT_S"
 
@@ -17,7 +17,7 @@ HEADER_TIMEOUT_ENV = "ORT_ROI_HEADER_TIMEOUT_S"
 def start_local(num_cpus: int = 2, header_timeout_s: float = 10.0, **kwargs: Any) -> Any:
     """Start a Ray cluster on this machine whose every server listens on 127.0.0.1 only
     (Ray otherwise binds the machine's address and all interfaces), its workers set up by
-    :func:`worker_setup`.
+    ``worker_setup``.
 
     Sets ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (Ray's local-only mode: node address
     127.0.0.1, inherited by the cluster's processes), ``ORT_ROI_HEADER_TIMEOUT_S`` and
@@ -57,7 +57,7 @@ def start_local(num_cpus: int = 2, header_timeout_s: float = 10.0, **kwargs: Any
 
 def worker_setup() -> None:
     """Ray's ``worker_process_setup_hook`` for a cluster serving ort_roi (what
-    :func:`start_local` sets; on a cluster of one's own,
+    ``start_local`` sets; on a cluster of one's own,
     ``ray.init(runtime_env={"worker_process_setup_hook": "ort_roi.scale.worker_setup"})``):
     in each worker process, the HTTP server that Serve's proxy runs (uvicorn) closes a
     connection that has not sent a whole request's headers within
@@ -118,16 +118,16 @@ def _guard(cls: type, timeout: float) -> None:
 
 def replica_grpc_on_node_address() -> bool:
     """In a Ray Serve replica's process, make the replica's inter-deployment gRPC server
-    listen on the node's address (127.0.0.1 on a :func:`start_local` cluster) instead of on
+    listen on the node's address (127.0.0.1 on a ``start_local`` cluster) instead of on
     every interface.
 
     Ray 2.60 starts that server on ``"[::]:0"``, written into
     ``ray/serve/_private/replica.py`` with no setting or environment variable to change it,
     once the deployment's constructor has returned. Called from the constructor (as
-    :class:`HttpPredictor` and :class:`HttpIngress` do), this wraps the helper Ray binds it
-    with, in this process, so that ``[::]`` becomes the node's address: the one Ray gives
-    Serve's router for the replica, so a handle that uses gRPC still reaches it. Elsewhere
-    (no Serve replica here, or done already) it does nothing.
+    [`HttpPredictor`][ort_roi.scale.HttpPredictor] and [`HttpIngress`][ort_roi.scale.HttpIngress]
+    do), this wraps the helper Ray binds it with, in this process, so that ``[::]`` becomes the
+    node's address: the one Ray gives Serve's router for the replica, so a handle that uses gRPC
+    still reaches it. Elsewhere (no Serve replica here, or done already) it does nothing.
 
     Returns:
         True when the replica's server will listen on the node's address.

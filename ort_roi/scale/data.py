@@ -1,6 +1,7 @@
-"""Batch inference with Ray Data: :class:`BatchPredictor` (the callable class each actor
-runs, a row failing alone into the error column) and :func:`predict_batches` (``map_batches``
-on a fixed actor pool, its retries bounded)."""
+"""Batch inference with Ray Data: [`BatchPredictor`][ort_roi.scale.BatchPredictor] (the callable
+class each actor runs, a row failing alone into the error column) and
+[`predict_batches`][ort_roi.scale.predict_batches] (``map_batches`` on a fixed actor pool, its
+retries bounded)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ class BatchPredictor(Runner):
     passed through. Each row is cast to the inputs' declared dtypes on its own (Ray turns a
     whole block's column float64 when one row is float64; a row whose values the dtype cannot
     hold fails alone). Each graph output becomes a column, and ``error_column`` holds
-    ``None`` or the row's :class:`ort_roi.RoiOpError` message (another exception's type and
-    message); a failed row's outputs are empty (0 rows, the output's dtype and rank: Ray's
-    tensor columns cannot hold ``None``), never NaN. :func:`predict_batches` maps a dataset
-    with it, its retries bounded.
+    ``None`` or the row's [`ort_roi.RoiOpError`][ort_roi.RoiOpError] message (another exception's
+    type and message); a failed row's outputs are empty (0 rows, the output's dtype and rank: Ray's
+    tensor columns cannot hold ``None``), never NaN.
+    [`predict_batches`][ort_roi.scale.predict_batches] maps a dataset with it, its retries bounded.
 
     Args:
         model: the ONNX model's path (each actor loads it; a path pickles cheaply).
@@ -43,8 +44,9 @@ class BatchPredictor(Runner):
         Args:
             batch: column -> values, one per row (Ray's ``numpy`` batch format: arrays, or
                 object arrays of arrays for tensors of varying shape). A row whose error
-                column already holds a message (set by :func:`predict_batches` for a row
-                refused before Ray merged its types) fails with it, unrun.
+                column already holds a message (set by
+                [`predict_batches`][ort_roi.scale.predict_batches] for a row refused before Ray
+                merged its types) fails with it, unrun.
 
         Returns:
             The passed-through columns, one column per graph output (arrays, empty where the
@@ -80,8 +82,8 @@ def predict_batches(ds: Any, model: str | os.PathLike | bytes, *, actors: int = 
                     check_finite: bool = True, error_column: str = "error",
                     max_restarts: int = 2, max_task_retries: int = 1,
                     tasks_per_actor: int = 1, predictor: type = BatchPredictor) -> Any:
-    """``ds.map_batches`` with :class:`BatchPredictor` on a fixed pool of ``actors`` actors,
-    its retries bounded.
+    """``ds.map_batches`` with [`BatchPredictor`][ort_roi.scale.BatchPredictor] on a fixed pool of
+    ``actors`` actors, its retries bounded.
 
     Ray Data restarts a dead actor and retries its batch without end by default, so a row
     that kills its worker (a crash in native code, the OOM killer) would be retried forever.
@@ -108,7 +110,8 @@ def predict_batches(ds: Any, model: str | os.PathLike | bytes, *, actors: int = 
         max_restarts: restarts of an actor that died.
         max_task_retries: retries of a batch whose actor died.
         tasks_per_actor: batches sent to an actor before it has answered.
-        predictor: the callable class, :class:`BatchPredictor` or a subclass of it.
+        predictor: the callable class, [`BatchPredictor`][ort_roi.scale.BatchPredictor] or a
+            subclass of it.
 
     Returns:
         The mapped ``ray.data.Dataset`` (lazy).

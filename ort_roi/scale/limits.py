@@ -1,6 +1,6 @@
 """What an HTTP request may hold, and how ort_roi answers one it refuses: the caps
-(:class:`Limits`), the error (:class:`HttpError`), the header naming its kind
-(``ERROR_HEADER``) and the Starlette response that carries an answer."""
+([`Limits`][ort_roi.scale.Limits]), the error ([`HttpError`][ort_roi.scale.HttpError]), the header
+naming its kind (``ERROR_HEADER``) and the Starlette response that carries an answer."""
 
 from __future__ import annotations
 
@@ -50,16 +50,17 @@ class Limits:
 
 
 def as_limits(limits: Limits | Mapping[str, Any] | None) -> Limits:
-    """The caps a deployment was given, as :class:`Limits`.
+    """The caps a deployment was given, as [`Limits`][ort_roi.scale.Limits].
 
     Args:
-        limits: :class:`Limits`, a dict of some of its fields, or None (the defaults).
+        limits: [`Limits`][ort_roi.scale.Limits], a dict of some of its fields, or None (the
+            defaults).
 
     Returns:
-        The :class:`Limits`.
+        The [`Limits`][ort_roi.scale.Limits].
 
     Raises:
-        TypeError: a dict naming a field :class:`Limits` does not have.
+        TypeError: a dict naming a field [`Limits`][ort_roi.scale.Limits] does not have.
     """
     if limits is None:
         return Limits()
@@ -96,7 +97,7 @@ def bad_request(message: str) -> HttpError:
         message: what is wrong with it (the input, value or cap).
 
     Returns:
-        The :class:`HttpError` to raise.
+        The [`HttpError`][ort_roi.scale.HttpError] to raise.
     """
     return HttpError(400, f"ort_roi: request: {message}")
 

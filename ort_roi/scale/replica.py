@@ -1,6 +1,6 @@
-"""The Ray Serve replica: :class:`HttpPredictor` reads a request body into the model's
-feed (every cap checked before the arrays are built), runs the model and answers 200, 400 or
-500; its health check reruns a probe and compares it bit for bit."""
+"""The Ray Serve replica: [`HttpPredictor`][ort_roi.scale.HttpPredictor] reads a request body into
+the model's feed (every cap checked before the arrays are built), runs the model and answers 200,
+400 or 500; its health check reruns a probe and compares it bit for bit."""
 
 from __future__ import annotations
 
@@ -34,15 +34,16 @@ def _model_proto(model: Any) -> onnx.ModelProto | None:
 
 class HttpPredictor(Runner):
     """A Ray Serve deployment class: ``serve.deployment(HttpPredictor, ...).bind(model)``
-    alone, or behind :class:`HttpIngress` (what :func:`application` builds).
+    alone, or behind [`HttpIngress`][ort_roi.scale.HttpIngress] (what
+    [`application`][ort_roi.scale.application] builds).
 
     A request's body is a JSON object, graph input name -> nested lists (numbers are cast to
     the inputs' declared dtypes) or ``{"shape": [...], "data": [flat numbers]}`` (which also
     says an empty tensor's shape: ``{"shape": [0, 5], "data": []}``; ``[]`` alone stands for
     0 rows where the declared dimensions fix the rest). The answer is a JSON object, graph
     output name -> nested lists. A bad request is answered 400 with the
-    :class:`ort_roi.RoiOpError` message, or the cap it is over, as a plain-text body; an
-    error of the model itself 500 with its message; either way the replica goes on serving.
+    [`ort_roi.RoiOpError`][ort_roi.RoiOpError] message, or the cap it is over, as a plain-text body;
+    an error of the model itself 500 with its message; either way the replica goes on serving.
     The model runs off the event loop (a sync method, or a thread of ``__call__``).
 
     Args:
@@ -50,7 +51,8 @@ class HttpPredictor(Runner):
         intra_op_threads: onnxruntime's intra-op threads per replica.
         check_finite: a request whose float inputs or outputs hold NaN or Inf is refused
             (400).
-        limits: the caps (:class:`Limits`, or a dict of its fields); defaults if None.
+        limits: the caps ([`Limits`][ort_roi.scale.Limits], or a dict of its fields); defaults if
+            None.
     """
 
     def __init__(self, model: str | os.PathLike | bytes | Any, intra_op_threads: int = 1,
@@ -112,7 +114,8 @@ class HttpPredictor(Runner):
             body: the request's body (JSON).
 
         Returns:
-            Graph input name -> array (of the JSON's numbers; :meth:`Runner.run` casts).
+            Graph input name -> array (of the JSON's numbers;
+            [`Runner.run`][ort_roi.scale.Runner.run] casts).
 
         Raises:
             HttpError: 400, naming what is wrong or the cap it is over.
@@ -193,7 +196,8 @@ class HttpPredictor(Runner):
                               f"max_output_bytes={self.limits.max_output_bytes}")
 
     def respond(self, body: bytes) -> tuple[int, str]:
-        """Answer one request body (what ``__call__`` and :class:`HttpIngress` call).
+        """Answer one request body (what ``__call__`` and [`HttpIngress`][ort_roi.scale.HttpIngress]
+        call).
 
         Args:
             body: the request's body (JSON).

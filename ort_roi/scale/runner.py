@@ -1,6 +1,7 @@
 """A model in a worker: one ``ort_roi.InferenceSession`` and the checks that make a run a
 result or an error (a missing or unreadable input, values the input's dtype cannot hold, NaN
-or Inf in or out). :class:`Runner` is the base of the Ray Data and Ray Serve predictors."""
+or Inf in or out). [`Runner`][ort_roi.scale.Runner] is the base of the Ray Data and Ray Serve
+predictors."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The Ray Serve application: :class:`HttpIngress` (reads each request and hands it to a
-predictor replica, retrying where the replica was lost), :func:`http_options` (Serve's proxy,
-loopback, requests bounded in time) and :func:`application` (the two deployments with
-production settings)."""
+"""The Ray Serve application: [`HttpIngress`][ort_roi.scale.HttpIngress] (reads each request and
+hands it to a predictor replica, retrying where the replica was lost),
+[`http_options`][ort_roi.scale.http_options] (Serve's proxy, loopback, requests bounded in time) and
+[`application`][ort_roi.scale.application] (the two deployments with production settings)."""
 
 from __future__ import annotations
 
@@ -18,18 +18,19 @@ from .replica import HttpPredictor
 
 
 class HttpIngress:
-    """The HTTP ingress of :func:`application`: reads and checks each request (method,
-    content type, body size and time) and hands the body to an :class:`HttpPredictor`
-    replica, retrying on another replica when the one it went to was lost (killed, or
-    replaced by its health check): inference is idempotent, so a lost replica costs no
-    request. What cannot be answered now is 503 with ``Retry-After`` (the predictors' queue
-    is full, or every attempt found a replica lost); slow clients hold an ingress slot, never
-    a model's.
+    """The HTTP ingress of [`application`][ort_roi.scale.application]: reads and checks each request
+    (method, content type, body size and time) and hands the body to an
+    [`HttpPredictor`][ort_roi.scale.HttpPredictor] replica, retrying on another replica when the one
+    it went to was lost (killed, or replaced by its health check): inference is idempotent, so a
+    lost replica costs no request. What cannot be answered now is 503 with ``Retry-After`` (the
+    predictors' queue is full, or every attempt found a replica lost); slow clients hold an ingress
+    slot, never a model's.
 
     Args:
-        predictor: the :class:`HttpPredictor` deployment's handle (Serve passes it for the
-            bound deployment).
-        limits: the caps (:class:`Limits`, or a dict of its fields); defaults if None.
+        predictor: the [`HttpPredictor`][ort_roi.scale.HttpPredictor] deployment's handle (Serve
+            passes it for the bound deployment).
+        limits: the caps ([`Limits`][ort_roi.scale.Limits], or a dict of its fields); defaults if
+            None.
         attempts: tries per request on a lost replica (the first included).
         backoff_s: the wait before the second try, doubled for each later one (jittered).
         retry_after_s: the ``Retry-After`` of a 503.
@@ -101,7 +102,7 @@ def http_options(port: int = 8000, request_timeout_s: float = 30.0,
     is answered 408 and the proxy goes on), an idle connection closed after its answer.
 
     A connection that sends no request at all, or stops inside its headers, is closed by
-    :func:`worker_setup` (``header_timeout_s`` of :func:`start_local`).
+    ``worker_setup`` (``header_timeout_s`` of ``start_local``).
 
     Args:
         port: the proxy's port.
@@ -124,13 +125,14 @@ def application(model: str | os.PathLike | bytes, *, replicas: int = 2,
                 max_ongoing_requests: int = 2, max_queued_requests: int = 16,
                 health_check_period_s: float = 2.0, health_check_timeout_s: float = 2.0,
                 attempts: int = 4, retry_after_s: float = 1.0, ingress: bool = True) -> Any:
-    """The production form of the Serve recipe: an :class:`HttpIngress` in front of
-    ``replicas`` :class:`HttpPredictor` replicas; ``serve.run(application(...))``.
+    """The production form of the Serve recipe: an [`HttpIngress`][ort_roi.scale.HttpIngress] in
+    front of ``replicas`` [`HttpPredictor`][ort_roi.scale.HttpPredictor] replicas;
+    ``serve.run(application(...))``.
 
     ``ingress=False`` deploys the predictors alone, one Serve hop less (on a 2-core machine
     running everything, about 1.5 times the requests a second): then a request whose replica
-    is lost is Serve's own 500 (no ``X-Ort-Roi-Error``; :class:`Client` retries it) and a slow
-    client holds one of a predictor's ``max_ongoing_requests`` until ``read_timeout_s``.
+    is lost is Serve's own 500 (no ``X-Ort-Roi-Error``; [`Client`][ort_roi.scale.Client] retries it)
+    and a slow client holds one of a predictor's ``max_ongoing_requests`` until ``read_timeout_s``.
 
     Args:
         model: the ONNX model's path (or bytes), loaded by each replica.
@@ -142,7 +144,7 @@ def application(model: str | os.PathLike | bytes, *, replicas: int = 2,
         cpus_per_replica: Ray CPUs per predictor replica (with ``intra_op_threads``).
         intra_op_threads: onnxruntime's intra-op threads per predictor replica.
         check_finite: refuse NaN or Inf in inputs or outputs (400).
-        limits: the caps (:class:`Limits`, or a dict of its fields).
+        limits: the caps ([`Limits`][ort_roi.scale.Limits], or a dict of its fields).
         max_ongoing_requests: requests a predictor replica holds at once: it runs one model
             at a time (a thread per request; 2 keeps the next one's JSON parsed meanwhile).
         max_queued_requests: requests the ingress queues for the predictors beyond those;
@@ -152,7 +154,8 @@ def application(model: str | os.PathLike | bytes, *, replicas: int = 2,
             replica is replaced).
         attempts: the ingress's tries per request when a replica is lost.
         retry_after_s: the ``Retry-After`` of the 503s.
-        ingress: put the :class:`HttpIngress` in front (else the predictors take HTTP).
+        ingress: put the [`HttpIngress`][ort_roi.scale.HttpIngress] in front (else the predictors
+            take HTTP).
 
     Returns:
         A bound Serve application.
