@@ -11,6 +11,27 @@ from ort_roi import builders
 
 GOLDENS = os.path.join(os.path.dirname(__file__), "goldens")
 
+#: The fast lane, ``python -m pytest -m fast``: the edit-test loop's modules (the layout, the
+#: docs, the errors, every golden through the bridge, the bridge, the threads, libm), marked
+#: ``fast`` by module at collection; the full suite is CI's (docs/development.md: which to
+#: run when). With ``-m fast`` alone the other modules are not even imported.
+FAST = ("test_architecture", "test_docs", "test_errors", "test_goldens", "test_bridge",
+        "test_parallel", "test_libm", "test_value_info")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.stem in FAST:
+            item.add_marker(pytest.mark.fast)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """``-m fast``: skip importing the modules outside the lane (torch, paddle, ray ...)."""
+    if (config.getoption("markexpr", "") == "fast" and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_") and collection_path.stem not in FAST):
+        return True
+    return None
+
 
 @functools.lru_cache(maxsize=None)
 def _plain_session(op, attrs_json, dtype, count_dtype):

@@ -409,3 +409,11 @@ def test_every_kernel_shows_its_signature():
             for i in s.inputs:
                 assert i.name in params or (star and re.search(r"_\d+$", i.name)), (
                     k.__name__, i.name, sig)
+
+
+def test_the_fast_lane_names_test_modules():
+    """``pytest -m fast`` runs tests/conftest.py's FAST modules: each one exists."""
+    from tests.conftest import FAST
+
+    here = pathlib.Path(__file__).parent
+    assert FAST and all((here / f"{m}.py").is_file() for m in FAST), FAST
