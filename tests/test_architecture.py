@@ -164,13 +164,19 @@ def test_every_op_module_is_one_entry_in_the_registry():
     assert len(keys) == len(set(keys))
 
 
+#: The calls that hand a step to the backend table: ``compute`` itself, and the RoIAlign
+#: family's check -> bins -> compute helper (kernels.checks.compute_align), which takes the
+#: step the same way.
+COMPUTE = ("compute", "compute_align")
+
+
 def _compute_steps(module: str) -> set[str]:
     """The steps a module's code hands to ``compute``: its first argument, ``steps.<name>``
     (a Step referenced by name; a string or any other expression fails), every other
     argument but the data by keyword (the dispatch slices per-box arguments by name)."""
     steps = set()
     for node in ast.walk(ast.parse(MODULES[module].read_text())):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "compute":
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in COMPUTE:
             first = node.args[0] if node.args else None
             assert (isinstance(first, ast.Attribute) and isinstance(first.value, ast.Name)
                     and first.value.id == "steps"), (module, ast.unparse(node))

@@ -17,8 +17,9 @@ from typing import Any, Callable, TypeVar, cast
 import numpy as np
 
 from ..errors import RoiOpError
-from ..spec import MAX_LEVELS, MAX_OUTPUT_ELEMENTS, TYPES
-from .dispatch import host, is_cupy
+from ..geometry import BoxGeometry, align_bins
+from ..spec import MAX_LEVELS, MAX_OUTPUT_ELEMENTS, TYPES, check_channels_per_bin
+from .dispatch import Step, compute, host, is_cupy
 
 
 _Kernel = TypeVar("_Kernel", bound=Callable[..., Any])
@@ -323,3 +324,32 @@ def per_level(spec, name: str, values, L: int) -> list:
         raise RoiOpError(spec.name, f"attribute '{name}'",
                          f"must hold one value per feature map ({L}), got {values!r}")
     return values
+
+
+def compute_align(step: Step, X, *, spec, attrs: dict, batch: np.ndarray, boxes: np.ndarray,
+                  geometry: BoxGeometry, name: str, **extra):
+    """The RoIAlign family's kernels once their inputs are checked, one helper for check ->
+    bins -> compute: the boxes' scaled sizes (``check_box_sizes``, naming input ``name``)
+    and the output's size (``check_output_size``) checked, the bins made on the host
+    (``geometry.align_bins``: ``geometry``, the spec's pooled sizes), then compute ``step``
+    (``steps.align`` or ``steps.align_max``) over them with the resolved
+    ``attrs["sampling_ratio"]`` and ``extra`` (``empty=``, the max's start).
+
+    ``attrs``: the spec's resolved attributes; ``batch``: each box's image; ``boxes``:
+    [R, 4] on the host. Returns the step's output [R, C, *pooled]."""
+    check_box_sizes(spec.name, name, boxes, attrs["spatial_scale"])
+    check_output_size(spec, attrs, boxes.shape[0], X.shape[1])
+    ph, pw = (attrs[k] for k in spec.pooled)
+    bins = align_bins(boxes, attrs["spatial_scale"], geometry, ph, pw)
+    return compute(step, X, batch=batch, start=bins.start, bin_size=bins.size, ph=ph, pw=pw,
+                   sampling_ratio=attrs["sampling_ratio"], **extra)
+
+
+def check_position_sensitive(op: str, X, rois, ph: int, pw: int):
+    """torchvision's position-sensitive ops' inputs: X [N, C, H, W] (``check_features``) with
+    C a multiple of ph * pw (``check_channels_per_bin``), rois [R, 5] (``check_batch_rois``).
+    Returns (X, each box's image, the boxes [R, 4] without their batch column)."""
+    X = check_features(op, X)
+    check_channels_per_bin(op, X.shape[1], ph, pw)
+    _, batch, boxes = check_batch_rois(op, "rois", rois, X)
+    return X, batch, boxes

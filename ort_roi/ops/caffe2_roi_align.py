@@ -9,10 +9,9 @@ import numpy as np
 
 from ..definitions.align import caffe2_roi_align as definition
 from ..errors import RoiOpError
-from ..geometry import align_bins, roi_align_geometry
-from ..kernels.checks import batch_from_column, check_box_sizes, check_boxes, check_features, \
-    check_output_size, quiet
-from ..kernels.dispatch import compute, host, steps
+from ..geometry import roi_align_geometry
+from ..kernels.checks import batch_from_column, check_boxes, check_features, compute_align, quiet
+from ..kernels.dispatch import host, steps
 from ..spec import FEATURE_MAP, Attr, Input, NodeForm, Op, OpSpec, Output, aligned_attr, \
     pooled_attrs, sampling_ratio_attr, spatial_scale_attr
 
@@ -67,12 +66,8 @@ def caffe2_roi_align(X: np.ndarray, rois: np.ndarray, *, order: str = "NCHW",
     else:
         batch = batch_from_column(op, "rois", rois[:, 0], X.shape[0])
         boxes = np.ascontiguousarray(rois[:, 1:])
-    check_box_sizes(op, "rois", boxes, a["spatial_scale"])
-    check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
-    ph, pw = a["pooled_h"], a["pooled_w"]
-    bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw)
-    return compute(steps.align, X, batch=batch, start=bins.start, bin_size=bins.size,
-                   ph=ph, pw=pw, sampling_ratio=a["sampling_ratio"])
+    return compute_align(steps.align, X, spec=SPEC, attrs=a, batch=batch, boxes=boxes,
+                         geometry=roi_align_geometry(a["aligned"]), name="rois")
 
 
 ENTRY = Op(

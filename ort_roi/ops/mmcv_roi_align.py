@@ -11,10 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.align import mmcv_roi_align as definition
-from ..geometry import MMCV_EMPTY_MAX, align_bins, roi_align_geometry
-from ..kernels.checks import check_batch_rois, check_box_sizes, check_features, check_output_size, \
-    quiet
-from ..kernels.dispatch import compute, steps
+from ..geometry import MMCV_EMPTY_MAX, roi_align_geometry
+from ..kernels.checks import check_batch_rois, check_features, compute_align, quiet
+from ..kernels.dispatch import steps
 from ..spec import BATCH_ROIS, Attr, Input, NodeForm, Op, OpSpec, Output, aligned_attr, \
     pooled_attrs, sampling_ratio_attr, spatial_scale_attr
 
@@ -63,15 +62,12 @@ def mmcv_roi_align(input: np.ndarray, rois: np.ndarray, *, output_height: int = 
                           mode=mode, aligned=aligned))
     X = check_features(op, input, "input")
     _, batch, boxes = check_batch_rois(op, "rois", rois, X)
-    check_box_sizes(op, "rois", boxes, a["spatial_scale"])
-    check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
-    ph, pw = a["output_height"], a["output_width"]
-    bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw)
+    geometry = roi_align_geometry(a["aligned"])
     if a["mode"] == "avg":
-        return compute(steps.align, X, batch=batch, start=bins.start, bin_size=bins.size,
-                       ph=ph, pw=pw, sampling_ratio=a["sampling_ratio"])
-    return compute(steps.align_max, X, batch=batch, start=bins.start, bin_size=bins.size,
-                   ph=ph, pw=pw, sampling_ratio=a["sampling_ratio"], empty=MMCV_EMPTY_MAX)
+        return compute_align(steps.align, X, spec=SPEC, attrs=a, batch=batch, boxes=boxes,
+                             geometry=geometry, name="rois")
+    return compute_align(steps.align_max, X, spec=SPEC, attrs=a, batch=batch, boxes=boxes,
+                         geometry=geometry, name="rois", empty=MMCV_EMPTY_MAX)
 
 
 ENTRY = Op(

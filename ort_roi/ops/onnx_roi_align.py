@@ -14,10 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.align import onnx_roi_align as definition
-from ..geometry import MMCV_EMPTY_MAX, align_bins, onnx_geometry
-from ..kernels.checks import batch_from_indices, check_box_sizes, check_boxes, check_features, \
-    check_output_size, quiet
-from ..kernels.dispatch import compute, steps
+from ..geometry import MMCV_EMPTY_MAX, onnx_geometry
+from ..kernels.checks import batch_from_indices, check_boxes, check_features, compute_align, quiet
+from ..kernels.dispatch import steps
 from ..spec import DOMAIN, FEATURE_MAP, Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attrs, \
     sampling_ratio_attr, spatial_scale_attr
 
@@ -77,17 +76,13 @@ def onnx_roi_align(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *
     X = check_features(op, X)
     rois = check_boxes(op, "rois", rois, X, 4)
     batch = batch_from_indices(op, "batch_indices", batch_indices, X.shape[0], rois.shape[0])
-    check_box_sizes(op, "rois", rois, a["spatial_scale"])
-    check_output_size(SPEC, a, rois.shape[0], X.shape[1])
-    ph, pw = a["output_height"], a["output_width"]
-    bins = align_bins(rois, a["spatial_scale"], onnx_geometry(a["coordinate_transformation_mode"]),
-                      ph, pw)
+    geometry = onnx_geometry(a["coordinate_transformation_mode"])
     if a["mode"] == "avg":
-        return compute(steps.align, X, batch=batch, start=bins.start, bin_size=bins.size,
-                       ph=ph, pw=pw, sampling_ratio=a["sampling_ratio"])
-    return compute(steps.align_max, X, batch=batch, start=bins.start, bin_size=bins.size,
-                   ph=ph, pw=pw, sampling_ratio=a["sampling_ratio"],
-                   empty=None if a["mode"] == "onnx_max" else MMCV_EMPTY_MAX)
+        return compute_align(steps.align, X, spec=SPEC, attrs=a, batch=batch, boxes=rois,
+                             geometry=geometry, name="rois")
+    return compute_align(steps.align_max, X, spec=SPEC, attrs=a, batch=batch, boxes=rois,
+                         geometry=geometry, name="rois",
+                         empty=None if a["mode"] == "onnx_max" else MMCV_EMPTY_MAX)
 
 
 ENTRY = Op(

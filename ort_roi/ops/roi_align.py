@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.align import roi_align as definition
-from ..geometry import align_bins, roi_align_geometry
-from ..kernels.checks import check_box_sizes, check_counted_boxes, check_features, \
-    check_output_size, quiet
-from ..kernels.dispatch import compute, steps
+from ..geometry import roi_align_geometry
+from ..kernels.checks import check_counted_boxes, check_features, compute_align, quiet
+from ..kernels.dispatch import steps
 from ..spec import DOMAIN, FEATURE_MAP, NodeForm, Op, OpSpec, Output, aligned_attr, counted_boxes, \
     pooled_attrs, sampling_ratio_attr, spatial_scale_attr
 
@@ -58,12 +57,8 @@ def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
                           aligned=aligned))
     X = check_features(op, X)
     boxes, batch = check_counted_boxes(op, ("boxes", "boxes_num"), boxes, boxes_num, X)
-    check_box_sizes(op, "boxes", boxes, a["spatial_scale"])
-    check_output_size(SPEC, a, boxes.shape[0], X.shape[1])
-    ph, pw = a["pooled_height"], a["pooled_width"]
-    bins = align_bins(boxes, a["spatial_scale"], roi_align_geometry(a["aligned"]), ph, pw)
-    return compute(steps.align, X, batch=batch, start=bins.start, bin_size=bins.size,
-                   ph=ph, pw=pw, sampling_ratio=a["sampling_ratio"])
+    return compute_align(steps.align, X, spec=SPEC, attrs=a, batch=batch, boxes=boxes,
+                         geometry=roi_align_geometry(a["aligned"]), name="boxes")
 
 
 ENTRY = Op(

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.torchvision import torchvision_ps_roi_align as definition
-from ..kernels.checks import check_batch_rois, check_box_sizes, check_features, quiet
+from ..kernels.checks import check_box_sizes, check_position_sensitive, quiet
 from ..kernels.dispatch import compute, steps
 from ..spec import BATCH_ROIS, DOMAIN, Input, NodeForm, Op, OpSpec, Output, \
-    check_channels_per_bin, pooled_attrs, sampling_ratio_attr, spatial_scale_attr
+    pooled_attrs, sampling_ratio_attr, spatial_scale_attr
 
 SPEC = OpSpec(
     name="TorchvisionPSRoIAlign",
@@ -53,9 +53,7 @@ def torchvision_ps_roi_align(X: np.ndarray, rois: np.ndarray, *, pooled_height: 
     a = SPEC.resolve(dict(pooled_height=pooled_height, pooled_width=pooled_width,
                           spatial_scale=spatial_scale, sampling_ratio=sampling_ratio))
     ph, pw = a["pooled_height"], a["pooled_width"]
-    X = check_features(op, X)
-    check_channels_per_bin(op, X.shape[1], ph, pw)
-    _, batch, boxes = check_batch_rois(op, "rois", rois, X)
+    X, batch, boxes = check_position_sensitive(op, X, rois, ph, pw)
     check_box_sizes(op, "rois", boxes, a["spatial_scale"])
     return compute(steps.ps_align, X, batch=batch, boxes=boxes, ph=ph, pw=pw,
                    spatial_scale=a["spatial_scale"], sampling_ratio=a["sampling_ratio"])

@@ -7,10 +7,10 @@ import numpy as np
 
 from ..definitions.torchvision import torchvision_ps_roi_pool as definition
 from ..geometry import torchvision_psroi_bins
-from ..kernels.checks import check_batch_rois, check_features, quiet
+from ..kernels.checks import check_position_sensitive, quiet
 from ..kernels.dispatch import compute, steps
 from ..spec import BATCH_ROIS, DOMAIN, Input, NodeForm, Op, OpSpec, Output, \
-    check_channels_per_bin, pooled_attrs, spatial_scale_attr
+    pooled_attrs, spatial_scale_attr
 
 SPEC = OpSpec(
     name="TorchvisionPSRoIPool",
@@ -52,9 +52,7 @@ def torchvision_ps_roi_pool(X: np.ndarray, rois: np.ndarray, *, pooled_height: i
     a = SPEC.resolve(dict(pooled_height=pooled_height, pooled_width=pooled_width,
                           spatial_scale=spatial_scale))
     ph, pw = a["pooled_height"], a["pooled_width"]
-    X = check_features(op, X)
-    check_channels_per_bin(op, X.shape[1], ph, pw)
-    _, batch, boxes = check_batch_rois(op, "rois", rois, X)
+    X, batch, boxes = check_position_sensitive(op, X, rois, ph, pw)
     N, C, H, W = X.shape
     rows, cols = torchvision_psroi_bins(boxes, a["spatial_scale"], ph, pw, H, W)
     (hlo, hhi), (wlo, whi) = rows, cols
