@@ -17,18 +17,22 @@ GOLDENS = os.path.join(os.path.dirname(__file__), "goldens")
 #: run when). With ``-m fast`` alone the other modules are not even imported.
 FAST = ("test_architecture", "test_docs", "test_errors", "test_goldens", "test_bridge",
         "test_parallel", "test_libm", "test_value_info")
+#: The op families' test templates (tests/roi_op_tester.py): in the lane, their goldens.
+FAMILIES = ("test_roi_align_family",)
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.stem in FAST:
+        if item.path.stem in FAST or (item.path.stem in FAMILIES
+                                      and item.originalname == "test_matches_framework"):
             item.add_marker(pytest.mark.fast)
 
 
 def pytest_ignore_collect(collection_path, config):
     """``-m fast``: skip importing the modules outside the lane (torch, paddle, ray ...)."""
     if (config.getoption("markexpr", "") == "fast" and collection_path.suffix == ".py"
-            and collection_path.name.startswith("test_") and collection_path.stem not in FAST):
+            and collection_path.name.startswith("test_")
+            and collection_path.stem not in FAST + FAMILIES):
         return True
     return None
 

@@ -9,26 +9,19 @@ PyramidRoIAlign).
 import numpy as np
 import pytest
 
-from tests.conftest import load_golden, ordered, run_plain, tolerance
+from tests.conftest import load_golden, ordered, run_plain
+from tests.roi_op_tester import check_golden
 
 SUITES = ["roi_pooling_max", "roi_pooling_bilinear", "roi_pool", "psroi_pool", "roi_align",
           "torchvision_ps_roi_align", "torchvision_ps_roi_pool", "pyramid_roi_align"]
-CASES = [(s, c) for s in SUITES for c in load_golden(s)]
+#: The suites their op family's test template runs (tests/test_roi_align_family.py).
+BY_TEMPLATE = {"roi_align", "torchvision_ps_roi_align"}
+CASES = [(s, c) for s in SUITES if s not in BY_TEMPLATE for c in load_golden(s)]
 
 
 @pytest.mark.parametrize("suite,case", CASES, ids=[f"{s}-{c['name']}" for s, c in CASES])
 def test_matches_framework(suite, case):
-    inputs = ordered(case)
-    got = run_plain(case["op"], inputs, case["attrs"])
-    expected = case["expected"]
-    if case["nan_to_zero"]:  # deliberate divergence: Paddle's 0/0 is our 0
-        expected = np.nan_to_num(expected, nan=0.0)
-    assert got.dtype == list(inputs.values())[0 if "X" in inputs else 2].dtype
-    assert got.shape == expected.shape
-    tol = tolerance(case["op"], case["attrs"], got.dtype)
-    if suite == "roi_pooling_bilinear" and got.dtype == np.float64:
-        tol = dict(rtol=1e-5, atol=1e-5)  # OpenVINO's CPU plugin computes float64 in float32
-    np.testing.assert_allclose(got, expected, **tol)
+    check_golden(suite, case)
 
 
 MAX_CASES = [c for c in load_golden("roi_pooling_max")]

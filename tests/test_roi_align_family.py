@@ -1,0 +1,61 @@
+"""The RoIAlign family through its test template (tests/roi_op_tester.py): each op is a
+subclass naming its module and its cases; the template checks the kernel against the
+definition, the dtype matrix through the bridge, the goldens and the bad-input catalogue."""
+
+from tests import cases as C
+from tests import test_bad_inputs, test_goldens
+from tests.roi_op_tester import RoIOpTester, pytest_generate_tests  # noqa: F401 - the hook
+
+
+class TestRoIAlign(RoIOpTester):
+    MODULE = "roi_align"
+    CASES = C.roi_align_cases(21)[::8]
+    CATALOGUE_KEY = "RoIAlign"
+    GOLDEN_SUITE = "roi_align"
+
+
+class TestONNXRoiAlign(RoIOpTester):
+    MODULE = "onnx_roi_align"
+    CASES = (C.onnx_roi_align_cases(22)[::8] + C.onnx_roi_align_cases(23, "max")[1::16]
+             + C.onnx_roi_align_cases(24, "onnx_max")[2::16])
+    CATALOGUE_KEY = "RoiAlign"
+
+
+class TestMMCVRoiAlign(RoIOpTester):
+    MODULE = "mmcv_roi_align"
+    CASES = C.mmcv_cases(25)[::8] + C.mmcv_cases(26, "max")[3::16]
+
+
+class TestCaffe2RoIAlign(RoIOpTester):
+    MODULE = "caffe2_roi_align"
+    CASES = C.caffe2_cases(27)[::8]
+    CATALOGUE_KEY = "Caffe2 RoIAlign"
+
+
+class TestMMCVRoIAlignRotated(RoIOpTester):
+    MODULE = "mmcv_roi_align_rotated"
+    CASES = C.rotated_cases(28)[::3]
+    CATALOGUE_KEY = "MMCVRoIAlignRotated"
+
+
+class TestTorchvisionPSRoIAlign(RoIOpTester):
+    MODULE = "torchvision_ps_roi_align"
+    CASES = C.torchvision_ps_cases("TorchvisionPSRoIAlign", 29)[::8]
+    CATALOGUE_KEY = "TorchvisionPSRoIAlign"
+    GOLDEN_SUITE = "torchvision_ps_roi_align"
+
+
+FAMILY = [TestRoIAlign, TestONNXRoiAlign, TestMMCVRoiAlign, TestCaffe2RoIAlign,
+          TestMMCVRoIAlignRotated, TestTorchvisionPSRoIAlign]
+
+
+def test_the_template_runs_every_case_it_took_over():
+    """The catalogue entries and golden suites that test_bad_inputs and test_goldens leave to
+    the template are exactly those of this family's subclasses, and each subclass has cases:
+    nothing moved here is dropped."""
+    assert {c.CATALOGUE_KEY for c in FAMILY} - {None} == test_bad_inputs.BY_TEMPLATE
+    assert {c.GOLDEN_SUITE for c in FAMILY} - {None} == test_goldens.BY_TEMPLATE
+    for cls in FAMILY:
+        assert cls.CASES and cls.entry().kernel.__module__ == f"ort_roi.ops.{cls.MODULE}"
+    assert all(any(c.op == key for c in test_bad_inputs.CATALOGUE)
+               for key in test_bad_inputs.BY_TEMPLATE)
