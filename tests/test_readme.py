@@ -128,6 +128,11 @@ def test_snippet_runs_as_written(doc: str, lang: str, code: str, workdir: pathli
             r = _run(cmd, workdir)
             assert r.returncode == 0, f"{doc}: `{cmd}` failed:\n{r.stdout}\n{r.stderr}"
     else:  # console: "$ command", then the lines it prints ("..." for any lines)
+        # the package's graphs where the docs name them, as in the repository (only for
+        # commands: a folder ort_roi/ here would shadow the package in a Python snippet)
+        (workdir / "ort_roi").mkdir()
+        (workdir / "ort_roi" / "data").symlink_to(ROOT / "ort_roi" / "data",
+                                                  target_is_directory=True)
         parts = re.split(r"^\$ (.*)$", code, flags=re.M)[1:]
         assert parts, f"{doc}: a console block without a '$ ' command"
         for cmd, shown in zip(parts[::2], parts[1::2]):

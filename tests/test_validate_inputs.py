@@ -17,7 +17,6 @@ from ort_roi.cli.validate import validate
 from ort_roi.graph.inputs import GivenInputsUnfit, InputsUnsatisfied, generate_inputs
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "ort_roi", "data")
-PADDLE = "needs paddle and paddle2onnx: pip install '.[paddle]'"
 
 
 def _const(name, values, dtype=TensorProto.INT64):
@@ -206,8 +205,8 @@ def test_inputs_that_are_not_the_graphs_are_named(tmp_path):
 
 def _paddle_head(tmp_path, standard):
     """docs/paddle.md's Head, saved with paddle.jit.save and exported with export-paddle."""
-    pytest.importorskip("paddle", reason=PADDLE)
-    pytest.importorskip("paddle2onnx", reason=PADDLE)
+    pytest.importorskip("paddle", reason="needs paddle: pip install '.[parity]'")
+    pytest.importorskip("paddle2onnx", reason="needs paddle2onnx: pip install '.[paddle]'")
     import paddle
     from paddle.vision import ops
 

@@ -19,7 +19,7 @@ input and the node's input are run in onnxruntime on candidate values (the count
 indices themselves, shaped as the input declares, then corrected by what the nodes added; for
 nodes linear in the input, as Mul or a Concat with constants, the value solved from probes)
 until the counts reaching the node sum to its boxes' rows and the batch indices have a row
-per box, each an image of the batch. Where none fits, :class:`InputsUnsatisfied` names the
+per box, each an image of the batch. Where none fits, ``InputsUnsatisfied`` names the
 input and why; ``ort-roi validate`` then asks for the user's own inputs (``--inputs``)
 rather than calling the model failed. tf2onnx's crop_and_resize forms (its Loop,
 com.microsoft::CropAndResize) give their image, boxes and box indices roles too.

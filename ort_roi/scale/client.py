@@ -117,8 +117,8 @@ class Client:
             feed: graph input name -> array (or nested lists), or the JSON body's bytes.
 
         Returns:
-            The [`Reply`][ort_roi.scale.Reply]: the last status and body, tries, and what failed
-            before.
+            The last status and body, the tries and what failed before, as a
+            [`Reply`][ort_roi.scale.Reply].
         """
         body = feed if isinstance(feed, (bytes, bytearray)) else json.dumps(
             {k: np.asarray(v).tolist() for k, v in feed.items()}).encode()
