@@ -362,7 +362,7 @@ def test_the_exporters_passes_run_from_one_table():
     from ort_roi.graph import exporters
 
     recognisers = {f"ort_roi.graph.{m}" for m in ("fusion", "loops", "mxnet", "paddle",
-                                                   "tensorflow")}
+                                                   "scatter_nd", "tensorflow")}
     inside = {m for m in MODULES if m.rsplit(".", 1)[0] in recognisers}  # a package's modules
     edges = _graph()
     for m in ("ort_roi.graph.rewrite", "ort_roi.runtime.session", "ort_roi.cli.validate"):

@@ -17,7 +17,7 @@ is of one of two kinds:
   said) to come from that exporter. On any other graph what it would change stays as ONNX
   reads it, and a note names the nodes and how to ask for the repair.
 
-The passes of each exporter live in its module (fusion.py and loops.py: torch.onnx;
+The passes of each exporter live in its module (fusion.py, scatter_nd.py and loops.py: torch.onnx;
 tensorflow/: tf2onnx; mxnet.py: mx2onnx; paddle.py: paddle2onnx through export-paddle);
 this table is the one place that says which runs when.
 """
@@ -30,7 +30,7 @@ from typing import Callable
 import onnx
 
 from ..spec import DOMAIN, MAX_LEVELS
-from . import fusion, loops, mxnet, paddle, tensorflow
+from . import fusion, loops, mxnet, paddle, scatter_nd, tensorflow
 from .nodes import iter_nodes, opset
 from .toolkit import GraphIndex
 
@@ -150,6 +150,12 @@ def _torchvision_stages(model: onnx.ModelProto, g: GraphIndex) -> tuple[Moved, l
              f"{DOMAIN}::PyramidRoIAlign") for name, n in fused], notes
 
 
+def _scatter_nd_stages(model: onnx.ModelProto, g: GraphIndex) -> tuple[Moved, list[str]]:
+    fused, notes = scatter_nd.fuse(model, g)
+    return [(name, f"ScatterND-merged RoI stage ({n} nodes)", f"{DOMAIN}::PyramidRoIAlign")
+            for name, n in fused], notes
+
+
 def _unfuse(model: onnx.ModelProto, g: GraphIndex) -> tuple[Moved, list[str]]:
     unfused, notes = fusion.unfuse_all(model)
     return [(name, f"{DOMAIN}::PyramidRoIAlign", f"standard ONNX ({n} nodes)")
@@ -176,6 +182,10 @@ EXPORTERS: tuple[Exporter, ...] = (
              gives="MXNet's arithmetic (output_half_pixel, sample_ratio <= 0 adaptive)"),
     )),
     Exporter("torch.onnx", _torch, (
+        Pass("torch.onnx's RoiAlign below opset 16 (aligned=True lost)",
+             scatter_nd.torch_aligned_note, frozenset({"RoiAlign"}), fusion=False),
+        Pass("the ScatterND family of RoI stages (detectron2's ROIPooler)", _scatter_nd_stages,
+             frozenset({"ScatterND"})),
         Pass("torchvision's MultiScaleRoIAlign stage", _torchvision_stages,
              frozenset({"ScatterElements", "ScatterND"})),
         Pass("torchvision's keypoint and mask Loops", loops.fuse_loops, frozenset({"Loop"})),

@@ -1,0 +1,379 @@
+"""The ScatterND family of RoI stages, fused: per-level RoiAligns over rows that NonZero
+selects, merged into zeros by a chain of ScatterND, become one PyramidRoIAlign_L{n} node.
+
+detectron2's ``ROIPooler`` as torch.onnx writes it (TorchScript exporter, opsets 11 to 17 and
+later: ``/roi_heads/box_pooler``, ``/roi_heads/mask_pooler``) is this form: the level L of
+each box computed in the graph; per level l, sel = NonZero(Equal(L, l)) as a vector (the rows
+of that level, in row order), the rows Gather(rois, sel), optionally Cast, their column 0 the
+batch index (Cast to int64) and columns 1..4 the boxes of a RoiAlign on level l's map, the
+pooled result (through a Reshape to [len(sel), *zeros.shape[1:]], which changes nothing)
+written into the zeros [rows, C, H, W] at Unsqueeze(sel, -1) by ScatterND, the levels chained.
+
+``fuse`` recognises the computation, not the names: every node on the matched paths is checked
+with its whole attribute set (``GraphIndex.made_by``), every constant it reads is checked, and
+the rewritten node computes exactly what onnxruntime computes from the subgraph: the graph's
+own level of each box (the nodes computing it stay: the assignment is bit-identical, whatever
+rule wrote it), rows no level selects stay zero (PyramidRoIAlign writes 0 where the level is
+outside 0 .. n-1), each row pooled from its level's map at that level's scale, aligned as the
+graph's RoiAligns say (coordinate_transformation_mode half_pixel: aligned=1; output_half_pixel,
+the only mode before opset 16: aligned=0). A chain that starts like the family (RoiAlign
+results scattered into zeros) but differs is left as it is, with a note naming its first
+ScatterND and the part that differed.
+
+``torch_aligned_note``: torch.onnx writes RoIAlign's ``aligned=True`` (detectron2's
+ROIAlignV2, torchvision's ``roi_align(aligned=True)``) as plain RoiAlign below opset 16, where
+ONNX has no half-pixel mode: the exported graph computes aligned=False; a note says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import node_label
+from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
+from ..spec import DOMAIN, MAX_LEVELS
+from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs, indexed,
+                      is_default, splice)
+
+#: How notes and NoMatch messages name the form.
+FAMILY = "the ScatterND family of RoI stages (detectron2's ROIPooler as torch.onnx writes it)"
+
+
+@dataclass
+class NdStage:
+    """A matched stage of the ScatterND family."""
+
+    merge: onnx.NodeProto  # the last ScatterND: its output is the stage's
+    rois: str  # rois [K, 5], before the Cast (if any) every level's rows go through
+    cast: int | None  # that Cast's type
+    levels: str  # the level of each row (int32 / int64)
+    feats: list[str]  # the feature map of each level, level 0 first
+    attrs: dict  # PyramidRoIAlign's attributes
+
+
+def _producer(g: GraphIndex, name: str, *ops: str) -> onnx.NodeProto | None:
+    n = g.producer.get(name)
+    return n if n is not None and n.op_type in ops and is_default(n) else None
+
+
+def _pooled(g: GraphIndex, updates: str) -> tuple[onnx.NodeProto | None, onnx.NodeProto | None]:
+    """What a ScatterND writes: (the RoiAlign, the Reshape between or None); (None, None) when
+    it is not a RoiAlign's result."""
+    reshape = _producer(g, updates, "Reshape")
+    ra = _producer(g, reshape.input[0] if reshape is not None else updates, "RoiAlign")
+    return (ra, reshape) if ra is not None else (None, None)
+
+
+def _zeros_node(g: GraphIndex, name: str) -> onnx.NodeProto | None:
+    return _producer(g, name, "ConstantOfShape")
+
+
+def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
+                ) -> tuple[list[NdStage], list[str]]:
+    """Every stage of the ScatterND family in the main graph, and a note for each chain that
+    starts like one (RoiAlign results scattered into zeros by ScatterND) but does not match.
+    ``g``: the graph's index as it is (``rewrite``'s), else it is indexed here."""
+    g = indexed(model, "torch.onnx", g)
+    stages, notes = [], []
+    for node in model.graph.node:
+        if node.op_type != "ScatterND" or not is_default(node) \
+                or _zeros_node(g, node.input[0]) is None:
+            continue  # not the first merge of a chain
+        chain = _chain(g, node)
+        if not any(_pooled(g, s.input[2])[0] is not None for s in chain):
+            continue  # a scatter of something else: none of our business
+        try:
+            stages.append(_match(g, chain))
+        except NoMatch as e:
+            notes.append(f"node {node_label(node)!r} (ScatterND) merges RoiAlign results into "
+                         f"zeros as {FAMILY} does, but does not match it exactly ({e}); left "
+                         f"node by node (each RoiAlign still moved)")
+    return stages, notes
+
+
+def _chain(g: GraphIndex, first: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """The ScatterND merging the levels, from the one reading the zeros on (what else reads a
+    link must be a Shape: the next level's Reshape reads its shape)."""
+    chain = [first]
+    while True:
+        out = chain[-1].output[0]
+        users = g.consumers.get(out, [])
+        nxt = [u for u in users if u.op_type == "ScatterND" and u.input[0] == out]
+        if len(nxt) != 1 or out in g.outputs or any(
+                u is not nxt[0] and u.op_type != "Shape" for u in users):
+            return chain
+        chain.append(nxt[0])
+
+
+def _vector(g: GraphIndex, name: str, axis: int) -> str:
+    """name = Squeeze(Split | Slice(x, 0:1 on ``axis``), [axis]): x's first column (axis 1)
+    or row as a vector. Returns x."""
+    squeeze = g.operand(name, "Squeeze", "axes", 1, [axis])
+    n = g.producer.get(squeeze.input[0])
+    if n is not None and n.op_type == "Slice":
+        sl = g.made_by(squeeze.input[0], "Slice")
+        for k, want in ((1, [0]), (2, [1]), (3, [axis])):
+            g.const_is(sl, k, want)
+        if len(sl.input) > 4 and sl.input[4]:
+            g.const_is(sl, 4, [1])
+        return sl.input[0]
+    split = g.operand(squeeze.input[0], "Split", "split", 1, [1], axis=axis)
+    if len(split.output) != 1:
+        raise NoMatch(f"Split {node_label(split)!r} has {len(split.output)} outputs where "
+                      f"torch.onnx writes 1")
+    return split.input[0]
+
+
+def _level_of(g: GraphIndex, sel: str, levels: str | None) -> tuple[int, str]:
+    """The level a selection is, as torch.nonzero(levels == l) (detectron2's nonzero_tuple)
+    writes it: the one column of Transpose(NonZero(Equal(levels, l))) as a vector, the rows
+    of that level in row order. Returns (l, the levels tensor)."""
+    nz = g.made_by(g.made_by(_vector(g, sel, 1), "Transpose", perm=[1, 0]).input[0], "NonZero")
+    eq = g.made_by(nz.input[0], "Equal")
+    for a, b in ((eq.input[0], eq.input[1]), (eq.input[1], eq.input[0])):
+        v = g.const(b)
+        if v is not None and v.size == 1 and v.dtype in (np.int32, np.int64):
+            if levels is not None and a != levels:
+                raise NoMatch(f"level {int(v.ravel()[0])} is selected from {a!r}, the others "
+                              f"from {levels!r}")
+            return int(v.ravel()[0]), a
+    raise NoMatch(f"Equal {node_label(eq)!r} does not compare with a constant int32 / int64 "
+                  f"level")
+
+
+def _index(g: GraphIndex, name: str) -> str:
+    """name = Unsqueeze(sel, [-1]) (or [1]): the scatter's index [k, 1]; returns sel."""
+    if "axes" in declared_attrs("Unsqueeze", "", g.opset):
+        return g.made_by(name, "Unsqueeze", axes=lambda v: list(v) in ([-1], [1])).input[0]
+    n = g.made_by(name, "Unsqueeze")
+    axes = g.const(n.input[1]) if len(n.input) > 1 else None
+    if axes is None or axes.tolist() not in ([-1], [1]):
+        raise NoMatch(f"Unsqueeze {node_label(n)!r} does not make the scatter's index [k, 1] "
+                      f"(axes {None if axes is None else axes.tolist()})")
+    return n.input[0]
+
+
+def _columns(g: GraphIndex, name: str, cols: list[int]) -> str:
+    """name = Gather(rows, cols, axis 1): rows."""
+    pick = g.made_by(name, "Gather", axis=1)
+    g.const_is(pick, 1, cols)
+    return pick.input[0]
+
+
+def _rows(g: GraphIndex, name: str) -> tuple[str, int | None, str]:
+    """name = [Cast(to)](Gather(rois, sel, axis 0)): (rois, to or None, sel)."""
+    cast = _producer(g, name, "Cast")
+    to = None
+    if cast is not None:
+        to = check_attrs(cast, g.opset, g.exporter, to=anything)["to"]
+        name = cast.input[0]
+    rows = g.made_by(name, "Gather", axis=0)
+    return rows.input[0], to, rows.input[1]
+
+
+def _pooled_rows(g: GraphIndex, ra: onnx.NodeProto) -> tuple[str, int | None, str]:
+    """The rows a RoiAlign pools: boxes columns 1..4 and batch indices Cast(int64) of
+    Squeeze(column [0], [1]) of the same selected rows. Returns (rois, cast, sel)."""
+    rows = _columns(g, ra.input[1], [1, 2, 3, 4])
+    batch = g.made_by(ra.input[2], "Cast", to=onnx.TensorProto.INT64)
+    squeeze = g.operand(batch.input[0], "Squeeze", "axes", 1, [1])
+    if _columns(g, squeeze.input[0], [0]) != rows:
+        raise NoMatch(f"RoiAlign {node_label(ra)!r} reads its batch indices from other rows "
+                      f"than its boxes")
+    return _rows(g, rows)
+
+
+def _is_shape_of(g: GraphIndex, name: str, k: int, of: set[str]) -> str:
+    """name = Unsqueeze(Gather(Shape(x), k), [0]) with x in ``of``: x."""
+    gather = g.made_by(g.operand(name, "Unsqueeze", "axes", 1, [0]).input[0], "Gather", axis=0)
+    g.const_is(gather, 1, k)
+    x = g.made_by(gather.input[0], "Shape").input[0]
+    if x not in of:
+        raise NoMatch(f"the zeros' dimension {k} is that of {x!r}, not of {sorted(of)}")
+    return x
+
+
+def _channels(g: GraphIndex, feat: str) -> int | None:
+    """A feature map's channel count where the graph says it: its declared type, or the
+    weights of the Conv computing it; else None."""
+    for vi in list(g.graph.input) + list(g.graph.value_info) + list(g.graph.output):
+        if vi.name == feat:
+            dims = vi.type.tensor_type.shape.dim
+            if len(dims) == 4 and dims[1].HasField("dim_value"):
+                return dims[1].dim_value
+    conv = _producer(g, feat, "Conv")
+    w = g.const(conv.input[1]) if conv is not None else None
+    return int(w.shape[0]) if w is not None and w.ndim == 4 else None
+
+
+def _zeros(g: GraphIndex, name: str, rows: set[str], pooled: set[str], attrs: dict,
+           feats: list[str]) -> None:
+    """name = zeros [rows, C, H, W] of float 0: ConstantOfShape(Concat(dims)), dim 0 that of
+    the rois or the levels, the others those of a pooled result or constants equal to them
+    (C: the maps' channels, as the graph declares them)."""
+    cos = g.made_by(name, "ConstantOfShape", value=_zero)
+    concat = g.made_by(cos.input[0], "Concat", axis=0)
+    if len(concat.input) != 4:
+        raise NoMatch(f"Concat {node_label(concat)!r} makes a shape of {len(concat.input)} "
+                      f"dimensions, not [rows, C, H, W]")
+    _is_shape_of(g, concat.input[0], 0, rows)
+    channels = {_channels(g, f) for f in feats}
+    for k, (dim, want) in enumerate(zip(concat.input[1:], (
+            channels.pop() if len(channels) == 1 else None, attrs["output_height"],
+            attrs["output_width"])), 1):
+        v = g.const(dim)
+        if v is None:
+            _is_shape_of(g, dim, k, pooled)
+        elif v.shape != (1,) or want is None or int(v[0]) != want:
+            role = ("the maps' channels", "output_height", "output_width")[k - 1]
+            what = (f"{role} (which the graph does not declare)" if want is None
+                    else f"{want} ({role})")
+            raise NoMatch(f"the zeros' dimension {k} is the constant {v.tolist()}, not {what}")
+
+
+def _zero(value) -> bool:
+    """ConstantOfShape's value: absent (float 0) or one float32 element equal to +0."""
+    if value is None:
+        return True
+    a = numpy_helper.to_array(value)
+    return a.size == 1 and a.dtype == np.float32 and a.ravel()[0] == 0 \
+        and not np.signbit(a.ravel()[0])
+
+
+def _reshape_is_identity(g: GraphIndex, reshape: onnx.NodeProto, sel: str,
+                         merged: set[str]) -> None:
+    """The Reshape of a level's pooled result to Concat(Shape(sel), Shape(x)[1:]), x the zeros
+    or a merge before (all [rows, C, H, W]): [len(sel), C, H, W], the pooled shape itself once
+    the zeros' dimensions are checked."""
+    check_attrs(reshape, g.opset, g.exporter, allowzero=0)
+    concat = g.made_by(reshape.input[1], "Concat", axis=0)
+    if len(concat.input) != 2:
+        raise NoMatch(f"Concat {node_label(concat)!r} joins {len(concat.input)} parts of the "
+                      f"pooled shape where torch.onnx writes 2")
+    if g.made_by(concat.input[0], "Shape").input[0] != sel:
+        raise NoMatch(f"Reshape {node_label(reshape)!r} reshapes to another count of rows "
+                      f"than its level selects")
+    sl = g.made_by(concat.input[1], "Slice")
+    g.const_is(sl, 1, [1])
+    end, axes = g.const(sl.input[2]), g.const(sl.input[3]) if len(sl.input) > 3 else None
+    if end is None or end.shape != (1,) or int(end[0]) < 4 or (axes is not None
+                                                               and axes.tolist() != [0]):
+        raise NoMatch(f"Slice {node_label(sl)!r} does not take dimensions 1: of a shape")
+    if len(sl.input) > 4 and sl.input[4]:
+        g.const_is(sl, 4, [1])
+    if g.made_by(sl.input[0], "Shape").input[0] not in merged:
+        raise NoMatch(f"Reshape {node_label(reshape)!r} reshapes to the shape of another "
+                      f"tensor than the merge's")
+
+
+def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> NdStage:
+    if not 1 < len(chain) <= MAX_LEVELS:
+        raise NoMatch(f"{len(chain)} levels merged: ort_roi fuses 2 to {MAX_LEVELS}")
+    levels = rois = None
+    found, attrs, casts, pooled = {}, None, set(), set()
+    merged = {chain[0].input[0]}
+    for s in chain:
+        check_attrs(s, g.opset, g.exporter, reduction="none")
+        ra, reshape = _pooled(g, s.input[2])
+        if ra is None:
+            raise NoMatch(f"ScatterND {node_label(s)!r} scatters {s.input[2]!r}, not a "
+                          f"RoiAlign's result")
+        a = check_attrs(ra, g.opset, g.exporter, mode="avg", output_height=anything,
+                        output_width=anything, spatial_scale=lambda v: v > 0,
+                        sampling_ratio=lambda v: v >= 0,
+                        coordinate_transformation_mode=lambda v: v in ("half_pixel",
+                                                                       "output_half_pixel"))
+        these = dict(output_height=a["output_height"], output_width=a["output_width"],
+                     sampling_ratio=a["sampling_ratio"],
+                     aligned=int(a.get("coordinate_transformation_mode") == "half_pixel"))
+        if attrs is not None and these != attrs:
+            raise NoMatch(f"RoiAlign {node_label(ra)!r} pools with {these}, another level "
+                          f"with {attrs}")
+        attrs = these
+        sel = _index(g, s.input[1])
+        level, levels = _level_of(g, sel, levels)
+        src, cast, sel2 = _pooled_rows(g, ra)
+        if rois is not None and src != rois:
+            raise NoMatch(f"RoiAlign {node_label(ra)!r} pools rows of {src!r}, another level "
+                          f"rows of {rois!r}")
+        rois = src
+        casts.add(cast)
+        if sel2 != sel:
+            raise NoMatch(f"RoiAlign {node_label(ra)!r} pools other rows than the ones "
+                          f"scattered to level {level}")
+        if reshape is not None:
+            _reshape_is_identity(g, reshape, sel, merged)
+        if level in found:
+            raise NoMatch(f"level {level} is merged twice")
+        found[level] = (ra.input[0], float(a["spatial_scale"]))
+        pooled.add(ra.output[0])
+        merged.add(s.output[0])
+    if sorted(found) != list(range(len(chain))):
+        raise NoMatch(f"levels {sorted(found)} are not 0 .. {len(chain) - 1}")
+    if len(casts) != 1:
+        raise NoMatch(f"the levels' rows are cast differently ({sorted(casts, key=str)})")
+    feats = [found[i][0] for i in range(len(chain))]
+    _zeros(g, chain[0].input[0], {rois, levels}, pooled, attrs, feats)
+    attrs.update({f"spatial_scale_{i}": found[i][1] for i in range(len(chain))})
+    return NdStage(chain[-1], rois, casts.pop(), levels, feats, attrs)
+
+
+def fuse(model: onnx.ModelProto, g: GraphIndex | None = None
+         ) -> tuple[list[tuple[str, int]], list[str]]:
+    """Replace every stage of the ScatterND family in the main graph, in place, with one
+    PyramidRoIAlign_L{n} node (the rows' Cast, if any, kept once on the rois); returns
+    ([(the new node's name, the nodes it replaced)], notes). ``g``: the graph's index as it
+    is (``rewrite``'s), else it is indexed here."""
+    stages, notes = find_stages(model, g)
+    done = []
+    for st in stages:
+        spec = PYRAMID_SPECS[len(st.feats)]
+        prefix = st.merge.name.rsplit("/", 1)[0] if "/" in st.merge.name else st.merge.name
+        name = f"{prefix}/{spec.name}" if prefix else spec.name
+        new, rois = [], st.rois
+        if st.cast is not None:  # Cast(Gather(rois, sel)) = Gather(Cast(rois), sel)
+            rois = f"{name}/rois"
+            new.append(helper.make_node("Cast", [st.rois], [rois], name=f"{name}/Cast",
+                                        to=st.cast))
+        inputs = [rois, st.levels, *st.feats]
+        new.append(helper.make_node(spec.name, inputs, [st.merge.output[0]], name=name,
+                                    domain=DOMAIN, **{k: st.attrs[k] for k in sorted(st.attrs)}))
+        done.append((name, splice(model, st.merge, new, [st.rois, st.levels, *st.feats])))
+    return done, notes
+
+
+def _torchvision_merged(g: GraphIndex, ra: onnx.NodeProto) -> bool:
+    """The RoiAlign's result goes only into torchvision's ScatterElements merge (through a
+    Cast; Shapes and unfuse's CastLike read it too): torchvision's MultiScaleRoIAlign, which
+    pools with aligned=False."""
+    users = g.consumers.get(ra.output[0], [])
+    users = [v for u in users for v in (g.consumers.get(u.output[0], []) if u.op_type == "Cast"
+                                        else [u])]
+    return any(u.op_type == "ScatterElements" for u in users) and all(
+        u.op_type in ("ScatterElements", "Shape", "CastLike") for u in users)
+
+
+def torch_aligned_note(model: onnx.ModelProto, g: GraphIndex | None = None
+                       ) -> tuple[list, list[str]]:
+    """A note where torch.onnx (producer_name "pytorch") wrote RoiAligns below opset 16 (other
+    than torchvision's MultiScaleRoIAlign's, aligned=False by design): RoIAlign's aligned=True
+    is lost there. Returns ([], notes); changes nothing."""
+    g = indexed(model, "torch.onnx", g)
+    if model.producer_name != "pytorch" or g.opset is None or g.opset >= 16:
+        return [], []
+    ras = [n for n in model.graph.node if n.op_type == "RoiAlign" and is_default(n)
+           and not _torchvision_merged(g, n)]
+    if not ras:
+        return [], []
+    shown = ", ".join(repr(node_label(n)) for n in ras[:4]) + (", ..." if len(ras) > 4 else "")
+    return [], [f"node(s) {shown} (RoiAlign, {len(ras)}): torch.onnx wrote this model at opset "
+                f"{g.opset}, where ONNX RoiAlign has no half-pixel mode, and exports RoIAlign's "
+                f"aligned=True (detectron2's ROIAlignV2, torchvision's roi_align(aligned=True)) "
+                f"there as aligned=False: if the model pools with aligned=True, this graph "
+                f"computes otherwise than PyTorch (ort_roi computes what the graph says); "
+                f"exporting at opset_version >= 16 keeps aligned=True "
+                f"(coordinate_transformation_mode half_pixel)"]

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""detectron2's RoI stage as its ONNX export writes it, and its whole detectors end to end.
+
+    pip install fvcore iopath omegaconf   # detectron2's Python dependencies (its C++
+    git clone https://github.com/facebookresearch/detectron2   # extension is not needed)
+    PYTHONPATH=detectron2 python -m tools.detectron2_graphs stages
+    PYTHONPATH=detectron2 python -m tools.detectron2_graphs models --out DIR [--opsets 11 16]
+    PYTHONPATH=detectron2 python -m tools.detectron2_graphs e2e --out DIR [--repeat 7]
+
+1. ``stages``: ort_roi/data/detectron2_stage_{box,mask}_{11,16}.onnx, detectron2's
+   ``ROIPooler`` alone (``detectron2.modeling.poolers``) as its R50-FPN Faster / Mask R-CNN
+   configure it: ROIAlignV2 (aligned=True), sampling_ratio 0, output 7 x 7 (the box head's)
+   or 14 x 14 (the mask head's), P2..P5 at scales 1/4 .. 1/32, one image; exported by
+   ``torch.onnx.export(..., dynamo=False)`` at opsets 11 and 16 with the box count and the
+   maps' sizes dynamic (the maps are graph inputs: the graphs are the stage only). They hold
+   what detectron2's exported detectors hold under ``/roi_heads/box_pooler`` and
+   ``/roi_heads/mask_pooler`` (``models`` checks it: the same op sequence): the rois as a
+   Concat of a repeat_interleave'd batch column and the boxes; the level of each box
+   floor(4 + log2(sqrt(area) / 224 + 1e-8)) clipped to 2..5, minus 2; per level Equal ->
+   NonZero -> Gather of the rois -> Cast -> RoiAlign; the levels merged into zeros by a chain
+   of ScatterND. At opset 11 torch.onnx writes RoiAlign without coordinate_transformation_mode
+   (output_half_pixel: aligned=True is lost); at 16 it writes half_pixel.
+2. ``models``: the whole R50-FPN Faster and Mask R-CNN (detectron2's own configs, random
+   weights seeded, 480 x 640) through ``detectron2.export.TracingAdapter`` and
+   ``torch.onnx.export(..., dynamo=False)`` (detectron2's tools/deploy/export_model.py does
+   this, but on torch 2.14 it calls the default dynamo=True exporter, which fails on
+   proposal_utils.py's ``if not valid_mask.all()``). Not committed (170 MB each).
+3. ``e2e``: each whole model native (a plain onnxruntime session) against ``ort_roi.convert``'s
+   (a plain session with ``ort_roi.session_options()``): the RoI stages fused, the same
+   detections, the seconds per image in interleaved rounds (``time_together``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "..", "ort_roi", "data")
+IMAGE = (480, 640)
+STRIDES = (4, 8, 16, 32)
+CONFIGS = {"faster": "COCO-Detection/faster_rcnn_R_50_FPN_1x.yaml",
+           "mask": "COCO-InstanceSegmentation/mask_rcnn_R_50_FPN_1x.yaml"}
+POOLED = {"box": 7, "mask": 14}
+
+
+def _quiet_export(module, args, f, **kw) -> None:
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.no_grad():
+            torch.onnx.export(module, args, f, dynamo=False, **kw)
+
+
+def stage(kind: str, opset: int) -> bytes:
+    """detectron2's ROIPooler (``kind``: "box" 7 x 7 or "mask" 14 x 14) exported alone."""
+    import torch
+    from detectron2.modeling.poolers import ROIPooler
+    from detectron2.structures import Boxes
+
+    class Stage(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pooler = ROIPooler(POOLED[kind], tuple(1.0 / s for s in STRIDES), 0,
+                                    "ROIAlignV2")
+
+        def forward(self, p2, p3, p4, p5, boxes):
+            return self.pooler([p2, p3, p4, p5], [Boxes(boxes)])
+
+    g = torch.Generator().manual_seed(0)
+    maps = [torch.randn(1, 256, IMAGE[0] // s, IMAGE[1] // s, generator=g) for s in STRIDES]
+    xy = torch.rand(40, 2, generator=g) * 400
+    boxes = torch.cat([xy, xy + torch.rand(40, 2, generator=g) * 300 + 4], 1)
+    names = ["p2", "p3", "p4", "p5"]
+    buf = io.BytesIO()
+    _quiet_export(Stage().eval(), (*maps, boxes), buf, opset_version=opset,
+                  input_names=names + ["boxes"], output_names=["pooled"],
+                  dynamic_axes={"boxes": {0: "R"}, "pooled": {0: "R"},
+                                **{n: {2: f"{n}_h", 3: f"{n}_w"} for n in names}})
+    return buf.getvalue()
+
+
+def write_stages() -> list[str]:
+    import onnx
+
+    paths = []
+    for kind in POOLED:
+        for opset in (11, 16):
+            model = onnx.load_from_string(stage(kind, opset))
+            model.producer_version += (" (tools/detectron2_graphs.py: detectron2 ROIPooler, "
+                                       "torch.onnx TorchScript)")
+            path = os.path.join(OUT, f"detectron2_stage_{kind}_{opset}.onnx")
+            onnx.save(model, path)
+            paths.append(path)
+            print(f"{path}: {len(model.graph.node)} nodes, {os.path.getsize(path)} bytes")
+    return paths
+
+
+def build(kind: str):
+    """detectron2's R50-FPN ``kind`` ("faster" / "mask") from its own config, random weights
+    (seed 0), in eval mode on the CPU."""
+    import torch
+    from detectron2.config import get_cfg
+    from detectron2.modeling import build_model
+    import detectron2
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(detectron2.__file__)))
+    cfg = get_cfg()
+    cfg.merge_from_file(os.path.join(root, "configs", CONFIGS[kind]))
+    cfg.MODEL.DEVICE, cfg.MODEL.WEIGHTS = "cpu", ""
+    torch.manual_seed(0)
+    return build_model(cfg).eval()
+
+
+def image():
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    return torch.randint(0, 255, (3, *IMAGE), dtype=torch.uint8, generator=g)
+
+
+def export_model(kind: str, opset: int, path: str) -> None:
+    """The whole detector through TracingAdapter and torch.onnx.export(dynamo=False): input the
+    [3, H, W] uint8 image, outputs the instances' fields flattened (boxes, classes, [masks,]
+    scores) before postprocessing, as export_model.py's ``tracing`` method writes them."""
+    from detectron2.export import TracingAdapter
+
+    model = build(kind)
+
+    def inference(m, inputs):
+        return [{"instances": m.inference(inputs, do_postprocess=False)[0]}]
+
+    adapter = TracingAdapter(model, [{"image": image()}], inference)
+    _quiet_export(adapter, adapter.flattened_inputs, path, opset_version=opset,
+                  input_names=["image"])
+    print(f"{path}: exported ({os.path.getsize(path) >> 20} MB)")
+
+
+def _stage_ops(model, prefix: str) -> list[str]:
+    return [n.op_type for n in model.graph.node if n.name.startswith(prefix)]
+
+
+def models(out: str, opsets: list[int]) -> list[str]:
+    """Export both detectors at each opset into ``out``; check that their RoI stages hold the
+    committed stage graphs' RoI nodes (the same RoiAligns and ScatterNDs, attributes alike)."""
+    import onnx
+
+    os.makedirs(out, exist_ok=True)
+    paths = []
+    for kind in CONFIGS:
+        for opset in opsets:
+            path = os.path.join(out, f"detectron2_{kind}_{opset}.onnx")
+            if not os.path.exists(path):
+                export_model(kind, opset, path)
+            whole = onnx.load(path)
+            for head in ("box", "mask") if kind == "mask" else ("box",):
+                cut = onnx.load(os.path.join(OUT, f"detectron2_stage_{head}_{opset}.onnx"))
+                pooled = [(n.op_type, sorted(str(a) for a in n.attribute))
+                          for n in cut.graph.node if n.op_type in ("RoiAlign", "ScatterND")]
+                inside = [(n.op_type, sorted(str(a) for a in n.attribute))
+                          for n in whole.graph.node if n.name.startswith(f"/roi_heads/{head}_")
+                          and n.op_type in ("RoiAlign", "ScatterND")]
+                assert pooled == inside, (path, head)
+            paths.append(path)
+    return paths
+
+
+def e2e(out: str, opsets: list[int], repeat: int) -> None:
+    """Each whole model native against converted: the stages fused, the detections equal,
+    the seconds per image (interleaved rounds, random order)."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    import ort_roi
+    from ort_roi.cli.bench_timing import time_together
+
+    feed = {"image": image().numpy()}
+    for path in models(out, opsets):
+        native = onnx.load(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            conv, done = ort_roi.convert(native, report=True)
+        fused = [m for m in done.moved if "PyramidRoIAlign" in m[2]]
+        left = sum(n.op_type == "ScatterND" for n in conv.graph.node
+                   if n.name.startswith("/roi_heads/"))
+        so = ort.SessionOptions()
+        a = ort.InferenceSession(native.SerializeToString(), so,
+                                 providers=["CPUExecutionProvider"])
+        b = ort.InferenceSession(conv.SerializeToString(), ort_roi.session_options(),
+                                 providers=["CPUExecutionProvider"])
+        t = time_together({"native": lambda: a.run(None, feed),
+                           "converted": lambda: b.run(None, feed)}, repeat, 0, shuffle=0)
+        diff = max(float(np.max(np.abs(x.astype(np.float64) - y), initial=0))
+                   for x, y in zip(t["native"][1], t["converted"][1]))
+        ratios = sorted(x / y for x, y in zip(t["native"][2], t["converted"][2]))
+        print(f"{os.path.basename(path)}: {len(fused)} stage(s) fused, {left} ScatterND left "
+              f"in the RoI heads; detections {t['native'][1][0].shape[0]}, max |diff| {diff:.3g}; "
+              f"native {t['native'][0] * 1e3:.0f} ms, converted {t['converted'][0] * 1e3:.0f} ms,"
+              f" native / converted {ratios[len(ratios) // 2]:.2f}x (median of {repeat} rounds)")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("what", choices=("stages", "models", "e2e"))
+    p.add_argument("--out", default="/tmp/detectron2_onnx",
+                   help="where the whole models go (models, e2e)")
+    p.add_argument("--opsets", type=int, nargs="+", default=[11, 16])
+    p.add_argument("--repeat", type=int, default=7)
+    a = p.parse_args(argv)
+    if a.what == "stages":
+        write_stages()
+    elif a.what == "models":
+        models(a.out, a.opsets)
+    else:
+        e2e(a.out, a.opsets, a.repeat)
+
+
+if __name__ == "__main__":
+    main()
