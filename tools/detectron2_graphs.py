@@ -4,6 +4,7 @@
     pip install fvcore iopath omegaconf   # detectron2's Python dependencies (its C++
     git clone https://github.com/facebookresearch/detectron2   # extension is not needed)
     PYTHONPATH=detectron2 python -m tools.detectron2_graphs stages
+    python -m tools.detectron2_graphs bench [--repeat 7]
     PYTHONPATH=detectron2 python -m tools.detectron2_graphs models --out DIR [--opsets 11 16]
     PYTHONPATH=detectron2 python -m tools.detectron2_graphs e2e --out DIR [--repeat 7]
 
@@ -20,12 +21,17 @@
    NonZero -> Gather of the rois -> Cast -> RoiAlign; the levels merged into zeros by a chain
    of ScatterND. At opset 11 torch.onnx writes RoiAlign without coordinate_transformation_mode
    (output_half_pixel: aligned=True is lost); at 16 it writes half_pixel.
-2. ``models``: the whole R50-FPN Faster and Mask R-CNN (detectron2's own configs, random
-   weights seeded, 480 x 640) through ``detectron2.export.TracingAdapter`` and
+2. ``bench`` (no detectron2 needed): each stage graph native against converted (the stage
+   fused) in a plain onnxruntime session, on P2..P5 of a 480 x 640 image and 1000 boxes (the
+   box head's proposals) or 100 (the mask head's detections), timed together in interleaved
+   rounds (``ort_roi.cli.bench_timing.time_together``).
+3. ``models``: the whole R50-FPN Faster and Mask R-CNN (detectron2's own configs, random
+   weights seeded, the test score threshold 0 so that 100 detections reach the mask head,
+   480 x 640; 1000 proposals) through ``detectron2.export.TracingAdapter`` and
    ``torch.onnx.export(..., dynamo=False)`` (detectron2's tools/deploy/export_model.py does
    this, but on torch 2.14 it calls the default dynamo=True exporter, which fails on
    proposal_utils.py's ``if not valid_mask.all()``). Not committed (170 MB each).
-3. ``e2e``: each whole model native (a plain onnxruntime session) against ``ort_roi.convert``'s
+4. ``e2e``: each whole model native (a plain onnxruntime session) against ``ort_roi.convert``'s
    (a plain session with ``ort_roi.session_options()``): the RoI stages fused, the same
    detections, the seconds per image in interleaved rounds (``time_together``).
 """
@@ -111,6 +117,9 @@ def build(kind: str):
     cfg = get_cfg()
     cfg.merge_from_file(os.path.join(root, "configs", CONFIGS[kind]))
     cfg.MODEL.DEVICE, cfg.MODEL.WEIGHTS = "cpu", ""
+    # random weights score every class about equally (~1/81, under the default 0.05): no
+    # detection would pass, and the mask head would pool nothing; 0 keeps the top 100
+    cfg.MODEL.ROI_HEADS.SCORE_THRESH_TEST = 0.0
     torch.manual_seed(0)
     return build_model(cfg).eval()
 
@@ -203,9 +212,60 @@ def e2e(out: str, opsets: list[int], repeat: int) -> None:
               f" native / converted {ratios[len(ratios) // 2]:.2f}x (median of {repeat} rounds)")
 
 
+def stage_feed(kind: str, seed: int = 0) -> dict:
+    """The stage's inputs at the detectors' load: P2..P5 of a 480 x 640 image, 1000 boxes
+    (the box head: the proposals) or 100 (the mask head: the detections), sides 8 to 480 px
+    log-uniform (every level)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n = 1000 if kind == "box" else 100
+    feed = {f"p{k}": rng.standard_normal((1, 256, IMAGE[0] // s, IMAGE[1] // s)
+                                         ).astype(np.float32)
+            for k, s in zip(range(2, 6), STRIDES)}
+    xy = rng.uniform(0, 600, (n, 2))
+    side = np.exp(rng.uniform(np.log(8), np.log(480), (n, 2)))
+    feed["boxes"] = np.concatenate([xy, xy + side], 1).astype(np.float32)
+    return feed
+
+
+def bench(repeat: int) -> None:
+    """Each committed stage graph native (a plain session) against converted (fused), timed
+    together in interleaved rounds; prints the medians and the median of the per-round
+    ratios."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    import ort_roi
+    from ort_roi.cli.bench_timing import time_together
+
+    for kind in POOLED:
+        for opset in (11, 16):
+            native = onnx.load(os.path.join(OUT, f"detectron2_stage_{kind}_{opset}.onnx"))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                conv = ort_roi.convert(native)
+            assert [n.op_type for n in conv.graph.node if n.domain] == ["PyramidRoIAlign_L4"]
+            feed = stage_feed(kind)
+            a = ort.InferenceSession(native.SerializeToString(),
+                                     providers=["CPUExecutionProvider"])
+            b = ort.InferenceSession(conv.SerializeToString(), ort_roi.session_options(),
+                                     providers=["CPUExecutionProvider"])
+            t = time_together({"native": lambda: a.run(None, feed)[0],
+                               "fused": lambda: b.run(None, feed)[0]}, repeat, 0)
+            diff = float(np.abs(t["native"][1] - t["fused"][1]).max())
+            ratios = sorted(x / y for x, y in zip(t["native"][2], t["fused"][2]))
+            print(f"{kind} {POOLED[kind]}x{POOLED[kind]} opset {opset}, "
+                  f"{len(feed['boxes'])} boxes: native {t['native'][0] * 1e3:.1f} ms, fused "
+                  f"{t['fused'][0] * 1e3:.1f} ms, native / fused "
+                  f"{ratios[len(ratios) // 2]:.2f}x (median of {repeat} rounds; max |diff| "
+                  f"{diff:.2g})")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=("stages", "models", "e2e"))
+    p.add_argument("what", choices=("stages", "bench", "models", "e2e"))
     p.add_argument("--out", default="/tmp/detectron2_onnx",
                    help="where the whole models go (models, e2e)")
     p.add_argument("--opsets", type=int, nargs="+", default=[11, 16])
@@ -213,6 +273,8 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.what == "stages":
         write_stages()
+    elif a.what == "bench":
+        bench(a.repeat)
     elif a.what == "models":
         models(a.out, a.opsets)
     else:

@@ -126,8 +126,9 @@ def convert(model: onnx.ModelProto, to: str = "ort_roi", *, roialign_max: str = 
     runs (``to="ort_roi"``): ONNX RoiAlign and MaxRoiPool become ort_roi nodes, the
     exporters' multi-level nodes fixed-arity ort_roi ops, every node of ours or of another
     exporter gets its attributes explicit, and (``fuse``) torchvision's exported
-    MultiScaleRoIAlign stages and per-box Loops become one node each (only where they match
-    torch.onnx's form exactly; else a note says which node and why). ``to="onnx"`` moves the
+    MultiScaleRoIAlign stages, the ScatterND family's stages (detectron2's ROIPooler) and
+    torchvision's per-box Loops become one node each (only where they match torch.onnx's form
+    exactly; else a note says which node and why). ``to="onnx"`` moves the
     nodes convert writes back to the nodes they came from (a PyramidRoIAlign to standard ONNX
     computing the same, which convert fuses again); ort_roi nodes with no standard ONNX form
     (PasteMasks, HeatmapsToKeypoints, ...) stay, with a note.
@@ -142,7 +143,7 @@ def convert(model: onnx.ModelProto, to: str = "ort_roi", *, roialign_max: str = 
         to: "ort_roi" or "onnx".
         roialign_max: ONNX RoiAlign's mode "max" as the largest bilinear sample ("sample",
             the default) or as onnxruntime computes it ("onnx").
-        fuse: fuse torchvision's stages and Loops (``to="ort_roi"``).
+        fuse: fuse the RoI stages and Loops (``to="ort_roi"``).
         exporter: who wrote the model: None (the default) tells it from the model;
             "mx2onnx", "tf2onnx", "torch.onnx", "paddle2onnx" or "ort_roi" says it (that
             exporter's repairs apply), "none" applies no exporter's repairs.
@@ -152,7 +153,8 @@ def convert(model: onnx.ModelProto, to: str = "ort_roi", *, roialign_max: str = 
         The converted copy; with ``report=True``, ``(copy, Rewrite)``: ``Rewrite.moved`` the
         nodes rewritten (label, from, to), ``Rewrite.notes`` what is worth knowing (a max that
         differs from onnxruntime's, a stage or Loop left unfused and why, a node that cannot
-        go back, an exporter's form left as ONNX reads it), ``Rewrite.exporter`` and
+        go back, an exporter's form left as ONNX reads it, RoiAligns torch.onnx wrote below opset
+        16, where aligned=True is lost), ``Rewrite.exporter`` and
         ``Rewrite.evidence`` the exporter taken and why, ``Rewrite.summary()`` one line. The
         notes are also issued as warnings.
 
