@@ -162,7 +162,19 @@ def _level_twice(m):
     return "level 2 is merged twice", ""
 
 
-@pytest.mark.parametrize("mutate", [_sampling, _reduction, _level_twice],
+def _zeros_elsewhere(m):
+    """the zeros through an Identity: a chain that starts on something else"""
+    first = _nodes(m, "ScatterND")[0]
+    zeros = first.input[0]
+    for n in m.graph.node:  # the ScatterND, and the Shape the next level's Reshape reads
+        n.input[:] = ["zeros_elsewhere" if i == zeros else i for i in n.input]
+    at = next(i for i, n in enumerate(m.graph.node) if n.output[0] == zeros)
+    m.graph.node.insert(at + 1, helper.make_node("Identity", [zeros], ["zeros_elsewhere"],
+                                                 name="elsewhere"))
+    return "'zeros_elsewhere' comes from Identity 'elsewhere'", "not a ConstantOfShape"
+
+
+@pytest.mark.parametrize("mutate", [_sampling, _reduction, _level_twice, _zeros_elsewhere],
                          ids=lambda f: f.__name__.strip("_"))
 def test_a_stage_differing_in_one_part_is_left_with_a_note_naming_it(mutate):
     native = _stage("box", 16)
@@ -201,3 +213,12 @@ def test_the_aligned_note_is_torch_onnx_below_opset_16_only():
     other.producer_name = "someone else"
     assert not [n for n in _convert(other)[1].notes if "aligned=True" in n]
     assert not [n for n in _convert(_stage("mask", 16))[1].notes if "aligned=True" in n]
+
+
+@pytest.mark.parametrize("opset", [11, 16])
+def test_no_boxes_give_an_empty_output_as_natively(opset):
+    native = _stage("mask", opset)
+    f = _feed()
+    f["boxes"] = f["boxes"][:0]
+    want, got = _run(native, f, ours=False), _run(_convert(native)[0], f)
+    assert want.shape == got.shape == (0, 256, 14, 14)

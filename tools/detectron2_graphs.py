@@ -26,8 +26,8 @@
    box head's proposals) or 100 (the mask head's detections), timed together in interleaved
    rounds (``ort_roi.cli.bench_timing.time_together``).
 3. ``models``: the whole R50-FPN Faster and Mask R-CNN (detectron2's own configs, random
-   weights seeded, the test score threshold 0 so that 100 detections reach the mask head,
-   480 x 640; 1000 proposals) through ``detectron2.export.TracingAdapter`` and
+   weights seeded and made to carry a trained model's load (``build``: 1000 proposals over
+   P2..P5, 100 detections reaching the mask head), 480 x 640) through ``detectron2.export.TracingAdapter`` and
    ``torch.onnx.export(..., dynamo=False)`` (detectron2's tools/deploy/export_model.py does
    this, but on torch 2.14 it calls the default dynamo=True exporter, which fails on
    proposal_utils.py's ``if not valid_mask.all()``). Not committed (170 MB each).
@@ -117,11 +117,24 @@ def build(kind: str):
     cfg = get_cfg()
     cfg.merge_from_file(os.path.join(root, "configs", CONFIGS[kind]))
     cfg.MODEL.DEVICE, cfg.MODEL.WEIGHTS = "cpu", ""
-    # random weights score every class about equally (~1/81, under the default 0.05): no
-    # detection would pass, and the mask head would pool nothing; 0 keeps the top 100
     cfg.MODEL.ROI_HEADS.SCORE_THRESH_TEST = 0.0
     torch.manual_seed(0)
-    return build_model(cfg).eval()
+    model = build_model(cfg).eval()
+    # random weights through an untrained ResNet give logits of 1e3 and more: one class takes
+    # every box, the rest score 0 and almost nothing is detected. A trained model's load
+    # instead: the RPN's box regression zeroed (the 1000 proposals are anchors of every size,
+    # on every level), the box classifier a per-class bias alone (every box scored alike, so
+    # NMS keeps 100 detections for the mask head), the box regression zeroed
+    with torch.no_grad():
+        for layer in (model.proposal_generator.rpn_head.anchor_deltas,
+                      model.roi_heads.box_predictor.bbox_pred,
+                      model.roi_heads.box_predictor.cls_score):
+            layer.weight.zero_()
+            layer.bias.zero_()
+        g = torch.Generator().manual_seed(2)
+        model.roi_heads.box_predictor.cls_score.bias.copy_(
+            torch.randn(model.roi_heads.box_predictor.cls_score.bias.shape, generator=g))
+    return model
 
 
 def image():

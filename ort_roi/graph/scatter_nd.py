@@ -81,11 +81,13 @@ def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
     stages, notes = [], []
     for node in model.graph.node:
         if node.op_type != "ScatterND" or not is_default(node) \
-                or _zeros_node(g, node.input[0]) is None:
+                or _producer(g, node.input[0], "ScatterND") is not None:
             continue  # not the first merge of a chain
         chain = _chain(g, node)
         if not any(_pooled(g, s.input[2])[0] is not None for s in chain):
             continue  # a scatter of something else: none of our business
+        if _zeros_node(g, node.input[0]) is None and _producer(g, node.input[2], "RoiAlign"):
+            continue  # torch.onnx's dynamo form of torchvision's stage: fusion.py's note
         try:
             stages.append(_match(g, chain))
         except NoMatch as e:
