@@ -205,7 +205,7 @@ def test_info_names_the_stage_left_and_why(tmp_path, capsys):
 
 
 def test_the_aligned_note_is_torch_onnx_below_opset_16_only():
-    conv, done = _convert(_stage("mask", 11))
+    _, done = _convert(_stage("mask", 11))
     note = next(n for n in done.notes if "aligned=True" in n)
     assert "opset 11" in note and "opset_version >= 16" in note
     assert all(f"level_poolers.{k}/RoiAlign" in note for k in range(4)), note

@@ -36,8 +36,16 @@ from onnx import helper, numpy_helper
 from ..errors import node_label
 from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
 from ..spec import DOMAIN, MAX_LEVELS
-from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs, indexed,
-                      is_default, splice)
+from .toolkit import (
+    GraphIndex,
+    NoMatch,
+    anything,
+    check_attrs,
+    declared_attrs,
+    indexed,
+    is_default,
+    splice,
+)
 
 #: How notes and NoMatch messages name the form.
 FAMILY = "the ScatterND family of RoI stages (detectron2's ROIPooler as torch.onnx writes it)"
@@ -371,11 +379,13 @@ def torch_aligned_note(model: onnx.ModelProto, g: GraphIndex | None = None
            and not _torchvision_merged(g, n)]
     if not ras:
         return [], []
-    shown = ", ".join(repr(node_label(n)) for n in ras[:4]) + (", ..." if len(ras) > 4 else "")
-    return [], [f"node(s) {shown} (RoiAlign, {len(ras)}): torch.onnx wrote this model at opset "
-                f"{g.opset}, where ONNX RoiAlign has no half-pixel mode, and exports RoIAlign's "
-                f"aligned=True (detectron2's ROIAlignV2, torchvision's roi_align(aligned=True)) "
-                f"there as aligned=False: if the model pools with aligned=True, this graph "
-                f"computes otherwise than PyTorch (ort_roi computes what the graph says); "
-                f"exporting at opset_version >= 16 keeps aligned=True "
-                f"(coordinate_transformation_mode half_pixel)"]
+    shown = ", ".join(repr(node_label(n)) for n in ras[:4])
+    shown += ", ..." if len(ras) > 4 else ""
+    note = (f"node(s) {shown} (RoiAlign, {len(ras)}): torch.onnx wrote this model at opset "
+            f"{g.opset}, where ONNX RoiAlign has no half-pixel mode, and exports RoIAlign's "
+            f"aligned=True (detectron2's ROIAlignV2, torchvision's roi_align(aligned=True)) "
+            f"there as aligned=False: if the model pools with aligned=True, this graph "
+            f"computes otherwise than PyTorch (ort_roi computes what the graph says); "
+            f"exporting at opset_version >= 16 keeps aligned=True "
+            f"(coordinate_transformation_mode half_pixel)")
+    return [], [note]
