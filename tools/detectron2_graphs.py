@@ -7,6 +7,7 @@
     python -m tools.detectron2_graphs bench [--repeat 7]
     PYTHONPATH=detectron2 python -m tools.detectron2_graphs models --out DIR [--opsets 11 16]
     PYTHONPATH=detectron2 python -m tools.detectron2_graphs e2e --out DIR [--repeat 7]
+    PYTHONPATH=detectron2 python -m tools.detectron2_graphs profile --out DIR
 
 1. ``stages``: ort_roi/data/detectron2_stage_{box,mask}_{11,16}.onnx, detectron2's
    ``ROIPooler`` alone (``detectron2.modeling.poolers``) as its R50-FPN Faster / Mask R-CNN
@@ -34,6 +35,9 @@
 4. ``e2e``: each whole model native (a plain onnxruntime session) against ``ort_roi.convert``'s
    (a plain session with ``ort_roi.session_options()``): the RoI stages fused, the same
    detections, the seconds per image in interleaved rounds (``time_together``).
+5. ``profile``: onnxruntime's profiler on each whole model, native and converted: the time of
+   the RoI stages' nodes (named under /roi_heads/box_pooler and /roi_heads/mask_pooler) per
+   run, against all nodes.
 """
 
 from __future__ import annotations
@@ -122,17 +126,21 @@ def build(kind: str):
     # random weights through an untrained ResNet give logits of 1e3 and more: one class takes
     # every box, the rest score 0 and almost nothing is detected. A trained model's load
     # instead: the RPN's box regression zeroed (the 1000 proposals are anchors of every size,
-    # on every level), the box classifier a bias alone, +8 for class 0 and -8 for the others
-    # (class 0 wins every box: NMS sees the 1000 boxes of one class, not 80,000 candidates,
-    # and keeps 100 detections for the mask head), the box regression zeroed
+    # on every level); the box head's features (~1e3 in size) scaled down in the predictors:
+    # class scores of logits +4 for class 0 and -4 for the others, each moved by the pooled
+    # features (std ~1), so that class 0 wins every box (NMS sees the 1000 boxes of one class,
+    # not 80,000 candidates, and keeps 100 detections for the mask head) with scores that
+    # differ; box deltas of std ~0.1, so that the boxes depend on the pooled features too
+    predictor = model.roi_heads.box_predictor
+    g = torch.Generator().manual_seed(2)
     with torch.no_grad():
-        for layer in (model.proposal_generator.rpn_head.anchor_deltas,
-                      model.roi_heads.box_predictor.bbox_pred,
-                      model.roi_heads.box_predictor.cls_score):
-            layer.weight.zero_()
+        model.proposal_generator.rpn_head.anchor_deltas.weight.zero_()
+        model.proposal_generator.rpn_head.anchor_deltas.bias.zero_()
+        for layer, std in ((predictor.cls_score, 3e-5), (predictor.bbox_pred, 3e-6)):
+            layer.weight.copy_(torch.randn(layer.weight.shape, generator=g) * std)
             layer.bias.zero_()
-        model.roi_heads.box_predictor.cls_score.bias.fill_(-8.0)
-        model.roi_heads.box_predictor.cls_score.bias[0] = 8.0
+        predictor.cls_score.bias.fill_(-4.0)
+        predictor.cls_score.bias[0] = 4.0
     return model
 
 
@@ -276,9 +284,51 @@ def bench(repeat: int) -> None:
                   f"of {repeat} rounds; max |diff| {diff:.2g})")
 
 
+def profile(out: str, opsets: list[int], runs: int = 3) -> None:
+    """onnxruntime's profiler on each whole model, native and converted: the milliseconds per
+    run of the RoI stages' nodes (those named under /roi_heads/box_pooler and
+    /roi_heads/mask_pooler: the native stage, or the fused node and what stays of the stage)
+    against all nodes."""
+    import json
+
+    import onnx
+    import onnxruntime as ort
+
+    import ort_roi
+
+    feed = {"image": image().numpy()}
+    for path in models(out, opsets):
+        native = onnx.load(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            conv = ort_roi.convert(native)
+        row = []
+        for name, model, so in (("native", native, ort.SessionOptions()),
+                                ("converted", conv, ort_roi.session_options())):
+            so.enable_profiling = True
+            so.profile_file_prefix = os.path.join(out, f"profile_{name}")
+            sess = ort.InferenceSession(model.SerializeToString(), so,
+                                        providers=["CPUExecutionProvider"])
+            for _ in range(runs + 1):
+                sess.run(None, feed)
+            with open(sess.end_profiling()) as f:
+                events = [e for e in json.load(f) if e.get("cat") == "Node"
+                          and e["name"].endswith("_kernel_time")]
+            per_run = len(events) // (runs + 1)
+            events = events[per_run:]  # the first run warms up
+            total = sum(e["dur"] for e in events) / runs / 1e3
+            stage = sum(e["dur"] for e in events if e["name"].startswith(
+                ("/roi_heads/box_pooler", "/roi_heads/mask_pooler"))) / runs / 1e3
+            row.append((name, total, stage))
+        (_, nt, ns), (_, ct, cs) = row
+        print(f"{os.path.basename(path)}: all nodes native {nt:.0f} ms, converted {ct:.0f} ms; "
+              f"RoI stages native {ns:.0f} ms, converted {cs:.0f} ms ({ns / cs:.1f}x; "
+              f"{runs} runs each)")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=("stages", "bench", "models", "e2e"))
+    p.add_argument("what", choices=("stages", "bench", "models", "e2e", "profile"))
     p.add_argument("--out", default="/tmp/detectron2_onnx",
                    help="where the whole models go (models, e2e)")
     p.add_argument("--opsets", type=int, nargs="+", default=[11, 16])
@@ -290,8 +340,10 @@ def main(argv=None) -> None:
         bench(a.repeat)
     elif a.what == "models":
         models(a.out, a.opsets)
-    else:
+    elif a.what == "e2e":
         e2e(a.out, a.opsets, a.repeat)
+    else:
+        profile(a.out, a.opsets)
 
 
 if __name__ == "__main__":
