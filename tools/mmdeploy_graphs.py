@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""MMDeploy's onnxruntime export of MMDetection's Faster / Mask R-CNN R50-FPN, and the RoI
+stages cut from it: ort_roi/data/mmdeploy_stage_{bbox,mask}_{11,16}.onnx.
+
+MMDeploy needs torch 2.4 (its rewriters patch torch.onnx's TorchScript exporter), so it runs
+in a venv of its own, not the project's. The recipe (Python 3.11, Linux x86_64; PyPI's
+torch 2.4.1 is its CUDA build, ~5 GB installed with its nvidia-* wheels, run here on CPU)::
+
+    python3 -m venv /work/venv-mmdeploy
+    /work/venv-mmdeploy/bin/pip install torch==2.4.1 torchvision==0.19.1
+    /work/venv-mmdeploy/bin/pip install mmengine==0.10.7 mmcv-lite==2.1.0 mmdet==3.3.0 \\
+        mmdeploy==1.3.1 onnx==1.16.2 onnxruntime==1.19.2 'numpy<2'
+    /work/venv-mmdeploy/bin/python -m tools.mmdeploy_graphs [--out DIR] [--keep DIR]
+
+mmcv-lite is mmcv 2.1.0 without its compiled kernels (mmcv's ops do not build against the
+project's torch, and building them against 2.4 takes most of an hour on 2 cores). The
+graph does not depend on them: mmdeploy's symbolic for ``mmcv.ops.roi_align`` writes the
+ONNX RoiAlign (``mmdeploy/mmcv/ops/roi_align.py``) and its ``ONNXNMSop`` the ONNX
+NonMaxSuppression. Only the trace runs the kernels, so ``mmcv._ext`` is stood in for by
+torchvision's ``roi_align`` (avg mode) and ``nms`` (offset 0), the two the export calls;
+any other kernel raises NotImplementedError naming itself.
+
+The models are MMDetection 3.3.0's configs (the installed package's ``.mim/configs``), random
+init (seed 0), exported with MMDeploy's ``detection_onnxruntime_dynamic`` /
+``instance-seg_onnxruntime_dynamic`` deploy configs (written out below: opset 11, the
+``dets`` / ``labels`` (/ ``masks``) outputs, 1000 RPN proposals as the model config says)
+through ``mmdeploy.apis.torch2onnx`` on a 320 x 480 image (resized to 800 x 1200 by the
+test pipeline). The stage graphs are the nodes under ``/roi_head/bbox_roi_extractor`` and
+``/roi_head/mask_roi_extractor`` (SingleRoIExtractor, rewritten by MMDeploy's
+``single_roi_extractor__forward``), cut with their producers outside the stage made graph
+inputs: the four FPN maps ``feat0..feat3`` (strides 4..32) and ``rois`` ``[R, 5]``; output
+``roi_feats``. They hold no weights (a few KB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.machinery
+import os
+import sys
+import tempfile
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "..", "ort_roi", "data")
+IMAGE_HW = (320, 480)
+STAGES = {"bbox": "/bbox_roi_extractor/", "mask": "/mask_roi_extractor/"}
+
+DEPLOY = dict(
+    onnx_config=dict(type="onnx", export_params=True, keep_initializers_as_inputs=False,
+                     opset_version=11, save_file="end2end.onnx", input_names=["input"],
+                     output_names=["dets", "labels"], input_shape=None, optimize=True,
+                     dynamic_axes={"input": {0: "batch", 2: "height", 3: "width"},
+                                   "dets": {0: "batch", 1: "num_dets"},
+                                   "labels": {0: "batch", 1: "num_dets"}}),
+    codebase_config=dict(type="mmdet", task="ObjectDetection", model_type="end2end",
+                         post_processing=dict(score_threshold=0.05, confidence_threshold=0.005,
+                                              iou_threshold=0.5, max_output_boxes_per_class=200,
+                                              pre_top_k=5000, keep_top_k=100,
+                                              background_label_id=-1)),
+    backend_config=dict(type="onnxruntime"))
+
+
+def deploy_config(masks: bool, opset: int = 11):
+    """MMDeploy's detection_onnxruntime_dynamic (instance-seg_onnxruntime_dynamic if masks),
+    at ``opset`` (its configs' 11 unless told)."""
+    import copy
+
+    from mmengine import Config
+
+    d = copy.deepcopy(DEPLOY)
+    d["onnx_config"]["opset_version"] = opset
+    if masks:
+        d["onnx_config"]["output_names"].append("masks")
+        d["onnx_config"]["dynamic_axes"]["masks"] = {0: "batch", 1: "num_dets",
+                                                     2: "height", 3: "width"}
+        d["codebase_config"]["post_processing"]["export_postprocess_mask"] = False
+    return Config(d)
+
+
+def stub_mmcv_ext() -> bool:
+    """Stand in for mmcv's compiled ``mmcv._ext`` where it is missing (mmcv-lite); True if so."""
+    try:
+        import mmcv._ext  # noqa: F401
+        return False
+    except ImportError:
+        pass
+    import torch
+    import torchvision
+
+    class Ext(types.ModuleType):
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+
+            def missing(*args, **kwargs):
+                raise NotImplementedError(f"mmcv._ext.{name}: mmcv-lite has no compiled kernels "
+                                          "and tools/mmdeploy_graphs.py stands in only for "
+                                          "roi_align_forward and nms")
+            return missing
+
+    ext = Ext("mmcv._ext")
+    ext.__spec__ = importlib.machinery.ModuleSpec("mmcv._ext", None)  # no loader: not "full"
+
+    def roi_align_forward(input, rois, output, argmax_y, argmax_x, aligned_height,
+                          aligned_width, spatial_scale, sampling_ratio, pool_mode, aligned):
+        if pool_mode != 1:
+            raise NotImplementedError(f"mmcv._ext.roi_align_forward: pool_mode {pool_mode} "
+                                      "(only avg, 1, is stood in for)")
+        output.copy_(torchvision.ops.roi_align(input, rois, (aligned_height, aligned_width),
+                                               spatial_scale, sampling_ratio, aligned))
+
+    def nms(boxes, scores, iou_threshold, offset):
+        if offset != 0:
+            raise NotImplementedError(f"mmcv._ext.nms: offset {offset} (only 0 is stood in for)")
+        return torchvision.ops.nms(boxes, scores, iou_threshold).to(torch.long)
+
+    ext.roi_align_forward = roi_align_forward
+    ext.nms = nms
+    sys.modules["mmcv._ext"] = ext
+    return True
+
+
+def model_config(name: str):
+    import mmdet
+    from mmengine import Config
+
+    root = os.path.join(os.path.dirname(mmdet.__file__), ".mim", "configs")
+    return Config.fromfile(os.path.join(root, name))
+
+
+def export_whole(kind: str, work: str, opset: int = 11) -> str:
+    """Export MMDetection's R50-FPN ``kind`` ('faster' or 'mask') with MMDeploy; the path."""
+    import numpy as np
+    import torch
+
+    from mmdeploy.apis import torch2onnx
+
+    cfg = {"faster": "faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py",
+           "mask": "mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py"}[kind]
+    torch.manual_seed(0)
+    img = np.random.default_rng(0).integers(0, 256, (*IMAGE_HW, 3), dtype=np.uint8)
+    save = f"{kind}_rcnn_{opset}.onnx"
+    torch2onnx(img, work, save, deploy_config(kind == "mask", opset), model_config(cfg), None,
+               "cpu")
+    return os.path.join(work, save)
+
+
+def cut_stage(whole: str, prefix: str, opset: int):
+    """The nodes named under ``prefix`` (and the Constants they read from outside it) as a
+    model of their own: the FPN maps ``feat0..3`` and ``rois`` in, ``roi_feats`` out."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    m = onnx.load(whole)
+    g = m.graph
+    made = {o: n for n in g.node for o in n.output}
+    inits = {i.name for i in g.initializer}
+    stage = [n for n in g.node if n.name.startswith(prefix)]
+    inside = {o for n in stage for o in n.output}
+    consts, maps, rois = [], {}, None
+    for n in stage:
+        for t in n.input:
+            if not t or t in inside or t in inits:
+                continue
+            p = made[t]
+            if p.op_type == "Constant":
+                if p not in consts:
+                    consts.append(p)
+            elif n.op_type == "RoiAlign":  # the level's map: the stage's nth RoiAlign
+                maps.setdefault(t, f"feat{len(maps)}")
+            elif rois in (None, t):
+                rois = t
+            else:
+                raise SystemExit(f"{prefix}: two inputs besides the maps: {rois!r}, {t!r}")
+    outside = [n for n in g.node if n.name not in {s.name for s in stage}]
+    outs = [o for n in stage for o in n.output if any(o in x.input for x in outside)]
+    if len(outs) != 1 or len(maps) != 4 or rois is None:
+        raise SystemExit(f"{prefix}: outputs {outs}, maps {list(maps)}, rois {rois}")
+    rename = {**maps, rois: "rois", outs[0]: "roi_feats"}
+    nodes = []
+    for n in consts + stage:
+        n2 = onnx.NodeProto()
+        n2.CopyFrom(n)
+        n2.input[:] = [rename.get(t, t) for t in n.input]
+        n2.output[:] = [rename.get(t, t) for t in n.output]
+        nodes.append(n2)
+    used = {t for n in stage for t in n.input}
+    side = "7" if "bbox" in prefix else "14"
+    ins = [helper.make_tensor_value_info(v, TensorProto.FLOAT, ["N", 256, f"H{v[-1]}", f"W{v[-1]}"])
+           for v in maps.values()]
+    ins.append(helper.make_tensor_value_info("rois", TensorProto.FLOAT, ["R", 5]))
+    out = helper.make_tensor_value_info("roi_feats", TensorProto.FLOAT, ["R", 256, int(side), int(side)])
+    graph = helper.make_graph(nodes, prefix.strip("/"), ins, [out],
+                              [i for i in g.initializer if i.name in used])
+    cut = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                            ir_version=m.ir_version, producer_name=m.producer_name,
+                            producer_version=m.producer_version)
+    onnx.checker.check_model(cut, full_check=True)
+    return cut
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=OUT, help="where the stage graphs go")
+    ap.add_argument("--keep", default=None, help="keep the whole models here")
+    ap.add_argument("--opsets", type=int, nargs="+", default=[11, 16],
+                    help="MMDeploy's configs say 11; at 16 its RoiAlign keeps aligned itself")
+    args = ap.parse_args(argv)
+    stubbed = stub_mmcv_ext()
+    print("mmcv._ext stood in for:", stubbed)
+    work = args.keep or tempfile.mkdtemp(prefix="mmdeploy_")
+    import onnx
+
+    for opset in args.opsets:
+        for kind, stage in (("faster", "bbox"), ("mask", "mask")):
+            path = export_whole(kind, work, opset)
+            print("exported", path, os.path.getsize(path))
+            cut = cut_stage(path, STAGES[stage], opset)
+            dst = os.path.join(args.out, f"mmdeploy_stage_{stage}_{opset}.onnx")
+            onnx.save(cut, dst)
+            print("wrote", dst, os.path.getsize(dst), "bytes,", len(cut.graph.node), "nodes")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
