@@ -243,14 +243,132 @@ def test_mmdeploy_stage_computes_mmdets_levels_and_the_shifted_roi_align(kind, o
         assert np.abs(v1 - got[r]).max() > 1e-3
 
 
+#: the nodes of each native stage graph and of its fused form (the level rule's nodes stay; at
+#: opset 11 the rows' shift by their level's offset comes)
+STAGE_NODES = {11: (158, 37), 16: (166, 25)}
+
+
 @pytest.mark.parametrize("kind,opset", STAGE_CASES)
-def test_mmdeploy_stage_converts_and_computes_what_the_native_graph_does(kind, opset):
+def test_mmdeploy_stage_fuses_into_one_node(kind, opset):
     native = _stage(kind, opset)
     conv, done = _convert_stage(native)
-    assert _ops(conv).count(("ort_roi", "RoiAlign")) == 4
-    assert _ops(conv).count(("", "ScatterND")) == 4  # not fused
+    fused = [n for n in conv.graph.node if n.domain == "ort_roi"]
+    assert [n.op_type for n in fused] == ["PyramidRoIAlign_L4"]
+    left = {op for _, op in _ops(conv)}
+    assert not left & {"RoiAlign", "ScatterND", "NonZero", "Equal", "ConstantOfShape"}, left
+    assert (len(native.graph.node), len(conv.graph.node)) == STAGE_NODES[opset]
+    n, m = STAGE_NODES[opset]
+    shift = 12 if opset == 11 else 0  # the Constants, Cast, Mod, Gather, Slices, Add, Concat
+    assert done.moved[0][1] == f"ScatterND-merged RoI stage ({n - m + 1 + shift} nodes)"
+    assert done.notes == []  # MMDeploy wrote aligned=True out: no "aligned lost" note
+    a = {x.name: helper.get_attribute_value(x) for x in fused[0].attribute}
+    p = STAGE_POOLED[kind]
+    assert a == dict(output_height=p, output_width=p, sampling_ratio=0, aligned=int(opset >= 16),
+                     **{f"spatial_scale_{i}": s for i, s in enumerate(STAGE_SCALES)})
+    assert list(fused[0].input[2:]) == ["feat0", "feat1", "feat2", "feat3"]
+    assert fused[0].output[0] == "roi_feats"
+    rois = fused[0].input[0]
+    assert (rois == "rois") == (opset == 16)  # at 11: the rois shifted by -0.5 / scale
+
+
+@pytest.mark.parametrize("kind,opset", STAGE_CASES)
+def test_mmdeploy_stage_fused_computes_what_the_native_graph_does(kind, opset):
+    native = _stage(kind, opset)
+    conv, _ = _convert_stage(native)
+    plain, _ = _convert_stage(native, fuse=False)
+    assert _ops(plain).count(("ort_roi", "RoiAlign")) == 4
     for f in (_stage_feed(), _stage_feed(1, 30, (2.0, 100.0), borders=False)):
         want, got = _run_stage(native, f, ours=False), _run_stage(conv, f)
         assert got.shape == (len(f["rois"]), 256, STAGE_POOLED[kind], STAGE_POOLED[kind])
         assert np.abs(want).reshape(len(want), -1).sum(1).min() > 0  # every row pooled
+        np.testing.assert_array_equal(got, _run_stage(plain, f))  # the fusion changes no bit
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
+
+
+def _node(m, op, k=0):
+    return [n for n in m.graph.node if n.op_type == op][k]
+
+
+def _offset(m, level):
+    """The Add shifting the boxes of the level's RoiAlign."""
+    return next(n for n in m.graph.node if n.output[0] == _node(m, "RoiAlign", level).input[1])
+
+
+def _set_const(m, name, value):
+    from onnx import numpy_helper
+    c = next(n for n in m.graph.node if n.output[0] == name)
+    del c.attribute[:]
+    c.attribute.append(helper.make_attribute("value", numpy_helper.from_array(value)))
+
+
+def test_mmdeploy_rows_no_level_selects_stay_zero():
+    """The Clip's upper bound raised from 3 to 5: boxes of levels 4 and 5 are selected by no
+    branch (the native merge leaves their rows zero); the stage still fuses, the fused node
+    writes those rows zero (their offset, taken mod 4, pools nothing)."""
+    native = _stage("bbox", 11)
+    _set_const(native, _node(native, "Clip").input[2], np.array(5.0, np.float32))
+    f = _stage_feed(2, 20, (300.0, 2000.0), borders=False)
+    conv, _ = _convert_stage(native)
+    assert _ops(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
+    want, got = _run_stage(native, f, ours=False), _run_stage(conv, f)
+    zero = np.abs(want).reshape(len(want), -1).sum(1) == 0
+    assert 0 < zero.sum() < len(zero)
+    assert not np.abs(got[zero]).any()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
+
+
+def test_mmdeploy_any_constant_offset_fuses_exactly():
+    """The offset is recognised as what it computes (each level's constant added to its
+    boxes), not as -0.5 / scale: level 2's changed to +3 still fuses, the same bits."""
+    native = _stage("mask", 11)
+    _set_const(native, _offset(native, 2).input[1], np.array([3.0], np.float32))
+    conv, _ = _convert_stage(native)
+    plain, _ = _convert_stage(native, fuse=False)
+    assert _ops(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
+    f = _stage_feed(3)
+    np.testing.assert_array_equal(_run_stage(conv, f), _run_stage(plain, f))
+
+
+def _slice_start(m):
+    _set_const(m, m.graph.node[-1].input[1], np.array([7], np.int64))
+    return "reads [7] as input 1 where torch.onnx writes [8]"
+
+
+def _padding_rows(m):
+    pad = next(n for n in m.graph.node if n.op_type == "Concat"
+               and n.input[-1] == "rois")
+    _set_const(m, pad.input[0], np.zeros((6, 5), np.float32))
+    return "6 padding rows of rois, 8 padding levels"
+
+
+def _two_offsets(m):
+    _set_const(m, _offset(m, 1).input[1], np.array([-4.0, -4.0, -4.0, -4.0], np.float32))
+    return "not the boxes plus one float constant"
+
+
+@pytest.mark.parametrize("mutate", [_slice_start, _padding_rows, _two_offsets],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_mmdeploy_stage_differing_in_one_part_is_left_with_a_note_naming_it(mutate):
+    native = _stage("bbox", 11)
+    what = mutate(native)
+    conv, done = _convert_stage(native)
+    assert ("ort_roi", "PyramidRoIAlign_L4") not in _ops(conv)
+    assert _ops(conv).count(("ort_roi", "RoiAlign")) == 4
+    note = next(n for n in done.notes if "ScatterND family" in n)
+    assert note.startswith("node '/bbox_roi_extractor/ScatterND' (ScatterND)"), note
+    assert "does not match it exactly" in note and what in note, note
+    if mutate is not _padding_rows:  # (6 zero rows padded, 8 levels: the native graph fails)
+        f = _stage_feed()
+        np.testing.assert_allclose(_run_stage(conv, f), _run_stage(native, f, ours=False),
+                                   rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("opset", [11, 16])
+def test_mmdeploy_fused_stage_goes_back_to_onnx_and_fuses_again(opset):
+    native = _stage("bbox", opset)
+    back, done = _convert_stage(_convert_stage(native)[0], to="onnx")
+    assert ("ort_roi", "PyramidRoIAlign_L4") not in _ops(back)
+    f = _stage_feed(4)
+    np.testing.assert_allclose(_run_stage(back, f, ours=False),
+                               _run_stage(native, f, ours=False), rtol=1e-5, atol=2e-6)
+    assert _ops(_convert_stage(back)[0]).count(("ort_roi", "PyramidRoIAlign_L4")) == 1

@@ -36,6 +36,7 @@ from onnx import helper, numpy_helper
 from ..errors import node_label
 from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
 from ..spec import DOMAIN, MAX_LEVELS
+from . import scatter_nd_pad as pad
 from .toolkit import (
     GraphIndex,
     NoMatch,
@@ -55,12 +56,13 @@ FAMILY = "the ScatterND family of RoI stages (detectron2's ROIPooler as torch.on
 class NdStage:
     """A matched stage of the ScatterND family."""
 
-    merge: onnx.NodeProto  # the last ScatterND: its output is the stage's
+    merge: onnx.NodeProto  # the last ScatterND (MMDeploy's: the Slice after it): the stage's
     rois: str  # rois [K, 5], before the Cast (if any) every level's rows go through
     cast: int | None  # that Cast's type
     levels: str  # the level of each row (int32 / int64)
     feats: list[str]  # the feature map of each level, level 0 first
     attrs: dict  # PyramidRoIAlign's attributes
+    offsets: list | None = None  # each level's constant added to its boxes (MMDeploy's)
 
 
 def _producer(g: GraphIndex, name: str, *ops: str) -> onnx.NodeProto | None:
@@ -124,6 +126,8 @@ def _vector(g: GraphIndex, name: str, axis: int) -> str:
     or row as a vector. Returns x."""
     squeeze = g.operand(name, "Squeeze", "axes", 1, [axis])
     n = g.producer.get(squeeze.input[0])
+    if n is not None and n.op_type == "Transpose":  # [k, 1] squeezed itself (MMDeploy's)
+        return squeeze.input[0]
     if n is not None and n.op_type == "Slice":
         sl = g.made_by(squeeze.input[0], "Slice")
         for k, want in ((1, [0]), (2, [1]), (3, [axis])):
@@ -185,16 +189,18 @@ def _rows(g: GraphIndex, name: str) -> tuple[str, int | None, str]:
     return rows.input[0], to, rows.input[1]
 
 
-def _pooled_rows(g: GraphIndex, ra: onnx.NodeProto) -> tuple[str, int | None, str]:
-    """The rows a RoiAlign pools: boxes columns 1..4 and batch indices Cast(int64) of
-    Squeeze(column [0], [1]) of the same selected rows. Returns (rois, cast, sel)."""
-    rows = _columns(g, ra.input[1], [1, 2, 3, 4])
+def _pooled_rows(g: GraphIndex, ra: onnx.NodeProto) -> tuple[str, int | None, str, object]:
+    """The rows a RoiAlign pools: boxes columns 1..4 (plus a constant: MMDeploy's offset) and
+    batch indices Cast(int64) of Squeeze(column [0], [1]) of the same selected rows. Returns
+    (rois, cast, sel, the offset or None)."""
+    boxes, shift = pad.offset(g, ra.input[1])
+    rows = _columns(g, boxes, [1, 2, 3, 4])
     batch = g.made_by(ra.input[2], "Cast", to=onnx.TensorProto.INT64)
     squeeze = g.operand(batch.input[0], "Squeeze", "axes", 1, [1])
     if _columns(g, squeeze.input[0], [0]) != rows:
         raise NoMatch(f"RoiAlign {node_label(ra)!r} reads its batch indices from other rows "
                       f"than its boxes")
-    return _rows(g, rows)
+    return (*_rows(g, rows), shift)
 
 
 def _is_shape_of(g: GraphIndex, name: str, k: int, of: set[str]) -> str:
@@ -284,7 +290,7 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> NdStage:
     if not 1 < len(chain) <= MAX_LEVELS:
         raise NoMatch(f"{len(chain)} levels merged: ort_roi fuses 2 to {MAX_LEVELS}")
     levels = rois = None
-    found, attrs, casts, pooled = {}, None, set(), set()
+    found, attrs, casts, pooled, offsets = {}, None, set(), set(), {}
     merged = {chain[0].input[0]}
     for s in chain:
         check_attrs(s, g.opset, g.exporter, reduction="none")
@@ -306,7 +312,7 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> NdStage:
         attrs = these
         sel = _index(g, s.input[1])
         level, levels = _level_of(g, sel, levels)
-        src, cast, sel2 = _pooled_rows(g, ra)
+        src, cast, sel2, offsets[level] = _pooled_rows(g, ra)
         if rois is not None and src != rois:
             raise NoMatch(f"RoiAlign {node_label(ra)!r} pools rows of {src!r}, another level "
                           f"rows of {rois!r}")
@@ -327,9 +333,15 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> NdStage:
     if len(casts) != 1:
         raise NoMatch(f"the levels' rows are cast differently ({sorted(casts, key=str)})")
     feats = [found[i][0] for i in range(len(chain))]
-    _zeros(g, chain[0].input[0], {rois, levels}, pooled, attrs, feats)
+    zeros, out = chain[0].input[0], chain[-1]
+    unpadded = pad.unpad(g, zeros, rois, levels, out, _zero)
+    if unpadded is not None:
+        zeros, rois, levels, out = unpadded
+    _zeros(g, zeros, {rois, levels}, pooled, attrs, feats)
     attrs.update({f"spatial_scale_{i}": found[i][1] for i in range(len(chain))})
-    return NdStage(chain[-1], rois, casts.pop(), levels, feats, attrs)
+    shifts = [offsets[i] for i in range(len(chain))]
+    return NdStage(out, rois, casts.pop(), levels, feats, attrs,
+                   shifts if any(c is not None for c in shifts) else None)
 
 
 def fuse(model: onnx.ModelProto, g: GraphIndex | None = None
@@ -349,6 +361,9 @@ def fuse(model: onnx.ModelProto, g: GraphIndex | None = None
             rois = f"{name}/rois"
             new.append(helper.make_node("Cast", [st.rois], [rois], name=f"{name}/Cast",
                                         to=st.cast))
+        if st.offsets is not None:  # each row's boxes plus its level's offset
+            new += pad.shifted(f"{name}/shifted", rois, st.levels, st.offsets)
+            rois = f"{name}/shifted"
         inputs = [rois, st.levels, *st.feats]
         new.append(helper.make_node(spec.name, inputs, [st.merge.output[0]], name=name,
                                     domain=DOMAIN, **{k: st.attrs[k] for k in sorted(st.attrs)}))
@@ -376,7 +391,7 @@ def torch_aligned_note(model: onnx.ModelProto, g: GraphIndex | None = None
     if model.producer_name != "pytorch" or g.opset is None or g.opset >= 16:
         return [], []
     ras = [n for n in model.graph.node if n.op_type == "RoiAlign" and is_default(n)
-           and not _torchvision_merged(g, n)]
+           and not _torchvision_merged(g, n) and not pad.offset_aligned(g, n)]
     if not ras:
         return [], []
     shown = ", ".join(repr(node_label(n)) for n in ras[:4])
