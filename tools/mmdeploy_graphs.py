@@ -10,7 +10,9 @@ torch 2.4.1 is its CUDA build, ~5 GB installed with its nvidia-* wheels, run her
     /work/venv-mmdeploy/bin/pip install torch==2.4.1 torchvision==0.19.1
     /work/venv-mmdeploy/bin/pip install mmengine==0.10.7 mmcv-lite==2.1.0 mmdet==3.3.0 \\
         mmdeploy==1.3.1 onnx==1.16.2 onnxruntime==1.19.2 'numpy<2'
-    /work/venv-mmdeploy/bin/python -m tools.mmdeploy_graphs [--out DIR] [--keep DIR]
+    /work/venv-mmdeploy/bin/python -m tools.mmdeploy_graphs export [--keep DIR]
+    python -m tools.mmdeploy_graphs bench [--repeat 7]           # the project's venv
+    python -m tools.mmdeploy_graphs e2e --keep DIR [--repeat 7]  # the project's venv
 
 mmcv-lite is mmcv 2.1.0 without its compiled kernels (mmcv's ops do not build against the
 project's torch, and building them against 2.4 takes most of an hour on 2 cores). The
@@ -20,16 +22,23 @@ NonMaxSuppression. Only the trace runs the kernels, so ``mmcv._ext`` is stood in
 torchvision's ``roi_align`` (avg mode) and ``nms`` (offset 0), the two the export calls;
 any other kernel raises NotImplementedError naming itself.
 
-The models are MMDetection 3.3.0's configs (the installed package's ``.mim/configs``), random
-init (seed 0), exported with MMDeploy's ``detection_onnxruntime_dynamic`` /
-``instance-seg_onnxruntime_dynamic`` deploy configs (written out below: opset 11, the
-``dets`` / ``labels`` (/ ``masks``) outputs, 1000 RPN proposals as the model config says)
-through ``mmdeploy.apis.torch2onnx`` on a 320 x 480 image (resized to 800 x 1200 by the
-test pipeline). The stage graphs are the nodes under ``/roi_head/bbox_roi_extractor`` and
-``/roi_head/mask_roi_extractor`` (SingleRoIExtractor, rewritten by MMDeploy's
-``single_roi_extractor__forward``), cut with their producers outside the stage made graph
-inputs: the four FPN maps ``feat0..feat3`` (strides 4..32) and ``rois`` ``[R, 5]``; output
-``roi_feats``. They hold no weights (a few KB).
+1. ``export`` (the mmdeploy venv): the models are MMDetection 3.3.0's configs (the installed
+   package's ``.mim/configs``), random init (seed 0), exported with MMDeploy's
+   ``detection_onnxruntime_dynamic`` / ``instance-seg_onnxruntime_dynamic`` deploy configs
+   (written out below: opset 11 unless ``--opsets`` says, the ``dets`` / ``labels`` (/
+   ``masks``) outputs, 1000 RPN proposals as the model config says) through
+   ``mmdeploy.apis.torch2onnx`` on a 320 x 480 image (800 x 1200 after the test pipeline).
+   The whole models export (~170 MB each, kept with ``--keep``); mmdeploy's ONNX optimizer
+   (a TorchScript extension the PyPI wheel does not ship) is skipped with its warning, as in
+   any pip install. The stage graphs are the nodes named under ``/bbox_roi_extractor/`` and
+   ``/mask_roi_extractor/`` (SingleRoIExtractor rewritten by MMDeploy's
+   ``single_roi_extractor__forward``) and the Constants they read, with their other inputs
+   made graph inputs: the four FPN maps ``feat0..feat3`` (strides 4..32) and ``rois``
+   ``[R, 5]``; output ``roi_feats``. They hold no weights (24-26 KB).
+2. ``bench`` (the project's venv): each stage graph native against converted (fused) in
+   interleaved rounds (``ort_roi.cli.bench_timing.time_together``), on ``stage_feed``.
+3. ``e2e`` (the project's venv): each whole model native against converted: the stages
+   fused, the outputs compared, the seconds per input in interleaved rounds.
 """
 
 from __future__ import annotations
@@ -200,26 +209,127 @@ def cut_stage(whole: str, prefix: str, opset: int):
     return cut
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=OUT, help="where the stage graphs go")
-    ap.add_argument("--keep", default=None, help="keep the whole models here")
-    ap.add_argument("--opsets", type=int, nargs="+", default=[11, 16],
-                    help="MMDeploy's configs say 11; at 16 its RoiAlign keeps aligned itself")
-    args = ap.parse_args(argv)
-    stubbed = stub_mmcv_ext()
-    print("mmcv._ext stood in for:", stubbed)
-    work = args.keep or tempfile.mkdtemp(prefix="mmdeploy_")
+def export(out: str, keep: str | None, opsets: list[int], score_threshold: float) -> None:
+    """Both whole models at each opset (kept in ``keep``) and their stages cut into ``out``."""
     import onnx
 
-    for opset in args.opsets:
+    print("mmcv._ext stood in for:", stub_mmcv_ext())
+    work = keep or tempfile.mkdtemp(prefix="mmdeploy_")
+    DEPLOY["codebase_config"]["post_processing"]["score_threshold"] = score_threshold
+    for opset in opsets:
         for kind, stage in (("faster", "bbox"), ("mask", "mask")):
             path = export_whole(kind, work, opset)
             print("exported", path, os.path.getsize(path))
             cut = cut_stage(path, STAGES[stage], opset)
-            dst = os.path.join(args.out, f"mmdeploy_stage_{stage}_{opset}.onnx")
+            dst = os.path.join(out, f"mmdeploy_stage_{stage}_{opset}.onnx")
             onnx.save(cut, dst)
             print("wrote", dst, os.path.getsize(dst), "bytes,", len(cut.graph.node), "nodes")
+
+
+def _sessions(native):
+    """(a plain onnxruntime session on ``native``, one with ort_roi's ops on its conversion,
+    the conversion's report)."""
+    import warnings
+
+    import onnxruntime as ort
+
+    import ort_roi
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        conv, done = ort_roi.convert(native, report=True)
+    a = ort.InferenceSession(native.SerializeToString(), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(conv.SerializeToString(), ort_roi.session_options(),
+                             providers=["CPUExecutionProvider"])
+    return a, b, conv, done
+
+
+def stage_feed(kind: str, seed: int = 0) -> dict:
+    """The stage's inputs at the detectors' load: the FPN maps of an 800 x 1088 input (a
+    480 x 640 image through mmdet's test pipeline), 1000 rois (the bbox head: the RPN's
+    proposals) or 100 (the mask head: the detections), sides 8 to 800 px log-uniform."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n = 1000 if kind == "bbox" else 100
+    feed = {f"feat{k}": rng.standard_normal((1, 256, 800 // s, 1088 // s)).astype(np.float32)
+            for k, s in enumerate((4, 8, 16, 32))}
+    xy = rng.uniform(0, 1000, (n, 2))
+    side = np.exp(rng.uniform(np.log(8), np.log(800), (n, 2)))
+    feed["rois"] = np.concatenate([np.zeros((n, 1)), xy, xy + side], 1).astype(np.float32)
+    return feed
+
+
+def bench(out: str, repeat: int) -> None:
+    """Each committed stage graph native against fused, in interleaved rounds."""
+    import numpy as np
+    import onnx
+
+    from ort_roi.cli.bench_timing import time_together
+
+    for kind in ("bbox", "mask"):
+        for opset in (11, 16):
+            a, b, conv, _ = _sessions(onnx.load(os.path.join(out, f"mmdeploy_stage_{kind}_"
+                                                                  f"{opset}.onnx")))
+            assert [n.op_type for n in conv.graph.node if n.domain] == ["PyramidRoIAlign_L4"]
+            feed = stage_feed(kind)
+            t = time_together({"native": lambda: a.run(None, feed)[0],
+                               "fused": lambda: b.run(None, feed)[0]}, repeat, 0)
+            diff = float(np.abs(t["native"][1] - t["fused"][1]).max())
+            ratios = sorted(x / y for x, y in zip(t["native"][2], t["fused"][2]))
+            print(f"{kind} opset {opset}, {len(feed['rois'])} rois: native "
+                  f"{t['native'][0] * 1e3:.1f} ms, fused {t['fused'][0] * 1e3:.1f} ms, native / "
+                  f"fused {ratios[len(ratios) // 2]:.2f}x (median of {repeat} rounds; max "
+                  f"|diff| {diff:.2g})")
+
+
+def e2e(models: str, opsets: list[int], repeat: int) -> None:
+    """Each whole model (``export``'s, kept in ``models``) native against converted: the
+    stages fused, the detections equal, the seconds per input (interleaved rounds)."""
+    import numpy as np
+    import onnx
+
+    from ort_roi.cli.bench_timing import time_together
+
+    feed = {"input": np.random.default_rng(0).standard_normal((1, 3, 800, 1088)
+                                                              ).astype(np.float32)}
+    for opset in opsets:
+        for kind in ("faster", "mask"):
+            path = os.path.join(models, f"{kind}_rcnn_{opset}.onnx")
+            a, b, conv, done = _sessions(onnx.load(path))
+            fused = [m for m in done.moved if "PyramidRoIAlign" in m[2]]
+            left = sum(n.op_type in ("ScatterND", "RoiAlign") for n in conv.graph.node)
+            t = time_together({"native": lambda: a.run(None, feed),
+                               "converted": lambda: b.run(None, feed)}, repeat, 0, shuffle=0)
+            diff = max(float(np.max(np.abs(x.astype(np.float64) - y), initial=0))
+                       for x, y in zip(t["native"][1], t["converted"][1]))
+            ratios = sorted(x / y for x, y in zip(t["native"][2], t["converted"][2]))
+            print(f"{os.path.basename(path)}: {len(fused)} stage(s) fused, {left} ScatterND / "
+                  f"RoiAlign left, notes {done.notes}; detections "
+                  f"{t['native'][1][0].shape[1]}, max |diff| {diff:.3g}; native "
+                  f"{t['native'][0] * 1e3:.0f} ms, converted {t['converted'][0] * 1e3:.0f} ms, "
+                  f"native / converted {ratios[len(ratios) // 2]:.2f}x (median of {repeat})")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", nargs="?", default="export", choices=("export", "bench", "e2e"))
+    ap.add_argument("--out", default=OUT, help="where the stage graphs go (export, bench)")
+    ap.add_argument("--keep", default=None, help="keep the whole models here (export; e2e "
+                    "reads them there)")
+    ap.add_argument("--opsets", type=int, nargs="+", default=[11, 16],
+                    help="MMDeploy's configs say 11; at 16 its RoiAlign keeps aligned itself")
+    ap.add_argument("--score-threshold", type=float, default=0.05,
+                    help="the deploy config's (0: 100 detections of random weights reach the "
+                    "mask head)")
+    ap.add_argument("--repeat", type=int, default=7)
+    args = ap.parse_args(argv)
+    if args.what == "export":
+        export(args.out, args.keep, args.opsets, args.score_threshold)
+    elif args.what == "bench":
+        bench(args.out, args.repeat)
+    else:
+        e2e(args.keep or "/tmp/mmdeploy_onnx", args.opsets, args.repeat)
     return 0
 
 

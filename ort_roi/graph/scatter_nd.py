@@ -8,6 +8,8 @@ of that level, in row order), the rows Gather(rois, sel), optionally Cast, their
 batch index (Cast to int64) and columns 1..4 the boxes of a RoiAlign on level l's map, the
 pooled result (through a Reshape to [len(sel), *zeros.shape[1:]], which changes nothing)
 written into the zeros [rows, C, H, W] at Unsqueeze(sel, -1) by ScatterND, the levels chained.
+MMDeploy's onnxruntime export of MMDetection's ``SingleRoIExtractor`` is this form with
+padding rows, the boxes' offset and a final Slice (``scatter_nd_pad``).
 
 ``fuse`` recognises the computation, not the names: every node on the matched paths is checked
 with its whole attribute set (``GraphIndex.made_by``), every constant it reads is checked, and
@@ -49,7 +51,8 @@ from .toolkit import (
 )
 
 #: How notes and NoMatch messages name the form.
-FAMILY = "the ScatterND family of RoI stages (detectron2's ROIPooler as torch.onnx writes it)"
+FAMILY = ("the ScatterND family of RoI stages (detectron2's ROIPooler, MMDeploy's "
+          "SingleRoIExtractor)")
 
 
 @dataclass
