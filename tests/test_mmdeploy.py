@@ -206,7 +206,8 @@ def test_mmdeploy_stage_is_the_form_mmdeploy_writes(kind, opset):
         shift = made[ra.input[1]]
         if opset == 11:
             assert "coordinate_transformation_mode" not in a  # output_half_pixel
-            assert shift.op_type == "Add" and consts[shift.input[1]].tolist() == [-0.5 / STAGE_SCALES[l]]
+            assert shift.op_type == "Add"
+            assert consts[shift.input[1]].tolist() == [-0.5 / STAGE_SCALES[l]]
         else:
             assert a["coordinate_transformation_mode"] == b"half_pixel"
             assert shift.op_type == "Gather"

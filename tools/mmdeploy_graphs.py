@@ -139,19 +139,24 @@ def model_config(name: str):
 
 
 def export_whole(kind: str, work: str, opset: int = 11) -> str:
-    """Export MMDetection's R50-FPN ``kind`` ('faster' or 'mask') with MMDeploy; the path."""
+    """Export MMDetection's R50-FPN ``kind`` ('faster' or 'mask', a backend's name after it)
+    with MMDeploy; the path."""
     import numpy as np
     import torch
 
     from mmdeploy.apis import torch2onnx
 
     cfg = {"faster": "faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py",
-           "mask": "mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py"}[kind]
+           "mask": "mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py"}[kind.split("_")[0]]
     torch.manual_seed(0)
     img = np.random.default_rng(0).integers(0, 256, (*IMAGE_HW, 3), dtype=np.uint8)
     save = f"{kind}_rcnn_{opset}.onnx"
-    torch2onnx(img, work, save, deploy_config(kind == "mask", opset), model_config(cfg), None,
-               "cpu")
+    if DEPLOY["backend_config"]["type"] == "tensorrt":  # the graph is written on CPU alike:
+        import mmdeploy.apis.utils.utils as u  # only mmdeploy's device check refuses it
+
+        u.check_backend_device = lambda deploy_cfg, device: None
+    torch2onnx(img, work, save, deploy_config(kind.startswith("mask"), opset),
+               model_config(cfg), None, "cpu")
     return os.path.join(work, save)
 
 
@@ -199,7 +204,8 @@ def cut_stage(whole: str, prefix: str, opset: int):
     ins = [helper.make_tensor_value_info(v, TensorProto.FLOAT, ["N", 256, f"H{v[-1]}", f"W{v[-1]}"])
            for v in maps.values()]
     ins.append(helper.make_tensor_value_info("rois", TensorProto.FLOAT, ["R", 5]))
-    out = helper.make_tensor_value_info("roi_feats", TensorProto.FLOAT, ["R", 256, int(side), int(side)])
+    out = helper.make_tensor_value_info("roi_feats", TensorProto.FLOAT,
+                                        ["R", 256, int(side), int(side)])
     graph = helper.make_graph(nodes, prefix.strip("/"), ins, [out],
                               [i for i in g.initializer if i.name in used])
     cut = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
@@ -209,17 +215,24 @@ def cut_stage(whole: str, prefix: str, opset: int):
     return cut
 
 
-def export(out: str, keep: str | None, opsets: list[int], score_threshold: float) -> None:
-    """Both whole models at each opset (kept in ``keep``) and their stages cut into ``out``."""
+def export(out: str, keep: str | None, opsets: list[int], score_threshold: float,
+           backend: str = "onnxruntime") -> None:
+    """Both whole models at each opset (kept in ``keep``) and their stages cut into ``out``
+    (another ``backend``'s deploy config: the whole models only,
+    ``{kind}_{backend}_rcnn_{opset}.onnx``)."""
     import onnx
 
     print("mmcv._ext stood in for:", stub_mmcv_ext())
     work = keep or tempfile.mkdtemp(prefix="mmdeploy_")
     DEPLOY["codebase_config"]["post_processing"]["score_threshold"] = score_threshold
+    DEPLOY["backend_config"]["type"] = backend
     for opset in opsets:
         for kind, stage in (("faster", "bbox"), ("mask", "mask")):
-            path = export_whole(kind, work, opset)
+            path = export_whole(kind if backend == "onnxruntime" else f"{kind}_{backend}", work,
+                                opset)
             print("exported", path, os.path.getsize(path))
+            if backend != "onnxruntime":
+                continue
             cut = cut_stage(path, STAGES[stage], opset)
             dst = os.path.join(out, f"mmdeploy_stage_{stage}_{opset}.onnx")
             onnx.save(cut, dst)
@@ -322,10 +335,13 @@ def main(argv=None) -> int:
     ap.add_argument("--score-threshold", type=float, default=0.05,
                     help="the deploy config's (0: 100 detections of random weights reach the "
                     "mask head)")
+    ap.add_argument("--backend", default="onnxruntime", choices=("onnxruntime", "pplnn",
+                                                                  "tensorrt"),
+                    help="the deploy config's backend (export; others: the whole models only)")
     ap.add_argument("--repeat", type=int, default=7)
     args = ap.parse_args(argv)
     if args.what == "export":
-        export(args.out, args.keep, args.opsets, args.score_threshold)
+        export(args.out, args.keep, args.opsets, args.score_threshold, args.backend)
     elif args.what == "bench":
         bench(args.out, args.repeat)
     else:
