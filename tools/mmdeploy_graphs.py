@@ -155,8 +155,11 @@ def export_whole(kind: str, work: str, opset: int = 11) -> str:
         import mmdeploy.apis.utils.utils as u  # only mmdeploy's device check refuses it
 
         u.check_backend_device = lambda deploy_cfg, device: None
-    torch2onnx(img, work, save, deploy_config(kind.startswith("mask"), opset),
-               model_config(cfg), None, "cpu")
+    model = model_config(cfg)  # the box head's threshold is the model config's
+    model.model.test_cfg.rcnn.score_thr = DEPLOY["codebase_config"]["post_processing"][
+        "score_threshold"]
+    torch2onnx(img, work, save, deploy_config(kind.startswith("mask"), opset), model, None,
+               "cpu")
     return os.path.join(work, save)
 
 
@@ -333,8 +336,8 @@ def main(argv=None) -> int:
     ap.add_argument("--opsets", type=int, nargs="+", default=[11, 16],
                     help="MMDeploy's configs say 11; at 16 its RoiAlign keeps aligned itself")
     ap.add_argument("--score-threshold", type=float, default=0.05,
-                    help="the deploy config's (0: 100 detections of random weights reach the "
-                    "mask head)")
+                    help="the deploy config's and the box head's (0: 100 detections of random "
+                    "weights reach the mask head)")
     ap.add_argument("--backend", default="onnxruntime", choices=("onnxruntime", "pplnn",
                                                                   "tensorrt"),
                     help="the deploy config's backend (export; others: the whole models only)")
