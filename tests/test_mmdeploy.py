@@ -3,6 +3,12 @@ exported graphs run in a plain onnxruntime session.
 
 Mode avg is checked against Paddle roi_align (the committed RoIAlign goldens, the boxes
 turned into 5-column rois); mode max against a literal loop reading of mmcv's CPU kernel.
+
+MMDeploy's onnxruntime export (ONNX RoiAlign in its SingleRoIExtractor stage, the stages
+ort_roi/data/mmdeploy_stage_*.onnx cut by tools/mmdeploy_graphs.py): the graph is mmdet's level
+rule and per-level RoIAlign (at opset 11 on boxes shifted by -0.5 / scale), convert fuses each
+stage into one PyramidRoIAlign_L4 with the same bits as the unfused converted graph, and a
+stage differing in one part is left with a note naming it.
 """
 
 import numpy as np
@@ -373,3 +379,17 @@ def test_mmdeploy_fused_stage_goes_back_to_onnx_and_fuses_again(opset):
     np.testing.assert_allclose(_run_stage(back, f, ours=False),
                                _run_stage(native, f, ours=False), rtol=1e-5, atol=2e-6)
     assert _ops(_convert_stage(back)[0]).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
+
+
+def test_mmdeploy_info_names_the_stage_left_and_why(tmp_path, capsys):
+    import onnx
+    from ort_roi.cli.main import main as cli
+
+    native = _stage("bbox", 11)
+    what = _slice_start(native)
+    path = tmp_path / "stage.onnx"
+    onnx.save(native, str(path))
+    assert cli(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "note: node '/bbox_roi_extractor/ScatterND' (ScatterND) merges RoiAlign results" in out
+    assert what in out and "aligned=True" not in out, out
