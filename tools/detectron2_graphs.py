@@ -205,7 +205,7 @@ def e2e(out: str, opsets: list[int], repeat: int) -> None:
     import onnxruntime as ort
 
     import ort_roi
-    from ort_roi.cli.bench_timing import time_together
+    from ort_roi.cli.bench_timing import round_ratios, time_together
 
     feed = {"image": image().numpy()}
     for path in models(out, opsets):
@@ -225,7 +225,7 @@ def e2e(out: str, opsets: list[int], repeat: int) -> None:
                            "converted": lambda b=b: b.run(None, feed)}, repeat, 0, shuffle=0)
         diff = max(float(np.max(np.abs(x.astype(np.float64) - y), initial=0))
                    for x, y in zip(t["native"][1], t["converted"][1]))
-        ratios = sorted(x / y for x, y in zip(t["native"][2], t["converted"][2]))
+        ratios = round_ratios(t["native"][2], t["converted"][2])
         print(f"{os.path.basename(path)}: {len(fused)} stage(s) fused, {left} ScatterND left "
               f"in the RoI heads; detections {t['native'][1][0].shape[0]}, max |diff| {diff:.3g}; "
               f"native {t['native'][0] * 1e3:.0f} ms, converted {t['converted'][0] * 1e3:.0f} ms,"
@@ -259,7 +259,7 @@ def bench(repeat: int) -> None:
     import onnxruntime as ort
 
     import ort_roi
-    from ort_roi.cli.bench_timing import time_together
+    from ort_roi.cli.bench_timing import round_ratios, time_together
 
     for kind in POOLED:
         for opset in (11, 16):
@@ -276,7 +276,7 @@ def bench(repeat: int) -> None:
             t = time_together({"native": lambda a=a, f=feed: a.run(None, f)[0],
                                "fused": lambda b=b, f=feed: b.run(None, f)[0]}, repeat, 0)
             diff = float(np.abs(t["native"][1] - t["fused"][1]).max())
-            ratios = sorted(x / y for x, y in zip(t["native"][2], t["fused"][2]))
+            ratios = round_ratios(t["native"][2], t["fused"][2])
             print(f"{kind} {POOLED[kind]}x{POOLED[kind]} opset {opset}, "
                   f"{len(feed['boxes'])} boxes: native {t['native'][0] * 1e3:.1f} ms, fused "
                   f"{t['fused'][0] * 1e3:.1f} ms, native / fused "
