@@ -393,3 +393,44 @@ def test_mmdeploy_info_names_the_stage_left_and_why(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "note: node '/bbox_roi_extractor/ScatterND' (ScatterND) merges RoiAlign results" in out
     assert what in out and "aligned=True" not in out, out
+
+
+def test_a_scatter_nd_merge_of_mmcv_roi_align_is_named_not_fused(tmp_path, capsys):
+    """MMDeploy's PPLNN export merges mmcv::MMCVRoiAlign results with ScatterND as its
+    onnxruntime export merges RoiAligns: convert leaves that stage node by node and says so,
+    naming the merge and the node (before, neither convert nor info said anything)."""
+    from ort_roi.cli import main as cli
+
+    pool = helper.make_node("MMCVRoiAlign", ["feat", "rois"], ["pooled"], domain="mmcv",
+                            name="roi_layers.0/MMCVRoiAlign", output_height=7, output_width=7,
+                            spatial_scale=0.25, sampling_ratio=0, mode="avg", aligned=1)
+    nodes = [
+        pool,
+        helper.make_node("Shape", ["pooled"], ["shape"], name="shape"),
+        helper.make_node("Reshape", ["pooled", "shape"], ["updates"], name="reshape"),
+        helper.make_node("Shape", ["rois"], ["rshape"], name="rshape"),
+        helper.make_node("ConstantOfShape", ["dims"], ["zeros"], name="zeros"),
+        helper.make_node("ScatterND", ["zeros", "index", "updates"], ["merged"],
+                         name="extractor/ScatterND"),
+    ]
+    g = helper.make_graph(
+        nodes, "main_graph",
+        [helper.make_tensor_value_info("feat", TensorProto.FLOAT, [1, 8, 16, 16]),
+         helper.make_tensor_value_info("rois", TensorProto.FLOAT, ["K", 5]),
+         helper.make_tensor_value_info("index", TensorProto.INT64, ["K", 1]),
+         helper.make_tensor_value_info("dims", TensorProto.INT64, [4])],
+        [helper.make_tensor_value_info("merged", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11),
+                                            helper.make_opsetid("mmcv", 1)], ir_version=7)
+    m.producer_name = "pytorch"
+    conv, done = ort_roi.convert(m, report=True)
+    assert [n.op_type for n in conv.graph.node].count("ScatterND") == 1
+    want = ("node 'extractor/ScatterND' (ScatterND) merges the results of mmcv::MMCVRoiAlign "
+            "('roi_layers.0/MMCVRoiAlign')")
+    assert any(n.startswith(want) for n in done.notes), done.notes
+    path = str(tmp_path / "pplnn.onnx")
+    import onnx
+
+    onnx.save(m, path)
+    assert cli.main(["info", path]) == 0
+    assert want in capsys.readouterr().out

@@ -36,6 +36,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import node_label
+from ..ops import form
 from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
 from ..spec import DOMAIN, MAX_LEVELS
 from . import scatter_nd_pad as pad
@@ -81,6 +82,15 @@ def _pooled(g: GraphIndex, updates: str) -> tuple[onnx.NodeProto | None, onnx.No
     return (ra, reshape) if ra is not None else (None, None)
 
 
+def _other_roi(g: GraphIndex, updates: str) -> onnx.NodeProto | None:
+    """A RoI node of another form than ONNX RoiAlign whose result (through a Reshape or not) a
+    ScatterND writes, else None."""
+    n = g.producer.get(updates)
+    if n is not None and n.op_type == "Reshape" and is_default(n):
+        n = g.producer.get(n.input[0])
+    return n if n is not None and form(n.domain, n.op_type) is not None else None
+
+
 def _zeros_node(g: GraphIndex, name: str) -> onnx.NodeProto | None:
     return _producer(g, name, "ConstantOfShape")
 
@@ -98,6 +108,13 @@ def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
             continue  # not the first merge of a chain
         chain = _chain(g, node)
         if not any(_pooled(g, s.input[2])[0] is not None for s in chain):
+            other = [n for n in map(lambda s: _other_roi(g, s.input[2]), chain) if n is not None]
+            if other:  # MMDeploy's PPLNN export: mmcv::MMCVRoiAlign merged the same way
+                notes.append(f"node {node_label(node)!r} (ScatterND) merges the results of "
+                             f"{other[0].domain}::{other[0].op_type} ({node_label(other[0])!r}) "
+                             f"as {FAMILY} merges RoiAligns; ort_roi fuses that form only over "
+                             f"ONNX RoiAlign: left node by node (each "
+                             f"{other[0].op_type} runs on ort_roi's kernel)")
             continue  # a scatter of something else: none of our business
         if _zeros_node(g, node.input[0]) is None and _producer(g, node.input[2], "RoiAlign"):
             continue  # torch.onnx's dynamo form of torchvision's stage: fusion.py's note
