@@ -60,6 +60,9 @@ def missing_extra(code: str) -> str | None:
         names.add("paddle2onnx")
     if re.search(r"^\s*mkdocs\b|&&\s*mkdocs\b", code, re.M):
         names.add("mkdocs")
+    if "detectron2" in names and importlib.util.find_spec("detectron2") is None:
+        # no extra brings it: detectron2 installs from its source repository only
+        return "needs detectron2, from its source repository (docs/exporters.md)"
     for name in sorted(names & set(EXTRAS)):
         if importlib.util.find_spec(name) is None:
             extra = EXTRAS[name]
