@@ -8,6 +8,7 @@
     PYTHONPATH=detectron2 python -m tools.detectron2_graphs models --out DIR [--opsets 11 16]
     PYTHONPATH=detectron2 python -m tools.detectron2_graphs e2e --out DIR [--repeat 7]
     PYTHONPATH=detectron2 python -m tools.detectron2_graphs profile --out DIR
+    (models, e2e, profile: [--kinds faster mask keypoint cascade], all four by default)
 
 1. ``stages``: ort_roi/data/detectron2_stage_{box,mask}_{11,16}.onnx, detectron2's
    ``ROIPooler`` alone (``detectron2.modeling.poolers``) as its R50-FPN Faster / Mask R-CNN
@@ -26,23 +27,28 @@
    fused) in a plain onnxruntime session, on P2..P5 of a 480 x 640 image and 1000 boxes (the
    box head's proposals) or 100 (the mask head's detections), timed together in interleaved
    rounds (``ort_roi.cli.bench_timing.time_together``).
-3. ``models``: the whole R50-FPN Faster and Mask R-CNN (detectron2's own configs, random
-   weights seeded and made to carry a trained model's load (``build``: 1000 proposals over
-   P2..P5, 100 detections reaching the mask head), 480 x 640) through ``detectron2.export.TracingAdapter`` and
+3. ``models``: the whole R50-FPN Faster, Mask, Keypoint and Cascade (Mask) R-CNN
+   (detectron2's own configs, ``CONFIGS``; random weights seeded and made to carry a trained
+   model's load (``build``: 1000 proposals over P2..P5, 100 detections reaching the mask /
+   keypoint head), 480 x 640) through ``detectron2.export.TracingAdapter`` and
    ``torch.onnx.export(..., dynamo=False)`` (detectron2's tools/deploy/export_model.py does
    this, but on torch 2.14 it calls the default dynamo=True exporter, which fails on
-   proposal_utils.py's ``if not valid_mask.all()``). Not committed (170 MB each).
+   proposal_utils.py's ``if not valid_mask.all()``). Keypoint R-CNN's keypoint decoding
+   (heatmaps_to_keypoints) does not export (``export_model``): its graph ends at the
+   heatmaps. Cascade R-CNN runs its one box pooler three times (once per cascade stage).
+   Not committed (160-290 MB each).
 4. ``e2e``: each whole model native (a plain onnxruntime session) against ``ort_roi.convert``'s
    (a plain session with ``ort_roi.session_options()``): the RoI stages fused, the same
    detections, the seconds per image in interleaved rounds (``time_together``).
 5. ``profile``: onnxruntime's profiler on each whole model, native and converted: the time of
-   the RoI stages' nodes (named under /roi_heads/box_pooler and /roi_heads/mask_pooler) per
-   run, against all nodes.
+   the RoI stages' nodes (named under /roi_heads/{box,mask,keypoint}_pooler) per run, against
+   all nodes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
 import warnings
@@ -52,8 +58,17 @@ OUT = os.path.join(HERE, "..", "ort_roi", "data")
 IMAGE = (480, 640)
 STRIDES = (4, 8, 16, 32)
 CONFIGS = {"faster": "COCO-Detection/faster_rcnn_R_50_FPN_1x.yaml",
-           "mask": "COCO-InstanceSegmentation/mask_rcnn_R_50_FPN_1x.yaml"}
+           "mask": "COCO-InstanceSegmentation/mask_rcnn_R_50_FPN_1x.yaml",
+           "keypoint": "COCO-Keypoints/keypoint_rcnn_R_50_FPN_1x.yaml",
+           "cascade": "Misc/cascade_mask_rcnn_R_50_FPN_1x.yaml"}
 POOLED = {"box": 7, "mask": 14}
+# each detector's poolers: {pooler: (the committed stage graph it holds, the times it runs)};
+# the keypoint head's pooler is the mask head's (14 x 14); Cascade R-CNN's one box pooler
+# runs once per cascade stage (three)
+HEADS = {"faster": {"box": ("box", 1)},
+         "mask": {"box": ("box", 1), "mask": ("mask", 1)},
+         "keypoint": {"box": ("box", 1), "keypoint": ("mask", 1)},
+         "cascade": {"box": ("box", 3), "mask": ("mask", 1)}}
 
 
 def _quiet_export(module, args, f, **kw) -> None:
@@ -110,7 +125,7 @@ def write_stages() -> list[str]:
 
 
 def build(kind: str):
-    """detectron2's R50-FPN ``kind`` ("faster" / "mask") from its own config, random weights
+    """detectron2's R50-FPN ``kind`` (of ``CONFIGS``) from its own config, random weights
     (seed 0), in eval mode on the CPU."""
     import detectron2
     import torch
@@ -131,16 +146,26 @@ def build(kind: str):
     # features (std ~1), so that class 0 wins every box (NMS sees the 1000 boxes of one class,
     # not 80,000 candidates, and keeps 100 detections for the mask head) with scores that
     # differ; box deltas of std ~0.1, so that the boxes depend on the pooled features too
-    predictor = model.roi_heads.box_predictor
+    # (Cascade R-CNN: each of its three stages' predictors alike)
+    predictors = model.roi_heads.box_predictor
     g = torch.Generator().manual_seed(2)
     with torch.no_grad():
         model.proposal_generator.rpn_head.anchor_deltas.weight.zero_()
         model.proposal_generator.rpn_head.anchor_deltas.bias.zero_()
-        for layer, std in ((predictor.cls_score, 3e-5), (predictor.bbox_pred, 3e-6)):
-            layer.weight.copy_(torch.randn(layer.weight.shape, generator=g) * std)
-            layer.bias.zero_()
-        predictor.cls_score.bias.fill_(-4.0)
-        predictor.cls_score.bias[0] = 4.0
+        for predictor in predictors if isinstance(predictors, torch.nn.ModuleList) else [
+                predictors]:
+            for layer, std in ((predictor.cls_score, 3e-5), (predictor.bbox_pred, 3e-6)):
+                layer.weight.copy_(torch.randn(layer.weight.shape, generator=g) * std)
+                layer.bias.zero_()
+            predictor.cls_score.bias.fill_(-4.0)
+            predictor.cls_score.bias[0] = 4.0
+        # Keypoint R-CNN: the heatmap logits (~1e3, from the same features) scaled to std ~1:
+        # at ~1e3, heatmaps_to_keypoints' own check (the argmax's score is the highest score)
+        # fails in float32 and the trace stops there
+        if hasattr(model.roi_heads, "keypoint_head"):
+            last = model.roi_heads.keypoint_head.score_lowres
+            last.weight.copy_(torch.randn(last.weight.shape, generator=g) * 2e-5)
+            last.bias.zero_()
     return model
 
 
@@ -153,8 +178,9 @@ def image():
 
 def export_model(kind: str, opset: int, path: str) -> None:
     """The whole detector through TracingAdapter and torch.onnx.export(dynamo=False): input the
-    [3, H, W] uint8 image, outputs the instances' fields flattened (boxes, classes, [masks,]
-    scores) before postprocessing, as export_model.py's ``tracing`` method writes them."""
+    [3, H, W] uint8 image, outputs the instances' fields flattened (boxes, classes, [masks,
+    keypoint heatmaps,] scores) before postprocessing, as export_model.py's ``tracing``
+    method writes them."""
     from detectron2.export import TracingAdapter
 
     model = build(kind)
@@ -163,41 +189,59 @@ def export_model(kind: str, opset: int, path: str) -> None:
         return [{"instances": m.inference(inputs, do_postprocess=False)[0]}]
 
     adapter = TracingAdapter(model, [{"image": image()}], inference)
-    _quiet_export(adapter, adapter.flattened_inputs, path, opset_version=opset,
-                  input_names=["image"])
+    from unittest import mock
+
+    # Keypoint R-CNN: torch.onnx cannot export detectron2's keypoint decoding
+    # (structures/keypoints.py heatmaps_to_keypoints, a torch.jit.script_if_tracing loop:
+    # "Unsupported: ONNX export of operator aten::index, operator of advanced indexing on
+    # tensor of unknown rank", at roi_map[keypoints_idx, y_int, x_int] after
+    # roi_map.reshape(roi_map.shape[1:])); the heatmaps are exported instead (the
+    # instances' pred_keypoint_heatmaps), decoding left to the caller
+    with mock.patch("detectron2.modeling.roi_heads.keypoint_head.keypoint_rcnn_inference",
+                    _heatmaps_only) if kind == "keypoint" else contextlib.nullcontext():
+        _quiet_export(adapter, adapter.flattened_inputs, path, opset_version=opset,
+                      input_names=["image"])
     print(f"{path}: exported ({os.path.getsize(path) >> 20} MB)")
+
+
+def _heatmaps_only(logits, instances) -> None:
+    """keypoint_rcnn_inference without heatmaps_to_keypoints: the heatmap logits only."""
+    for part, inst in zip(logits.split([len(i) for i in instances]), instances):
+        inst.pred_keypoint_heatmaps = part
 
 
 def _stage_ops(model, prefix: str) -> list[str]:
     return [n.op_type for n in model.graph.node if n.name.startswith(prefix)]
 
 
-def models(out: str, opsets: list[int]) -> list[str]:
-    """Export both detectors at each opset into ``out``; check that their RoI stages hold the
-    committed stage graphs' RoI nodes (the same RoiAligns and ScatterNDs, attributes alike)."""
+def models(out: str, opsets: list[int], kinds=tuple(CONFIGS)) -> list[str]:
+    """Export the detectors ``kinds`` (of ``CONFIGS``) at each opset into ``out``; check that
+    their RoI stages hold the committed stage graphs' RoI nodes (the same RoiAligns and
+    ScatterNDs, attributes alike, once per run of the pooler: ``HEADS``)."""
     import onnx
 
     os.makedirs(out, exist_ok=True)
     paths = []
-    for kind in CONFIGS:
+    for kind in kinds:
         for opset in opsets:
             path = os.path.join(out, f"detectron2_{kind}_{opset}.onnx")
             if not os.path.exists(path):
                 export_model(kind, opset, path)
             whole = onnx.load(path)
-            for head in ("box", "mask") if kind == "mask" else ("box",):
-                cut = onnx.load(os.path.join(OUT, f"detectron2_stage_{head}_{opset}.onnx"))
+            for head, (graph, runs) in HEADS[kind].items():
+                cut = onnx.load(os.path.join(OUT, f"detectron2_stage_{graph}_{opset}.onnx"))
                 pooled = [(n.op_type, sorted(str(a) for a in n.attribute))
                           for n in cut.graph.node if n.op_type in ("RoiAlign", "ScatterND")]
                 inside = [(n.op_type, sorted(str(a) for a in n.attribute))
-                          for n in whole.graph.node if n.name.startswith(f"/roi_heads/{head}_")
+                          for n in whole.graph.node
+                          if n.name.startswith(f"/roi_heads/{head}_pooler")
                           and n.op_type in ("RoiAlign", "ScatterND")]
-                assert pooled == inside, (path, head)
+                assert pooled * runs == inside, (path, head, len(pooled), len(inside))
             paths.append(path)
     return paths
 
 
-def e2e(out: str, opsets: list[int], repeat: int) -> None:
+def e2e(out: str, opsets: list[int], repeat: int, kinds=tuple(CONFIGS)) -> None:
     """Each whole model native against converted: the stages fused, the detections equal,
     the seconds per image (interleaved rounds, random order)."""
     import numpy as np
@@ -208,7 +252,7 @@ def e2e(out: str, opsets: list[int], repeat: int) -> None:
     from ort_roi.cli.bench_timing import round_ratios, time_together
 
     feed = {"image": image().numpy()}
-    for path in models(out, opsets):
+    for path in models(out, opsets, kinds):
         native = onnx.load(path)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -216,6 +260,7 @@ def e2e(out: str, opsets: list[int], repeat: int) -> None:
         fused = [m for m in done.moved if "PyramidRoIAlign" in m[2]]
         left = sum(n.op_type == "ScatterND" for n in conv.graph.node
                    if n.name.startswith("/roi_heads/"))
+        aligns = sum(n.op_type == "RoiAlign" for n in conv.graph.node)
         so = ort.SessionOptions()
         a = ort.InferenceSession(native.SerializeToString(), so,
                                  providers=["CPUExecutionProvider"])
@@ -223,11 +268,12 @@ def e2e(out: str, opsets: list[int], repeat: int) -> None:
                                  providers=["CPUExecutionProvider"])
         t = time_together({"native": lambda a=a: a.run(None, feed),
                            "converted": lambda b=b: b.run(None, feed)}, repeat, 0, shuffle=0)
+        assert [x.shape for x in t["native"][1]] == [y.shape for y in t["converted"][1]], path
         diff = max(float(np.max(np.abs(x.astype(np.float64) - y), initial=0))
                    for x, y in zip(t["native"][1], t["converted"][1]))
         ratios = round_ratios(t["native"][2], t["converted"][2])
         print(f"{os.path.basename(path)}: {len(fused)} stage(s) fused, {left} ScatterND left "
-              f"in the RoI heads; detections {t['native'][1][0].shape[0]}, max |diff| {diff:.3g}; "
+              f"in the RoI heads, {aligns} RoiAlign; {len(done.notes)} note(s); detections {t['native'][1][0].shape[0]}, max |diff| {diff:.3g}; "
               f"native {t['native'][0] * 1e3:.0f} ms, converted {t['converted'][0] * 1e3:.0f} ms,"
               f" native / converted {ratios[len(ratios) // 2]:.2f}x ({ratios[0]:.2f}-"
               f"{ratios[-1]:.2f}; median of {repeat} rounds)")
@@ -284,7 +330,7 @@ def bench(repeat: int) -> None:
                   f"of {repeat} rounds; max |diff| {diff:.2g})")
 
 
-def profile(out: str, opsets: list[int], runs: int = 3) -> None:
+def profile(out: str, opsets: list[int], runs: int = 3, kinds=tuple(CONFIGS)) -> None:
     """onnxruntime's profiler on each whole model, native and converted: the milliseconds per
     run of the RoI stages' nodes (those named under /roi_heads/box_pooler and
     /roi_heads/mask_pooler: the native stage, or the fused node and what stays of the stage)
@@ -297,7 +343,7 @@ def profile(out: str, opsets: list[int], runs: int = 3) -> None:
     import ort_roi
 
     feed = {"image": image().numpy()}
-    for path in models(out, opsets):
+    for path in models(out, opsets, kinds):
         native = onnx.load(path)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -318,7 +364,7 @@ def profile(out: str, opsets: list[int], runs: int = 3) -> None:
             events = events[per_run:]  # the first run warms up
             total = sum(e["dur"] for e in events) / runs / 1e3
             stage = sum(e["dur"] for e in events if e["name"].startswith(
-                ("/roi_heads/box_pooler", "/roi_heads/mask_pooler"))) / runs / 1e3
+                tuple(f"/roi_heads/{h}_pooler" for h in ("box", "mask", "keypoint")))) / runs / 1e3
             row.append((name, total, stage))
         (_, nt, ns), (_, ct, cs) = row
         print(f"{os.path.basename(path)}: all nodes native {nt:.0f} ms, converted {ct:.0f} ms; "
@@ -333,17 +379,19 @@ def main(argv=None) -> None:
                    help="where the whole models go (models, e2e)")
     p.add_argument("--opsets", type=int, nargs="+", default=[11, 16])
     p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--kinds", nargs="+", choices=tuple(CONFIGS), default=list(CONFIGS),
+                   help="which detectors (models, e2e, profile)")
     a = p.parse_args(argv)
     if a.what == "stages":
         write_stages()
     elif a.what == "bench":
         bench(a.repeat)
     elif a.what == "models":
-        models(a.out, a.opsets)
+        models(a.out, a.opsets, a.kinds)
     elif a.what == "e2e":
-        e2e(a.out, a.opsets, a.repeat)
+        e2e(a.out, a.opsets, a.repeat, a.kinds)
     else:
-        profile(a.out, a.opsets)
+        profile(a.out, a.opsets, kinds=a.kinds)
 
 
 if __name__ == "__main__":
