@@ -17,9 +17,9 @@ NHWC copy of X:
   2 * sampling_ratio rows (each sample's two neighbours), so a box needs only
   ph * 2 * sampling_ratio rows by pw * 2 * sampling_ratio columns of pixels, gathered and
   reduced a few boxes at a time;
-- "planes": the crops' weights applied to X as it is (NCHW), no copy: per box
-  T = Ax[crop cols] @ X[b] as [C*H, wc]^T over every row, then Ay[crop rows] @ T^T; for a
-  few boxes on a small map, where the NHWC copy would cost more than the box;
+- "planes": the crops' weights applied to X as it is (NCHW), no copy: per box and crop row
+  T[y] = Ax[crop cols] @ X[b][:, y, crop cols]^T, then Ay[crop rows] @ T; for a few boxes
+  on a map, where the NHWC copy would cost more than the boxes;
 - "small": a small problem in one pass over dense weights (a handful of NumPy calls).
 """
 
@@ -172,24 +172,36 @@ def _align_crops(Xn, batch, start, bin_size, grid, ph: int, pw: int, out, rows, 
 
 def _align_planes(X, batch, start, bin_size, grid, ph: int, pw: int, out, rows):
     """Every box from the NCHW planes of its image, no copy of X: with the crop's weights
-    (geometry.crop_weights), T = Ax[:, crop cols] @ X[b][:, :, crop cols]^T over every row
-    ([pw, C*H]; a box's columns of the planes are a strided 2-D view, its rows are not),
-    then U = Ay[:, crop rows] @ T[:, :, crop rows]^T ([ph, pw*C]), copied into out[r]
-    transposed. The weights of a chunk of boxes are made at once (_weight_chunks)."""
+    (geometry.crop_weights), per crop row y T[y] = Ax[:, crop cols] @ X[b][:, y, crop cols]^T
+    ([pw, C]: a crop row of every channel is a strided 2-D view; one batched product over
+    the crop's rows), then U = Ay[:, crop rows] @ T ([ph, pw*C]), copied into out[r]
+    transposed. Only the crop's rows and columns are read: the same dot products as over
+    every row of the planes (T = Ax @ X[b][:, :, crop cols]^T, [pw, C*H]), which is how
+    degenerate shapes (``strategies.planes_rows_only`` False: OpenBLAS runs another kernel
+    there, whose last bits differ) are still computed. The weights of a chunk of boxes are
+    made at once (_weight_chunks)."""
     N, C, H, W = X.shape
+    rows_only = strategies.planes_rows_only(C, ph, pw)
     for A, boxes in _weight_chunks(start, bin_size, grid, ph, pw, (H, W), X.dtype, 0,
                                    np.arange(rows.size), rows, batch):
+        hc_max = max([1] + [box[3] for box in boxes]) if rows_only else H
 
         def work(a: int, b: int) -> None:
-            T = np.empty((pw, C * H), X.dtype)
+            T = np.empty((hc_max, pw, C) if rows_only else (pw, C * H), X.dtype)
             U = np.empty((ph, pw * C), X.dtype)
             for i in range(a, b):
                 r, n, y0, hc, x0, wc = boxes[i]
                 if hc == 0 or wc == 0:
                     out[r] = 0  # no sample on the map
                     continue
-                np.matmul(A[i, 1, :pw, :wc], X[n].reshape(C * H, W)[:, x0:x0 + wc].T, out=T)
-                np.matmul(A[i, 0, :ph, :hc], T.reshape(pw * C, H)[:, y0:y0 + hc].T, out=U)
+                if rows_only:
+                    np.matmul(A[i, 1, :pw, :wc],
+                              X[n, :, y0:y0 + hc, x0:x0 + wc].transpose(1, 2, 0), out=T[:hc])
+                    np.matmul(A[i, 0, :ph, :hc], T[:hc].reshape(hc, pw * C), out=U)
+                else:
+                    np.matmul(A[i, 1, :pw, :wc], X[n].reshape(C * H, W)[:, x0:x0 + wc].T,
+                              out=T)
+                    np.matmul(A[i, 0, :ph, :hc], T.reshape(pw * C, H)[:, y0:y0 + hc].T, out=U)
                 out[r] = U.reshape(ph, pw, C).transpose(2, 0, 1)
 
         for_ranges(len(boxes), work, min_chunk=1)
