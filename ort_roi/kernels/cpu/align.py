@@ -12,7 +12,9 @@ by its sample count (geometry.axis_weights). The strategies (strategies.py) appl
 NHWC copy of X:
 - "crops": from each box's crop of the map, two GEMMs; the weights built from the samples
   themselves for ordinary grids and in closed form for huge adaptive grids, so a giant box
-  costs O(pooled * size), not O(samples);
+  costs O(pooled * size), not O(samples); where the crops cover little of the map
+  (strategies.align_crop_copies), each crop alone is copied channel-last instead of the
+  whole map (the same products: the same bits);
 - "taps", for a fixed sampling_ratio (> 0): bin p's weights are nonzero on at most
   2 * sampling_ratio rows (each sample's two neighbours), so a box needs only
   ph * 2 * sampling_ratio rows by pw * 2 * sampling_ratio columns of pixels, gathered and
@@ -56,8 +58,13 @@ def align(X: np.ndarray, batch: np.ndarray, start: np.ndarray, bin_size: np.ndar
     if strategies.align_by_planes(sampling_ratio, bin_size, ph, pw, H, W):
         _align_planes(X, batch, start, bin_size, grid, ph, pw, out, rows)
         return out
-    Xn = workspace.nhwc(X)
     by_taps = strategies.align_by_taps(sampling_ratio, bin_size, ph, pw, H, W, C)
+    if not by_taps.any() and strategies.align_crop_copies(bin_size, ph, pw, H, W):
+        # every box from a copy of its crop alone (no NHWC copy of the whole map)
+        _align_crops(X, batch, start, bin_size, grid, ph, pw, out, rows, np.arange(R),
+                     nchw=True)
+        return out
+    Xn = workspace.nhwc(X)
     if not by_taps.all():
         _align_crops(Xn, batch, start, bin_size, grid, ph, pw, out, rows,
                      np.flatnonzero(~by_taps))
@@ -131,8 +138,12 @@ def _weight_chunks(start, bin_size, grid, ph: int, pw: int, size: tuple[int, int
                           n[:, 0].tolist(), first[:, 1].tolist(), n[:, 1].tolist()))
 
 
-def _align_crops(Xn, batch, start, bin_size, grid, ph: int, pw: int, out, rows, which):
-    """Boxes ``which`` from their crops, a box at a time, the crop a strided view (no copy):
+def _align_crops(Xn, batch, start, bin_size, grid, ph: int, pw: int, out, rows, which,
+                 nchw: bool = False):
+    """Boxes ``which`` from their crops, a box at a time, the crop a strided view of the NHWC
+    copy Xn (no copy) or, ``nchw`` (Xn is X as it comes, NCHW), the box's crop alone copied
+    channel-last into a scratch array of the thread: the same products on the same values
+    (bit for bit), without the copy of the whole map (few boxes on a large map):
     U = Ay[crop rows] @ crop ([PH, wc*C]), then per row of bins out[r][:, p, :] =
     U[p]^T @ Ax[crop cols]^T, written straight into the NCHW output (one batched call).
 
@@ -142,22 +153,31 @@ def _align_crops(Xn, batch, start, bin_size, grid, ph: int, pw: int, out, rows, 
     first product is cut into calls of at most 8 rows and ``strategies.GEMM_MAX``
     multiply-adds: OpenBLAS runs such small products 2-3x faster than one larger call
     (measured; see strategies.py)."""
-    N, H, W, C = Xn.shape
+    if nchw:
+        N, C, H, W = Xn.shape
+    else:
+        N, H, W, C = Xn.shape
     rows_y = -(-ph // 8) * 8
     gemm_max = strategies.gemm_max()
     for A, boxes in _weight_chunks(start, bin_size, grid, ph, pw, (H, W), Xn.dtype, rows_y,
                                    which, rows, batch):
         Ay, AxT = A[:, 0], A[:, 1, :pw].transpose(0, 2, 1)
         U_cols = max([1] + [box[5] for box in boxes]) * C
+        crop_max = max([1] + [box[3] * box[5] * C for box in boxes]) if nchw else 0
 
         def work(a: int, b: int) -> None:
             U = np.empty((rows_y, U_cols), Xn.dtype)
+            copy = workspace.scratch("crop", (crop_max,), Xn.dtype) if nchw else None
             for i in range(a, b):
                 r, n, y0, hc, x0, wc = boxes[i]
                 if hc == 0 or wc == 0:
                     out[r] = 0  # no sample on the map
                     continue
-                crop = Xn[n, y0:y0 + hc, x0:x0 + wc]
+                if nchw:
+                    crop = copy[:hc * wc * C].reshape(hc, wc, C)
+                    np.copyto(crop, Xn[n, :, y0:y0 + hc, x0:x0 + wc].transpose(1, 2, 0))
+                else:
+                    crop = Xn[n, y0:y0 + hc, x0:x0 + wc]
                 step = max(1, gemm_max // (8 * hc * C))  # crop columns per product
                 for p0 in range(0, rows_y, 8):
                     for s0 in range(0, wc, step):

@@ -7,8 +7,10 @@ them). Every choice the NumPy kernels make is made here.
   ph * 2 * sampling_ratio x pw * 2 * sampling_ratio bilinear taps, a few boxes per step),
   "crops" (each box from its crop of an NHWC copy of the map, two GEMMs with the bins' mean
   weights, in closed form for grids over
-  ``EXPLICIT_GRID_MAX``) or "planes" (the same weights applied to the NCHW map as it is:
-  no copy, for a few boxes on a small map).
+  ``EXPLICIT_GRID_MAX``; where the crops cover little of the map, each crop copied alone
+  instead of the whole map, ``align_crop_copies``: the same bits) or "planes" (the same
+  weights applied to the NCHW map as it is, over each crop's rows: no copy, for a few boxes
+  on a map).
 - Max pooling (``max_pool``): "small" (masks over the whole map) or "table" (a table of window
   maxima, its lengths a ladder: "powers of two" or "every length").
 - Rotated RoIAlign (``rotated``): "regular" (every sample of a few boxes at once) or
@@ -83,14 +85,15 @@ _local = threading.local()
 def force(**choices: Any):
     """Force strategies or tuning on this thread, by name: ``align`` ("small", "taps",
     "crops", "planes"), ``align_weights`` ("explicit", "closed form"), ``taps_step`` (elements),
-    ``gemm_max`` (multiply-adds), ``max_pool`` ("small", "table"), ``table_ladder`` ("powers of two", "every length"),
+    ``gemm_max`` (multiply-adds), ``crop_copies`` (RoIAlign's crops: each crop copied alone,
+    True, or the whole map, False), ``max_pool`` ("small", "table"), ``table_ladder`` ("powers of two", "every length"),
     ``table_budget`` (elements), ``table_chunk`` (elements), ``table_run`` (channels),
     ``rotated`` ("regular", "clipped")."""
     for k, v in choices.items():
         if k in NAMES and v not in NAMES[k]:
             raise ValueError(f"{k} must be one of {NAMES[k]}, got {v!r}")
         if k not in NAMES and k not in ("taps_step", "gemm_max", "table_budget",
-                                        "table_chunk", "table_run"):
+                                        "table_chunk", "table_run", "crop_copies"):
             raise ValueError(f"no strategy or tuning named {k!r}")
     old = dict(getattr(_local, "forced", {}))
     _local.forced = {**old, **choices}
@@ -179,6 +182,28 @@ PLANES_ROWS_MIN_C = 16
 def planes_rows_only(C: int, ph: int, pw: int) -> bool:
     """RoIAlign's planes: the crop's rows only (True) or every row of the planes."""
     return C >= PLANES_ROWS_MIN_C and ph > 1 and pw > 1
+
+
+#: RoIAlign's crops: copying a box's crop channel-last costs about this many times a copy of
+#: as many elements of the whole map (the NHWC copy). One thread, 200 x 272 x 256 (P2 of an
+#: 800 x 1088 image): crops of 8-60 pixels a side 1.6-5 ns an element, the whole map 1.8 ns
+#: (and shared by the cores). Kernel alone, least of 5, whole map / crops copied (the crops'
+#: area / the map's): the mask head's 65 boxes on P2 101 / 24 ms (0.35), 12 on P3 18 / 5.8
+#: (0.49), 17 on P4 7.1 / 4.7 (2.3); the box head's 65 on P3 9.1 / 14 (2.6), 620 on P2
+#: 115 / 133 (4.2) (a loaded 2-core VM: the crossover at 1-2.5 times the map).
+CROP_COPY = 1.0
+
+
+def align_crop_copies(bin_size: np.ndarray, ph: int, pw: int, H: int, W: int) -> bool:
+    """RoIAlign's crops, for the whole call: each box's crop copied alone (True) or one NHWC
+    copy of the whole map (False). The products are the same either way (bit for bit); the
+    crops alone win where they cover a small part of the map: few boxes on a large map (the
+    mask heads' 100 boxes on P2)."""
+    f = forced("crop_copies")
+    if f is not None:
+        return bool(f)
+    hc, wc = _crop_sides(bin_size, ph, pw, H, W)
+    return CROP_COPY * float((hc * wc).sum()) < H * W
 
 
 def taps_step() -> int:
