@@ -127,19 +127,20 @@ def test_roi_align(strategy, p, ph, pw, s, sr, aligned):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_roi_align_from_crop_rows_and_copied_crops(dtype):
     """Maps of many channels (the property problems above have 1-3): the planes over each
-    crop's rows only (C >= 16, strategies.planes_rows_only; 1-row or 1-column outputs over
-    every row) and the crops copied box by box instead of the whole map
-    (strategies.align_crop_copies) against the definition; the copied crops give the
-    whole-map copy's result bit for bit."""
+    crop's rows only (C >= 16, strategies.planes_rows_only; 1-row or 1-column outputs and
+    crops over 31 pixels a side over every row: scale 2 makes both kinds of box) and the
+    crops copied box by box instead of the whole map (strategies.align_crop_copies)
+    against the definition; the copied crops give the whole-map copy's result bit for bit."""
     rng = np.random.default_rng(11)
     for C in (16, 40):
         X = rng.standard_normal((2, C, 23, 31)).astype(dtype)
         corner, side = rng.uniform(-4, 30, (12, 2)), rng.uniform(0, 20, (12, 2))
         boxes = np.concatenate([corner, corner + side], 1).astype(dtype)
         counts = np.array([5, 7])
-        for ph, pw, sr in ((14, 14, 0), (7, 5, 2), (1, 3, -1), (3, 1, 0)):
-            a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=0.5, sampling_ratio=sr,
-                     aligned=1)
+        for ph, pw, sr, scale in ((14, 14, 0, 0.5), (7, 5, 2, 0.5), (1, 3, -1, 0.5),
+                                  (3, 1, 0, 0.5), (14, 14, 0, 2.0), (6, 7, 2, 2.0)):
+            a = dict(pooled_height=ph, pooled_width=pw, spatial_scale=scale,
+                     sampling_ratio=sr, aligned=1)
             want = D.roi_align(X, boxes, counts, **a)
             with force(align="planes"):
                 assert_close(ops.roi_align(X, boxes, counts, **a), want, False)

@@ -197,31 +197,35 @@ def _align_planes(X, batch, start, bin_size, grid, ph: int, pw: int, out, rows):
     the crop's rows), then U = Ay[:, crop rows] @ T ([ph, pw*C]), copied into out[r]
     transposed. Only the crop's rows and columns are read: the same dot products as over
     every row of the planes (T = Ax @ X[b][:, :, crop cols]^T, [pw, C*H]), which is how
-    degenerate shapes (``strategies.planes_rows_only`` False: OpenBLAS runs another kernel
-    there, whose last bits differ) are still computed. The weights of a chunk of boxes are
-    made at once (_weight_chunks)."""
+    the other boxes (``strategies.planes_rows_only`` False: NumPy / OpenBLAS run other
+    kernels for those shapes, whose last bits differ) are still computed. The weights of a
+    chunk of boxes are made at once (_weight_chunks)."""
     N, C, H, W = X.shape
-    rows_only = strategies.planes_rows_only(C, ph, pw)
     for A, boxes in _weight_chunks(start, bin_size, grid, ph, pw, (H, W), X.dtype, 0,
                                    np.arange(rows.size), rows, batch):
-        hc_max = max([1] + [box[3] for box in boxes]) if rows_only else H
+        by_rows = [strategies.planes_rows_only(C, ph, pw, box[3], box[5]) for box in boxes]
+        hc_max = max([1] + [box[3] for box, r in zip(boxes, by_rows) if r])
 
         def work(a: int, b: int) -> None:
-            T = np.empty((hc_max, pw, C) if rows_only else (pw, C * H), X.dtype)
+            T = np.empty((hc_max, pw, C), X.dtype)
+            T_all = None  # [pw, C*H], for a box over every row
             U = np.empty((ph, pw * C), X.dtype)
             for i in range(a, b):
                 r, n, y0, hc, x0, wc = boxes[i]
                 if hc == 0 or wc == 0:
                     out[r] = 0  # no sample on the map
                     continue
-                if rows_only:
+                if by_rows[i]:
                     np.matmul(A[i, 1, :pw, :wc],
                               X[n, :, y0:y0 + hc, x0:x0 + wc].transpose(1, 2, 0), out=T[:hc])
                     np.matmul(A[i, 0, :ph, :hc], T[:hc].reshape(hc, pw * C), out=U)
                 else:
+                    if T_all is None:
+                        T_all = np.empty((pw, C * H), X.dtype)
                     np.matmul(A[i, 1, :pw, :wc], X[n].reshape(C * H, W)[:, x0:x0 + wc].T,
-                              out=T)
-                    np.matmul(A[i, 0, :ph, :hc], T.reshape(pw * C, H)[:, y0:y0 + hc].T, out=U)
+                              out=T_all)
+                    np.matmul(A[i, 0, :ph, :hc], T_all.reshape(pw * C, H)[:, y0:y0 + hc].T,
+                              out=U)
                 out[r] = U.reshape(ph, pw, C).transpose(2, 0, 1)
 
         for_ranges(len(boxes), work, min_chunk=1)

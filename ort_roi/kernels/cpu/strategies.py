@@ -167,21 +167,23 @@ def align_by_planes(sampling_ratio: int, bin_size: np.ndarray, ph: int, pw: int,
     return planes < NHWC_COPY * H * W + float(work.sum())
 
 
-#: RoIAlign's planes read only the crop's rows (one product per crop row over every channel)
-#: from this many channels, output rows and columns on; below, over every row of the
-#: planes. Same dot products, but NumPy / OpenBLAS run a vector product or a small-matrix
-#: kernel for a dimension of 1 or a few channels, whose last bits differ (measured: 3000
-#: random float32 shapes, C = 1 or ph or pw = 1; float64 also for C = 2-3). Above it the
-#: results were bit for bit the full-planes ones on the detectron2 / MMDeploy stage feeds
-#: (256 channels) and on 397 of 400 random calls; 10 of 3000 random products of 16-64
-#: channels (crops of 33+ columns) still differ by 1-2 ulp (OpenBLAS's small-matrix kernel).
-#: The choice of planes (align_by_planes) still counts every row: unchanged calls.
+#: RoIAlign's planes read only a box's crop rows (one product per crop row over every
+#: channel) from this many channels on, with output rows and columns > 1 and crop sides up
+#: to PLANES_ROWS_MAX_SIDE; other boxes run over every row of the planes. The same dot
+#: products, but NumPy / OpenBLAS pick another kernel by shape, whose last bits differ:
+#: a vector product for a dimension of 1, another small-matrix kernel for 1-15 channels or
+#: a crop side (a product's inner dimension) of 32 or more: 215 of 410 random shapes with a
+#: side over 32, 21 of 3000 with sides up to 32, 0 of 6000 with sides up to 31 (16-256
+#: channels, float32 and float64, each against the products over every row).
 PLANES_ROWS_MIN_C = 16
+PLANES_ROWS_MAX_SIDE = 31
 
 
-def planes_rows_only(C: int, ph: int, pw: int) -> bool:
-    """RoIAlign's planes: the crop's rows only (True) or every row of the planes."""
-    return C >= PLANES_ROWS_MIN_C and ph > 1 and pw > 1
+def planes_rows_only(C: int, ph: int, pw: int, hc: int, wc: int) -> bool:
+    """RoIAlign's planes, per box: over its crop's rows only (True) or over every row of the
+    planes (the same values, bit for bit, where this says True)."""
+    return (C >= PLANES_ROWS_MIN_C and ph > 1 and pw > 1 and hc <= PLANES_ROWS_MAX_SIDE
+            and wc <= PLANES_ROWS_MAX_SIDE)
 
 
 #: RoIAlign's crops: copying a box's crop channel-last costs about this many times a copy of
