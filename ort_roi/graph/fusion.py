@@ -35,6 +35,7 @@ from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
 from ..spec import DOMAIN, MAX_LEVELS
 from .nodes import given_attrs, opset
 from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs, indexed,
+                      level_roi_align,
                       splice)
 
 @dataclass
@@ -192,18 +193,7 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> Stage:
             raise NoMatch(f"ScatterElements {node_label(s)!r} scatters {s.input[2]!r}, not a "
                           f"RoiAlign's result")
         casts.add(None if cast is None else check_attrs(cast, g.opset, g.exporter, to=anything)["to"])
-        a = check_attrs(ra, g.opset, g.exporter, mode="avg", output_height=anything,
-                        output_width=anything, spatial_scale=lambda v: v > 0,
-                        sampling_ratio=lambda v: v >= 0,
-                        coordinate_transformation_mode=lambda v: v in ("half_pixel",
-                                                                       "output_half_pixel"))
-        these = dict(output_height=a["output_height"], output_width=a["output_width"],
-                     sampling_ratio=a["sampling_ratio"],
-                     aligned=int(a.get("coordinate_transformation_mode") == "half_pixel"))
-        if attrs is not None and these != attrs:
-            raise NoMatch(f"RoiAlign {node_label(ra)!r} pools with {these}, another level "
-                          f"with {attrs}")
-        attrs = these
+        attrs, scale = level_roi_align(g, ra, attrs)
         # the scatter's index: the selection, one per pooled row, over [k, C, H, W]; onnxruntime
         # requires the index's shape to be the pooled one's, so Expand's shape is that
         reshape = g.made_by(g.made_by(s.input[1], "Expand").input[0], "Reshape", allowzero=0)
@@ -225,7 +215,7 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> Stage:
                               f"scattered to level {level}")
         if level in found:
             raise NoMatch(f"level {level} is merged twice")
-        found[level] = (ra.input[0], float(a["spatial_scale"]))
+        found[level] = (ra.input[0], scale)
     if sorted(found) != list(range(len(chain))):
         raise NoMatch(f"levels {sorted(found)} are not 0 .. {len(chain) - 1}")
     if len(casts) != 1:

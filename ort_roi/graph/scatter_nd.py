@@ -45,6 +45,7 @@ from .toolkit import (
     NoMatch,
     anything,
     check_attrs,
+    level_roi_align,
     declared_attrs,
     indexed,
     is_default,
@@ -318,18 +319,7 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> NdStage:
         if ra is None:
             raise NoMatch(f"ScatterND {node_label(s)!r} scatters {s.input[2]!r}, not a "
                           f"RoiAlign's result")
-        a = check_attrs(ra, g.opset, g.exporter, mode="avg", output_height=anything,
-                        output_width=anything, spatial_scale=lambda v: v > 0,
-                        sampling_ratio=lambda v: v >= 0,
-                        coordinate_transformation_mode=lambda v: v in ("half_pixel",
-                                                                       "output_half_pixel"))
-        these = dict(output_height=a["output_height"], output_width=a["output_width"],
-                     sampling_ratio=a["sampling_ratio"],
-                     aligned=int(a.get("coordinate_transformation_mode") == "half_pixel"))
-        if attrs is not None and these != attrs:
-            raise NoMatch(f"RoiAlign {node_label(ra)!r} pools with {these}, another level "
-                          f"with {attrs}")
-        attrs = these
+        attrs, scale = level_roi_align(g, ra, attrs)
         sel = _index(g, s.input[1])
         level, levels = _level_of(g, sel, levels)
         src, cast, sel2, offsets[level] = _pooled_rows(g, ra)
@@ -345,7 +335,7 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> NdStage:
             _reshape_is_identity(g, reshape, sel, merged)
         if level in found:
             raise NoMatch(f"level {level} is merged twice")
-        found[level] = (ra.input[0], float(a["spatial_scale"]))
+        found[level] = (ra.input[0], scale)
         pooled.add(ra.output[0])
         merged.add(s.output[0])
     if sorted(found) != list(range(len(chain))):

@@ -283,3 +283,30 @@ def prune(graph: onnx.GraphProto) -> None:
     infos = [v for v in graph.value_info if v.name in needed]
     del graph.value_info[:]
     graph.value_info.extend(infos)
+
+
+def level_roi_align(g: "GraphIndex", ra: onnx.NodeProto,
+                    attrs: dict | None) -> tuple[dict, float]:
+    """One level's RoiAlign of a multi-level stage (torchvision's, the ScatterND family's):
+    its attributes checked (avg, a positive scale, a sampling ratio >= 0, a half-pixel or
+    output-half-pixel mode) and read as PyramidRoIAlign's (output sizes, sampling_ratio,
+    aligned), which must equal the other levels' (``attrs``; None for the first level).
+
+    Returns:
+        (those attributes, the level's spatial_scale).
+
+    Raises:
+        NoMatch: an attribute outside those, or other values than the other levels'.
+    """
+    a = check_attrs(ra, g.opset, g.exporter, mode="avg", output_height=anything,
+                    output_width=anything, spatial_scale=lambda v: v > 0,
+                    sampling_ratio=lambda v: v >= 0,
+                    coordinate_transformation_mode=lambda v: v in ("half_pixel",
+                                                                   "output_half_pixel"))
+    these = dict(output_height=a["output_height"], output_width=a["output_width"],
+                 sampling_ratio=a["sampling_ratio"],
+                 aligned=int(a.get("coordinate_transformation_mode") == "half_pixel"))
+    if attrs is not None and these != attrs:
+        raise NoMatch(f"RoiAlign {node_label(ra)!r} pools with {these}, another level "
+                      f"with {attrs}")
+    return these, float(a["spatial_scale"])
