@@ -163,10 +163,13 @@ def unprovided(model: onnx.ModelProto) -> dict[str, int]:
         "domain::op_type" -> how many such nodes, in the order first met.
     """
     kernels = _onnxruntime_kernels()
+    # an onnxruntime that does not list its kernels: its own domains taken as provided
+    known = {"", "ai.onnx.ml", "com.microsoft"} if not kernels else set()
     out: dict[str, int] = {}
     for node in iter_nodes(model.graph):
         domain = "" if node.domain == "ai.onnx" else node.domain
         if (form(domain, node.op_type) is not None or (domain, node.op_type) in kernels
+                or domain in known
                 or (domain, node.op_type) in BUILT_IN or _onnx_function(domain, node.op_type)):
             continue
         key = f"{domain or 'onnx'}::{node.op_type}"
