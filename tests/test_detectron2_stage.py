@@ -8,16 +8,14 @@ borders, an empty level, and rows no level selects (zero). A graph differing in 
 not fused and a note (convert's, info's) names the stage and the part; torch.onnx's opset-11
 graphs get the note that aligned=True was lost."""
 
-import warnings
 from importlib import resources
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
-import ort_roi
+from tests.graph_helpers import convert_quietly, nodes, op_types, run, set_attr
 
 CASES = [(kind, opset) for kind in ("box", "mask") for opset in (11, 16)]
 POOLED = {"box": 7, "mask": 14}
@@ -56,42 +54,19 @@ def _levels(boxes):
     return np.clip(np.floor(np.log(x) / np.float32(np.log(2)) + 4), 2, 5).astype(int) - 2
 
 
-def _run(model, feed, ours=True):
-    so = ort_roi.session_options() if ours else ort.SessionOptions()
-    so.log_severity_level = 3
-    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return s.run(None, feed)[0]
 
 
-def _convert(model, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ort_roi.convert(model, report=True, **kw)
 
-
-def _ops(model):
-    return [(n.domain, n.op_type) for n in model.graph.node]
-
-
-def _nodes(model, op):
-    return [n for n in model.graph.node if n.op_type == op]
-
-
-def _set(node, name, value):
-    for a in list(node.attribute):
-        if a.name == name:
-            node.attribute.remove(a)
-    node.attribute.append(helper.make_attribute(name, value))
 
 
 @pytest.mark.parametrize("kind,opset", CASES)
 def test_the_stage_is_one_node_aligned_as_the_graph_says(kind, opset):
     native = _stage(kind, opset)
-    assert _ops(native).count(("", "RoiAlign")) == 4 and _ops(native).count(("", "ScatterND")) == 4
-    conv, done = _convert(native)
+    assert op_types(native).count(("", "RoiAlign")) == 4 and op_types(native).count(("", "ScatterND")) == 4
+    conv, done = convert_quietly(native)
     fused = [n for n in conv.graph.node if n.domain == "ort_roi"]
     assert [n.op_type for n in fused] == ["PyramidRoIAlign_L4"]
-    left = {op for _, op in _ops(conv)}
+    left = {op for _, op in op_types(conv)}
     assert not left & {"RoiAlign", "ScatterND", "NonZero", "Equal", "ConstantOfShape"}, left
     assert (len(native.graph.node), len(conv.graph.node)) == NODES[opset]  # rois, levels stay
     assert done.moved[0][1] == f"ScatterND-merged RoI stage ({NODES[opset][0] - NODES[opset][1] + 2} nodes)"
@@ -115,12 +90,12 @@ def test_the_fused_stage_computes_what_the_native_one_does(kind, opset, feed):
         assert list(levels[-len(BORDERS):]) == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3]
     else:
         assert set(levels) == {0, 1}
-    conv, _ = _convert(native)
-    plain, _ = _convert(native, fuse=False)
-    want, got = _run(native, f, ours=False), _run(conv, f)
+    conv, _ = convert_quietly(native)
+    plain, _ = convert_quietly(native, fuse=False)
+    want, got = run(native, f, ours=False)[0], run(conv, f)[0]
     assert got.shape == want.shape == (len(f["boxes"]), 256, POOLED[kind], POOLED[kind])
     assert np.abs(want).reshape(len(want), -1).sum(1).min() > 0  # every row pooled
-    np.testing.assert_array_equal(got, _run(plain, f))  # the fusion changes no bit
+    np.testing.assert_array_equal(got, run(plain, f)[0])  # the fusion changes no bit
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
 
 
@@ -130,13 +105,13 @@ def test_rows_no_level_selects_stay_zero(opset):
     branch (the native merge leaves their rows zero); the graph still fuses (the level rule
     is the graph's, not part of the pattern) and the fused node writes those rows zero."""
     native = _stage("box", opset)
-    clip = _nodes(native, "Clip")[0]
+    clip = nodes(native, "Clip")[0]
     hi = next(n for n in native.graph.node if n.output[0] == clip.input[2])
-    _set(hi, "value", numpy_helper.from_array(np.array(7.0, np.float32)))
+    set_attr(hi, "value", numpy_helper.from_array(np.array(7.0, np.float32)))
     f = _feed(2, 20, (300.0, 1500.0), borders=False)
-    conv, _ = _convert(native)
-    assert _ops(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
-    want, got = _run(native, f, ours=False), _run(conv, f)
+    conv, _ = convert_quietly(native)
+    assert op_types(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
+    want, got = run(native, f, ours=False)[0], run(conv, f)[0]
     zero = np.abs(want).reshape(len(want), -1).sum(1) == 0
     assert 0 < zero.sum() < len(zero)
     assert not np.abs(got[zero]).any()
@@ -146,25 +121,25 @@ def test_rows_no_level_selects_stay_zero(opset):
 # --- what convert leaves, said -----------------------------------------------------------
 
 def _sampling(m):
-    _set(_nodes(m, "RoiAlign")[2], "sampling_ratio", 2)
+    set_attr(nodes(m, "RoiAlign")[2], "sampling_ratio", 2)
     return "RoiAlign", "sampling_ratio"
 
 
 def _reduction(m):
-    _set(_nodes(m, "ScatterND")[1], "reduction", "add")
+    set_attr(nodes(m, "ScatterND")[1], "reduction", "add")
     return "/pooler/ScatterND_1", "reduction='add'"
 
 
 def _level_twice(m):
-    eq = _nodes(m, "Equal")[3]
+    eq = nodes(m, "Equal")[3]
     c = next(n for n in m.graph.node if n.output[0] == eq.input[1])
-    _set(c, "value", numpy_helper.from_array(np.array(2, np.int64)))
+    set_attr(c, "value", numpy_helper.from_array(np.array(2, np.int64)))
     return "level 2 is merged twice", ""
 
 
 def _zeros_elsewhere(m):
     """the zeros through an Identity: a chain that starts on something else"""
-    first = _nodes(m, "ScatterND")[0]
+    first = nodes(m, "ScatterND")[0]
     zeros = first.input[0]
     for n in m.graph.node:  # the ScatterND, and the Shape the next level's Reshape reads
         n.input[:] = ["zeros_elsewhere" if i == zeros else i for i in n.input]
@@ -179,15 +154,15 @@ def _zeros_elsewhere(m):
 def test_a_stage_differing_in_one_part_is_left_with_a_note_naming_it(mutate):
     native = _stage("box", 16)
     where, what = mutate(native)
-    conv, done = _convert(native)
-    assert ("ort_roi", "PyramidRoIAlign_L4") not in _ops(conv)
-    assert _ops(conv).count(("", "ScatterND")) == 4 and _ops(conv).count(("ort_roi",
+    conv, done = convert_quietly(native)
+    assert ("ort_roi", "PyramidRoIAlign_L4") not in op_types(conv)
+    assert op_types(conv).count(("", "ScatterND")) == 4 and op_types(conv).count(("ort_roi",
                                                                           "RoiAlign")) == 4
     note = next(n for n in done.notes if "ScatterND family" in n)
     assert note.startswith("node '/pooler/ScatterND' (ScatterND)"), note
     assert "does not match it exactly" in note and where in note and what in note, note
     f = _feed()
-    np.testing.assert_allclose(_run(conv, f), _run(native, f, ours=False), rtol=1e-5,
+    np.testing.assert_allclose(run(conv, f)[0], run(native, f, ours=False)[0], rtol=1e-5,
                                atol=2e-6)
 
 
@@ -205,14 +180,14 @@ def test_info_names_the_stage_left_and_why(tmp_path, capsys):
 
 
 def test_the_aligned_note_is_torch_onnx_below_opset_16_only():
-    _, done = _convert(_stage("mask", 11))
+    _, done = convert_quietly(_stage("mask", 11))
     note = next(n for n in done.notes if "aligned=True" in n)
     assert "opset 11" in note and "opset_version >= 16" in note
     assert all(f"level_poolers.{k}/RoiAlign" in note for k in range(4)), note
     other = _stage("mask", 11)
     other.producer_name = "someone else"
-    assert not [n for n in _convert(other)[1].notes if "aligned=True" in n]
-    assert not [n for n in _convert(_stage("mask", 16))[1].notes if "aligned=True" in n]
+    assert not [n for n in convert_quietly(other)[1].notes if "aligned=True" in n]
+    assert not [n for n in convert_quietly(_stage("mask", 16))[1].notes if "aligned=True" in n]
 
 
 @pytest.mark.parametrize("opset", [11, 16])
@@ -220,5 +195,5 @@ def test_no_boxes_give_an_empty_output_as_natively(opset):
     native = _stage("mask", opset)
     f = _feed()
     f["boxes"] = f["boxes"][:0]
-    want, got = _run(native, f, ours=False), _run(_convert(native)[0], f)
+    want, got = run(native, f, ours=False)[0], run(convert_quietly(native)[0], f)[0]
     assert want.shape == got.shape == (0, 256, 14, 14)

@@ -13,11 +13,11 @@ from importlib import resources
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
 import ort_roi
+from tests.graph_helpers import nodes, op_types, run, set_attr
 from ort_roi.graph.builders import single_op_model
 from ort_roi.graph.toolkit import GraphIndex
 
@@ -37,27 +37,8 @@ def _stage_feed(seed=0, n=40):
     return feed
 
 
-def _run(model, feed, ours=True):
-    so = ort_roi.session_options() if ours else ort.SessionOptions()
-    so.log_severity_level = 3
-    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return s.run(None, feed)
 
 
-def _ops(model):
-    return [(n.domain, n.op_type) for n in model.graph.node]
-
-
-def _nodes(model, op):
-    return [n for n in model.graph.node if n.op_type == op]
-
-
-def _set(node, name, value):
-    """Set (or add) one attribute of a node."""
-    for a in list(node.attribute):
-        if a.name == name:
-            node.attribute.remove(a)
-    node.attribute.append(helper.make_attribute(name, value))
 
 
 def _const_node(model, name):
@@ -71,25 +52,25 @@ def _consumers(model, name):
 # --- the stage: each mutation keeps the native graph valid ---------------------------------
 
 def _reduction_mul(m):
-    _set(_nodes(m, "ScatterElements")[1], "reduction", "mul")
+    set_attr(nodes(m, "ScatterElements")[1], "reduction", "mul")
     return "ScatterElements_1", "reduction='mul'"
 
 
 def _reduction_add(m):
-    _set(_nodes(m, "ScatterElements")[3], "reduction", "add")
+    set_attr(nodes(m, "ScatterElements")[3], "reduction", "add")
     return "ScatterElements_3", "reduction='add'"
 
 
 def _zeros_value(m):
-    cos = next(n for n in _nodes(m, "ConstantOfShape")
+    cos = next(n for n in nodes(m, "ConstantOfShape")
                if _consumers(m, n.output[0])[0].op_type == "ScatterElements")
-    _set(cos, "value", numpy_helper.from_array(np.array([1.5], np.float32)))
+    set_attr(cos, "value", numpy_helper.from_array(np.array([1.5], np.float32)))
     return cos.name.rsplit("/", 1)[1], "value=a float32 tensor [1.5]"
 
 
 def _zeros_shape(m):
     """The zeros' dimensions 2 and 3 read the other way round (7 x 7: the same numbers)."""
-    cos = next(n for n in _nodes(m, "ConstantOfShape")
+    cos = next(n for n in nodes(m, "ConstantOfShape")
                if _consumers(m, n.output[0])[0].op_type == "ScatterElements")
     concat = _const_node(m, cos.input[0])
     gathers = [_const_node(m, _const_node(m, u).input[0]) for u in concat.input[2:]]
@@ -99,15 +80,15 @@ def _zeros_shape(m):
 
 def _shape_end(m):
     """Shape of the first level's result with end=4 (all of it: the same numbers)."""
-    first = _nodes(m, "ScatterElements")[0]
+    first = nodes(m, "ScatterElements")[0]
     shape = next(n for n in _consumers(m, first.input[2]) if n.op_type == "Shape")
-    _set(shape, "end", 4)
+    set_attr(shape, "end", 4)
     return shape.name.rsplit("/", 1)[1], "end=4"
 
 
 def _other_split_output(m):
     """Split into [0, 1] columns, the Squeeze reading the second: the same selection."""
-    split = _nodes(m, "Split")[2]
+    split = nodes(m, "Split")[2]
     _const_node(m, split.input[1]).attribute[0].t.CopyFrom(
         numpy_helper.from_array(np.array([0, 1], np.int64)))
     split.output.insert(0, split.output[0] + "_empty")
@@ -116,8 +97,8 @@ def _other_split_output(m):
 
 def _split_axis(m):
     """Split along axis -1 (the same axis of the [n, 1] selection)."""
-    split = _nodes(m, "Split")[1]
-    _set(split, "axis", -1)
+    split = nodes(m, "Split")[1]
+    set_attr(split, "axis", -1)
     return split.name.rsplit("/", 1)[1], "axis=-1"
 
 
@@ -143,7 +124,7 @@ def _slice_columns(m):
 
 
 def _roialign_max(m):
-    _set(_nodes(m, "RoiAlign")[2], "mode", "max")
+    set_attr(nodes(m, "RoiAlign")[2], "mode", "max")
     return "RoiAlign_2", "mode='max'"
 
 
@@ -156,13 +137,13 @@ def test_a_stage_differing_in_one_attribute_is_not_fused_and_said_why(mutate):
     native = _stage()
     where, what = mutate(native)
     conv, done = ort_roi.convert(native, report=True, roialign_max="onnx")
-    assert ("ort_roi", "PyramidRoIAlign_L4") not in _ops(conv)
-    assert ("", "ScatterElements") in _ops(conv)
+    assert ("ort_roi", "PyramidRoIAlign_L4") not in op_types(conv)
+    assert ("", "ScatterElements") in op_types(conv)
     note = next(n for n in done.notes if "MultiScaleRoIAlign" in n)
     assert "does not match it exactly" in note and where in note and what in note, note
     feed = _stage_feed()
-    want = _run(native, feed, ours=False)[0]
-    got = _run(conv, feed)[0]
+    want = run(native, feed, ours=False)[0]
+    got = run(conv, feed)[0]
     assert np.abs(want).sum() > 0
     # (unfused, each RoiAlign runs as ort_roi::RoiAlign: within float32 rounding of onnxruntime's)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -172,9 +153,9 @@ def test_the_unmutated_stage_is_fused_and_equal():
     """(the mutations' control: the same graph and feed, fused)"""
     native = _stage()
     conv, done = ort_roi.convert(native, report=True)
-    assert _ops(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1 and not done.notes
+    assert op_types(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1 and not done.notes
     feed = _stage_feed()
-    np.testing.assert_allclose(_run(conv, feed)[0], _run(native, feed, ours=False)[0],
+    np.testing.assert_allclose(run(conv, feed)[0], run(native, feed, ours=False)[0],
                                rtol=1e-5, atol=1e-5)
 
 
@@ -184,10 +165,10 @@ def test_reduction_mul_was_fused_as_an_assignment_before():
     native = _stage()
     _reduction_mul(native)
     feed = _stage_feed()
-    plain = _run(_stage(), feed, ours=False)[0]
-    mul = _run(native, feed, ours=False)[0]
+    plain = run(_stage(), feed, ours=False)[0]
+    mul = run(native, feed, ours=False)[0]
     assert np.abs(plain - mul).max() > 0.5  # a fused (assigning) graph would be this wrong
-    np.testing.assert_allclose(_run(ort_roi.convert(native, roialign_max="onnx"), feed)[0],
+    np.testing.assert_allclose(run(ort_roi.convert(native, roialign_max="onnx"), feed)[0],
                                mul, rtol=1e-5, atol=1e-5)
 
 
@@ -195,16 +176,16 @@ def test_results_cast_to_another_type_are_fused_with_that_cast():
     """Every level's RoiAlign result cast to double and the zeros double: fused, the Cast
     kept after the fused node, so the output keeps its type and values."""
     native = _stage()
-    for s in _nodes(native, "ScatterElements"):
-        _set(_const_node(native, s.input[2]), "to", onnx.TensorProto.DOUBLE)
-    cos = next(n for n in _nodes(native, "ConstantOfShape")
+    for s in nodes(native, "ScatterElements"):
+        set_attr(_const_node(native, s.input[2]), "to", onnx.TensorProto.DOUBLE)
+    cos = next(n for n in nodes(native, "ConstantOfShape")
                if _consumers(native, n.output[0])[0].op_type == "ScatterElements")
-    _set(cos, "value", numpy_helper.from_array(np.array([0.0], np.float64)))
+    set_attr(cos, "value", numpy_helper.from_array(np.array([0.0], np.float64)))
     native.graph.output[0].type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
     conv, done = ort_roi.convert(native, report=True)
-    assert _ops(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1, done.notes
+    assert op_types(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1, done.notes
     feed = _stage_feed()
-    want, got = _run(native, feed, ours=False)[0], _run(conv, feed)[0]
+    want, got = run(native, feed, ours=False)[0], run(conv, feed)[0]
     assert got.dtype == want.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
@@ -214,14 +195,14 @@ def test_results_cast_to_another_type_are_fused_with_that_cast():
 def _round_trip(native, feed):
     conv = ort_roi.convert(native)
     back = ort_roi.convert(conv, "onnx")
-    assert all(d == "" for d, _ in _ops(back))
+    assert all(d == "" for d, _ in op_types(back))
     again, done = ort_roi.convert(back, report=True)
-    assert _ops(again).count(("ort_roi", "PyramidRoIAlign_L4")) == 1, done.notes
-    assert ("", "ScatterElements") not in _ops(again) and not done.notes
-    want = _run(native, feed, ours=False)[0]
-    np.testing.assert_array_equal(_run(back, feed, ours=False)[0], want)
-    np.testing.assert_array_equal(_run(again, feed)[0], _run(conv, feed)[0])
-    np.testing.assert_allclose(_run(again, feed)[0], want, rtol=1e-5, atol=1e-5)
+    assert op_types(again).count(("ort_roi", "PyramidRoIAlign_L4")) == 1, done.notes
+    assert ("", "ScatterElements") not in op_types(again) and not done.notes
+    want = run(native, feed, ours=False)[0]
+    np.testing.assert_array_equal(run(back, feed, ours=False)[0], want)
+    np.testing.assert_array_equal(run(again, feed)[0], run(conv, feed)[0])
+    np.testing.assert_allclose(run(again, feed)[0], want, rtol=1e-5, atol=1e-5)
 
 
 def test_convert_fuses_its_own_to_onnx_output_again():
@@ -263,9 +244,9 @@ def _masks(opset=17):
 
 
 def _body_resize(m, name, value):
-    loop = _nodes(m, "Loop")[0]
+    loop = nodes(m, "Loop")[0]
     resize = next(n for n in loop.attribute[0].g.node if n.op_type == "Resize")
-    _set(resize, name, value)
+    set_attr(resize, name, value)
     return "Loop", f"{name}={value!r}"
 
 
@@ -279,7 +260,7 @@ def _kp_resize_coordinates(m):
 
 def _kp_clip_max(m):
     """The box side clamped to at most 1e9 too (no box is that large: the same numbers)."""
-    clip = _nodes(m, "Clip")[0]
+    clip = nodes(m, "Clip")[0]
     c = helper.make_node("Constant", [], ["big"], value=numpy_helper.from_array(
         np.array(1e9, np.float32)))
     m.graph.node.insert(list(m.graph.node).index(clip), c)
@@ -297,8 +278,8 @@ def _mask_resize_mode(m):
 def _mask_trip_count(m):
     """The trip count taken by a Gather with its axis written out as -1 (of a 1-D shape: the
     same element)."""
-    trips = next(n for n in m.graph.node if n.output[0] == _nodes(m, "Loop")[0].input[0])
-    _set(trips, "axis", -1)
+    trips = next(n for n in m.graph.node if n.output[0] == nodes(m, "Loop")[0].input[0])
+    set_attr(trips, "axis", -1)
     return trips.name, "axis=-1"
 
 
@@ -311,12 +292,12 @@ def test_a_loop_differing_in_one_attribute_is_not_fused_and_said_why(build, muta
     native, feed = build()
     where, what = mutate(native)
     conv, done = ort_roi.convert(native, report=True)
-    assert ("", "Loop") in _ops(conv)
-    assert not any(d == "ort_roi" for d, _ in _ops(conv))
+    assert ("", "Loop") in op_types(conv)
+    assert not any(d == "ort_roi" for d, _ in op_types(conv))
     note = next(n for n in done.notes if "(Loop) reads like" in n)
     assert "does not match it exactly" in note and where in note and what in note, note
-    want = _run(native, feed, ours=False)
-    for g, w in zip(_run(conv, feed), want):
+    want = run(native, feed, ours=False)
+    for g, w in zip(run(conv, feed), want):
         np.testing.assert_array_equal(g, w)
 
 
@@ -333,13 +314,13 @@ def test_a_dynamo_exported_stage_is_left_with_a_note():
         native = torch.onnx.export(Pooler().eval(), args, dynamo=True,
                                    input_names=["f0", "f1", "f2", "f3", "boxes_a", "boxes_b"],
                                    verbose=False).model_proto
-    assert ("", "ScatterND") in _ops(native)
+    assert ("", "ScatterND") in op_types(native)
     conv, done = ort_roi.convert(native, report=True)
     notes = [n for n in done.notes if "ScatterND" in n]
     assert len(notes) == 1 and "dynamo" in notes[0] and "RoiAlign" in notes[0], done.notes
-    assert ("", "ScatterND") in _ops(conv) and ("ort_roi", "RoiAlign") in _ops(conv)
+    assert ("", "ScatterND") in op_types(conv) and ("ort_roi", "RoiAlign") in op_types(conv)
     feed = {i.name: a.numpy() for i, a in zip(native.graph.input, args)}
-    np.testing.assert_allclose(_run(conv, feed)[0], _run(native, feed, ours=False)[0],
+    np.testing.assert_allclose(run(conv, feed)[0], run(native, feed, ours=False)[0],
                                rtol=1e-5, atol=1e-5)
 
 

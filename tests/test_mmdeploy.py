@@ -19,6 +19,7 @@ from onnx import TensorProto, checker, helper, shape_inference
 
 from tests import literal
 import ort_roi
+from tests.graph_helpers import convert_quietly, op_types, run
 from tests.conftest import load_golden, tolerance
 from ort_roi import ops
 from ort_roi.graph.schemas import SHAPE_INFERENCE
@@ -174,22 +175,7 @@ def _mmdet_levels(boxes):
     return np.clip(np.floor(np.log(x) / np.float32(np.log(2))), 0, 3).astype(int)
 
 
-def _run_stage(model, feed, ours=True):
-    so = ort_roi.session_options() if ours else ort.SessionOptions()
-    so.log_severity_level = 3
-    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return s.run(None, feed)[0]
 
-
-def _convert_stage(model, **kw):
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ort_roi.convert(model, report=True, **kw)
-
-
-def _ops(model):
-    return [(n.domain, n.op_type) for n in model.graph.node]
 
 
 @pytest.mark.parametrize("kind,opset", STAGE_CASES)
@@ -201,7 +187,7 @@ def test_mmdeploy_stage_is_the_form_mmdeploy_writes(kind, opset):
     8 padding rows."""
     from onnx import numpy_helper
     m = _stage(kind, opset)
-    ops = [op for _, op in _ops(m)]
+    ops = [op for _, op in op_types(m)]
     assert [ops.count(op) for op in ("RoiAlign", "ScatterND", "NonZero", "Slice")] == [4, 4, 4, 5]
     consts = {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in m.graph.node
               if n.op_type == "Constant"}
@@ -231,7 +217,7 @@ def test_mmdeploy_stage_computes_mmdets_levels_and_the_shifted_roi_align(kind, o
     levels = _mmdet_levels(boxes)
     assert set(levels) == {0, 1, 2, 3}
     assert list(levels[-len(STAGE_BORDERS):]) == [0, 1, 1, 1, 2, 2, 3, 3]
-    got = _run_stage(_stage(kind, opset), f, ours=False)
+    got = run(_stage(kind, opset), f, ours=False)[0]
     p = STAGE_POOLED[kind]
     want = np.zeros_like(got)
     for l, s in enumerate(STAGE_SCALES):
@@ -258,10 +244,10 @@ STAGE_NODES = {11: (158, 37), 16: (166, 25)}
 @pytest.mark.parametrize("kind,opset", STAGE_CASES)
 def test_mmdeploy_stage_fuses_into_one_node(kind, opset):
     native = _stage(kind, opset)
-    conv, done = _convert_stage(native)
+    conv, done = convert_quietly(native)
     fused = [n for n in conv.graph.node if n.domain == "ort_roi"]
     assert [n.op_type for n in fused] == ["PyramidRoIAlign_L4"]
-    left = {op for _, op in _ops(conv)}
+    left = {op for _, op in op_types(conv)}
     assert not left & {"RoiAlign", "ScatterND", "NonZero", "Equal", "ConstantOfShape"}, left
     assert (len(native.graph.node), len(conv.graph.node)) == STAGE_NODES[opset]
     n, m = STAGE_NODES[opset]
@@ -281,14 +267,14 @@ def test_mmdeploy_stage_fuses_into_one_node(kind, opset):
 @pytest.mark.parametrize("kind,opset", STAGE_CASES)
 def test_mmdeploy_stage_fused_computes_what_the_native_graph_does(kind, opset):
     native = _stage(kind, opset)
-    conv, _ = _convert_stage(native)
-    plain, _ = _convert_stage(native, fuse=False)
-    assert _ops(plain).count(("ort_roi", "RoiAlign")) == 4
+    conv, _ = convert_quietly(native)
+    plain, _ = convert_quietly(native, fuse=False)
+    assert op_types(plain).count(("ort_roi", "RoiAlign")) == 4
     for f in (_stage_feed(), _stage_feed(1, 30, (2.0, 100.0), borders=False)):
-        want, got = _run_stage(native, f, ours=False), _run_stage(conv, f)
+        want, got = run(native, f, ours=False)[0], run(conv, f)[0]
         assert got.shape == (len(f["rois"]), 256, STAGE_POOLED[kind], STAGE_POOLED[kind])
         assert np.abs(want).reshape(len(want), -1).sum(1).min() > 0  # every row pooled
-        np.testing.assert_array_equal(got, _run_stage(plain, f))  # the fusion changes no bit
+        np.testing.assert_array_equal(got, run(plain, f)[0])  # the fusion changes no bit
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
 
 
@@ -315,9 +301,9 @@ def test_mmdeploy_rows_no_level_selects_stay_zero():
     native = _stage("bbox", 11)
     _set_const(native, _node(native, "Clip").input[2], np.array(5.0, np.float32))
     f = _stage_feed(2, 20, (300.0, 2000.0), borders=False)
-    conv, _ = _convert_stage(native)
-    assert _ops(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
-    want, got = _run_stage(native, f, ours=False), _run_stage(conv, f)
+    conv, _ = convert_quietly(native)
+    assert op_types(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
+    want, got = run(native, f, ours=False)[0], run(conv, f)[0]
     zero = np.abs(want).reshape(len(want), -1).sum(1) == 0
     assert 0 < zero.sum() < len(zero)
     assert not np.abs(got[zero]).any()
@@ -329,11 +315,11 @@ def test_mmdeploy_any_constant_offset_fuses_exactly():
     boxes), not as -0.5 / scale: level 2's changed to +3 still fuses, the same bits."""
     native = _stage("mask", 11)
     _set_const(native, _offset(native, 2).input[1], np.array([3.0], np.float32))
-    conv, _ = _convert_stage(native)
-    plain, _ = _convert_stage(native, fuse=False)
-    assert _ops(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
+    conv, _ = convert_quietly(native)
+    plain, _ = convert_quietly(native, fuse=False)
+    assert op_types(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
     f = _stage_feed(3)
-    np.testing.assert_array_equal(_run_stage(conv, f), _run_stage(plain, f))
+    np.testing.assert_array_equal(run(conv, f)[0], run(plain, f)[0])
 
 
 def _slice_start(m):
@@ -358,27 +344,27 @@ def _two_offsets(m):
 def test_mmdeploy_stage_differing_in_one_part_is_left_with_a_note_naming_it(mutate):
     native = _stage("bbox", 11)
     what = mutate(native)
-    conv, done = _convert_stage(native)
-    assert ("ort_roi", "PyramidRoIAlign_L4") not in _ops(conv)
-    assert _ops(conv).count(("ort_roi", "RoiAlign")) == 4
+    conv, done = convert_quietly(native)
+    assert ("ort_roi", "PyramidRoIAlign_L4") not in op_types(conv)
+    assert op_types(conv).count(("ort_roi", "RoiAlign")) == 4
     note = next(n for n in done.notes if "ScatterND family" in n)
     assert note.startswith("node '/bbox_roi_extractor/ScatterND' (ScatterND)"), note
     assert "does not match it exactly" in note and what in note, note
     if mutate is not _padding_rows:  # (6 zero rows padded, 8 levels: the native graph fails)
         f = _stage_feed()
-        np.testing.assert_allclose(_run_stage(conv, f), _run_stage(native, f, ours=False),
+        np.testing.assert_allclose(run(conv, f)[0], run(native, f, ours=False)[0],
                                    rtol=1e-5, atol=2e-6)
 
 
 @pytest.mark.parametrize("opset", [11, 16])
 def test_mmdeploy_fused_stage_goes_back_to_onnx_and_fuses_again(opset):
     native = _stage("bbox", opset)
-    back, done = _convert_stage(_convert_stage(native)[0], to="onnx")
-    assert ("ort_roi", "PyramidRoIAlign_L4") not in _ops(back)
+    back, done = convert_quietly(convert_quietly(native)[0], to="onnx")
+    assert ("ort_roi", "PyramidRoIAlign_L4") not in op_types(back)
     f = _stage_feed(4)
-    np.testing.assert_allclose(_run_stage(back, f, ours=False),
-                               _run_stage(native, f, ours=False), rtol=1e-5, atol=2e-6)
-    assert _ops(_convert_stage(back)[0]).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
+    np.testing.assert_allclose(run(back, f, ours=False)[0],
+                               run(native, f, ours=False)[0], rtol=1e-5, atol=2e-6)
+    assert op_types(convert_quietly(back)[0]).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
 
 
 def test_mmdeploy_info_names_the_stage_left_and_why(tmp_path, capsys):

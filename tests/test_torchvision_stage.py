@@ -13,6 +13,7 @@ import onnxruntime as ort
 import pytest
 
 import ort_roi
+from tests.graph_helpers import op_types
 
 torch = pytest.importorskip("torch", reason="needs torchvision: pip install '.[torchvision]'")
 tv = pytest.importorskip("torchvision",
@@ -67,18 +68,15 @@ def _export(module, args, opset, **kw):
     return onnx.load_from_string(buf.getvalue())
 
 
-def _ops(model):
-    return [(n.domain, n.op_type) for n in model.graph.node]
-
 
 @pytest.mark.parametrize("opset", [11, 12, 13, 14, 15, 16, 17])
 def test_convert_fuses_the_exported_stage(opset):
     module = Pooler().eval()
     args = _inputs()
     native = _export(module, args, opset)
-    assert ("", "ScatterElements") in _ops(native) and _ops(native).count(("", "RoiAlign")) == 4
+    assert ("", "ScatterElements") in op_types(native) and op_types(native).count(("", "RoiAlign")) == 4
     conv = ort_roi.convert(native)
-    ops = _ops(conv)
+    ops = op_types(conv)
     assert ops.count(("ort_roi", "PyramidRoIAlign_L4")) == 1
     assert ("", "ScatterElements") not in ops and ("", "RoiAlign") not in ops
     assert ("", "NonZero") not in ops  # the per-level selections are gone
@@ -111,19 +109,19 @@ def test_a_stage_that_does_not_match_exactly_is_left_as_it_is_and_said_why():
     with pytest.warns(UserWarning, match="starts like torchvision's MultiScaleRoIAlign merge but "
                                          "does not match it exactly.*pools with"):
         conv = ort_roi.convert(native)
-    assert ("", "ScatterElements") in _ops(conv)
-    assert ("ort_roi", "PyramidRoIAlign_L4") not in _ops(conv)
-    assert _ops(conv).count(("ort_roi", "RoiAlign")) == 4  # each RoiAlign still moved
+    assert ("", "ScatterElements") in op_types(conv)
+    assert ("ort_roi", "PyramidRoIAlign_L4") not in op_types(conv)
+    assert op_types(conv).count(("ort_roi", "RoiAlign")) == 4  # each RoiAlign still moved
 
 
 def test_convert_without_fusion_and_back_to_standard_onnx():
     module = Pooler().eval()
     args = _inputs()
     native = _export(module, args, 17)
-    assert ("ort_roi", "PyramidRoIAlign_L4") not in _ops(ort_roi.convert(native, fuse=False))
+    assert ("ort_roi", "PyramidRoIAlign_L4") not in op_types(ort_roi.convert(native, fuse=False))
     conv = ort_roi.convert(native)
     back = ort_roi.convert(conv, "onnx")
-    assert all(d == "" for d, _ in _ops(back))
+    assert all(d == "" for d, _ in op_types(back))
     feed = _feed(native, args)
     got = ort.InferenceSession(back.SerializeToString(),
                                providers=["CPUExecutionProvider"]).run(None, feed)[0]
@@ -149,14 +147,14 @@ def test_cli_convert_fuses_unless_told_not_to(tmp_path, capsys):
     assert cli.main(["convert", str(src), str(tmp_path / "fused.onnx")]) == 0
     assert "PyramidRoIAlign" in capsys.readouterr().out
     fused = onnx.load(tmp_path / "fused.onnx")
-    assert _ops(fused).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
+    assert op_types(fused).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
     assert cli.main(["convert", str(src), str(tmp_path / "plain.onnx"), "--no-fuse"]) == 0
     plain = onnx.load(tmp_path / "plain.onnx")
-    assert ("ort_roi", "PyramidRoIAlign_L4") not in _ops(plain)
-    assert _ops(plain).count(("ort_roi", "RoiAlign")) == 4
+    assert ("ort_roi", "PyramidRoIAlign_L4") not in op_types(plain)
+    assert op_types(plain).count(("ort_roi", "RoiAlign")) == 4
     assert cli.main(["convert", str(tmp_path / "fused.onnx"), str(tmp_path / "back.onnx"),
                      "--to", "onnx"]) == 0
-    assert all(d == "" for d, _ in _ops(onnx.load(tmp_path / "back.onnx")))
+    assert all(d == "" for d, _ in op_types(onnx.load(tmp_path / "back.onnx")))
 
 
 def test_front_door_without_fusion():
@@ -189,8 +187,8 @@ def test_two_stages_in_one_graph_are_both_fused():
     args = _inputs()
     native = _export(module, args, 17)
     conv = ort_roi.convert(native)
-    assert _ops(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 2
-    assert ("", "ScatterElements") not in _ops(conv)
+    assert op_types(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 2
+    assert ("", "ScatterElements") not in op_types(conv)
     got = ort.InferenceSession(conv.SerializeToString(), ort_roi.session_options(),
                                providers=["CPUExecutionProvider"]).run(None, _feed(native, args))
     with torch.no_grad():
