@@ -35,7 +35,7 @@ from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
 from ..spec import DOMAIN, MAX_LEVELS
 from .nodes import given_attrs, opset
 from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs, indexed,
-                      level_roi_align,
+                      level_roi_align, merge_chain,
                       splice)
 
 @dataclass
@@ -92,7 +92,7 @@ def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
             continue
         if node.op_type != "ScatterElements" or _zeros_producer(g, node.input[0]) is None:
             continue  # not the first merge of a chain
-        chain = _chain(g, node)
+        chain = merge_chain(g, node)
         if not any(_pooled_update(g, s.input[2])[0] is not None for s in chain):
             continue  # a scatter of something else: none of our business
         try:
@@ -102,18 +102,6 @@ def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
                          f"MultiScaleRoIAlign merge but does not match it exactly ({e}); left "
                          f"as it is")
     return stages, notes
-
-
-def _chain(g: GraphIndex, first: onnx.NodeProto) -> list[onnx.NodeProto]:
-    """The ScatterElements merging the levels, from the one reading the zeros on."""
-    chain = [first]
-    while True:
-        out = chain[-1].output[0]
-        users = g.consumers.get(out, [])
-        nxt = [u for u in users if u.op_type == "ScatterElements" and u.input[0] == out]
-        if len(nxt) != 1 or len(users) != 1 or out in g.outputs:
-            return chain
-        chain.append(nxt[0])
 
 
 def _unsqueezed(g: GraphIndex, name: str) -> onnx.NodeProto:

@@ -46,6 +46,7 @@ from .toolkit import (
     anything,
     check_attrs,
     level_roi_align,
+    merge_chain,
     declared_attrs,
     indexed,
     is_default,
@@ -107,7 +108,7 @@ def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
         if node.op_type != "ScatterND" or not is_default(node) \
                 or _producer(g, node.input[0], "ScatterND") is not None:
             continue  # not the first merge of a chain
-        chain = _chain(g, node)
+        chain = merge_chain(g, node, also=frozenset({"Shape"}))  # the next Reshape's shape
         if not any(_pooled(g, s.input[2])[0] is not None for s in chain):
             other = [n for n in map(lambda s: _other_roi(g, s.input[2]), chain) if n is not None]
             if other:  # MMDeploy's PPLNN export: mmcv::MMCVRoiAlign merged the same way
@@ -126,20 +127,6 @@ def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
                          f"zeros as {FAMILY} does, but does not match it exactly ({e}); left "
                          f"node by node (each RoiAlign still moved)")
     return stages, notes
-
-
-def _chain(g: GraphIndex, first: onnx.NodeProto) -> list[onnx.NodeProto]:
-    """The ScatterND merging the levels, from the one reading the zeros on (what else reads a
-    link must be a Shape: the next level's Reshape reads its shape)."""
-    chain = [first]
-    while True:
-        out = chain[-1].output[0]
-        users = g.consumers.get(out, [])
-        nxt = [u for u in users if u.op_type == "ScatterND" and u.input[0] == out]
-        if len(nxt) != 1 or out in g.outputs or any(
-                u is not nxt[0] and u.op_type != "Shape" for u in users):
-            return chain
-        chain.append(nxt[0])
 
 
 def _vector(g: GraphIndex, name: str, axis: int) -> str:

@@ -310,3 +310,21 @@ def level_roi_align(g: "GraphIndex", ra: onnx.NodeProto,
         raise NoMatch(f"RoiAlign {node_label(ra)!r} pools with {these}, another level "
                       f"with {attrs}")
     return these, float(a["spatial_scale"])
+
+
+def merge_chain(g: "GraphIndex", first: onnx.NodeProto,
+                also: frozenset[str] = frozenset()) -> list[onnx.NodeProto]:
+    """A multi-level stage's merges, from ``first`` (the one reading the zeros) on: each next
+    one a node of ``first``'s op type reading the previous one's output as its data input,
+    once; nothing else reads that output but nodes of the op types ``also`` (ScatterND's: the
+    next level's Shape), and it is no graph output."""
+    chain = [first]
+    while True:
+        out = chain[-1].output[0]
+        users = g.consumers.get(out, [])  # a node once per input it reads ``out`` as
+        nxt = [u for u in users if u.op_type == first.op_type and u.input[0] == out]
+        others = [u for u in users if u is not nxt[0]] if len(nxt) == 1 else users
+        if len(nxt) != 1 or len(others) != len(users) - 1 or out in g.outputs or any(
+                u.op_type not in also for u in others):
+            return chain
+        chain.append(nxt[0])
