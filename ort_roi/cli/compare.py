@@ -93,6 +93,14 @@ class OpErrors(logging.Handler):
         self.messages.append(record.getMessage())
 
 
+def plain_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    """A plain onnxruntime session (CPU) with ort_roi.session_options() for ``model``,
+    onnxruntime's own warnings off (its errors still raise)."""
+    so = session_options()
+    so.log_severity_level = 3  # a Loop's "expected shape" warnings, one per iteration
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
 def run_plain(model: onnx.ModelProto, inputs: dict) -> tuple:
     """Run ``model`` once in a plain onnxruntime session with ort_roi.session_options()
     (onnxruntime's own warnings off: its errors still raise).
@@ -104,10 +112,7 @@ def run_plain(model: onnx.ModelProto, inputs: dict) -> tuple:
     Returns:
         (the session, its outputs, the errors ort_roi's ops logged: their outputs are NaN).
     """
-    so = session_options()
-    so.log_severity_level = 3  # a Loop's "expected shape" warnings, one per iteration
-    sess = ort.InferenceSession(model.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
+    sess = plain_session(model)
     handler, logger = OpErrors(), logging.getLogger("ort_roi")
     logger.addHandler(handler)
     try:

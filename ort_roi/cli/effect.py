@@ -13,12 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 from ..graph.rewrite import Rewrite
-from ..runtime.session import session_options
 from .bench_timing import time_together
-from .compare import ATOL, RTOL, OpErrors
+from .compare import ATOL, RTOL, OpErrors, plain_session
 
 #: Timed rounds of each graph (after one untimed run of each), interleaved: at most ROUNDS,
 #: fewer where the two runs take longer than BUDGET_S seconds together (at least one).
@@ -49,12 +47,6 @@ class Effect:
         if not self.native_s or not self.converted_s:
             return None
         return self.native_s / self.converted_s
-
-
-def _session(model: onnx.ModelProto) -> ort.InferenceSession:
-    so = session_options()
-    so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
 def _diff(name: str, a: np.ndarray, b: np.ndarray) -> tuple[str | None, float]:
@@ -100,7 +92,7 @@ def convert_effect(model: onnx.ModelProto, converted: onnx.ModelProto, done: Rew
     handler, logger = OpErrors(), logging.getLogger("ort_roi")
     logger.addHandler(handler)
     try:
-        native, ours = _session(model), _session(converted)
+        native, ours = plain_session(model), plain_session(converted)
         names = [o.name for o in native.get_outputs()]
         start = time.perf_counter()
         a = native.run(None, feed)

@@ -16,10 +16,10 @@ from ..graph.nodes import copy_model, iter_nodes
 from ..ops import FORMS, form
 from ..runtime.probe import how_it_runs, onnxruntime_kernel, plain_session_error, unprovided
 from ..spec import DOMAIN, TYPES
+from .verdicts import PLAIN
 
 #: The oldest onnxruntime ort_roi supports (pyproject.toml's floor).
 ORT_FLOOR = "1.17"
-PLAIN = "a plain onnxruntime session with ort_roi.session_options()"
 
 
 def cmd_info(args: argparse.Namespace) -> int:
