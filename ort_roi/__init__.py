@@ -25,6 +25,7 @@ from .kernels.device import get_backend, set_backend  # noqa: E402
 from .kernels.cpu import workspace  # noqa: E402
 from .kernels.cuda import staging  # noqa: E402
 from .kernels.cpu.parallel import set_num_threads  # noqa: E402
+from .runtime.heap import reuse_freed_memory  # noqa: E402
 from .runtime.session import InferenceSession, session_options  # noqa: E402
 from .ops import SPECS  # noqa: E402
 from .spec import DOMAIN, OPSET_VERSION  # noqa: E402
@@ -108,4 +109,4 @@ schemas.register()
 
 __all__ = ["DOMAIN", "OPSET_VERSION", "SPECS", "InferenceSession", "RoiOpError", "builders",
            "convert", "get_backend", "ops", "paddle_export", "release_memory",
-           "session_options", "set_backend", "set_num_threads", "torch_export", "__version__"]
+           "reuse_freed_memory", "session_options", "set_backend", "set_num_threads", "torch_export", "__version__"]

@@ -26,7 +26,8 @@
 2. ``bench`` (no detectron2 needed): each stage graph native against converted (the stage
    fused) in a plain onnxruntime session, on P2..P5 of a 480 x 640 image and 1000 boxes (the
    box head's proposals) or 100 (the mask head's detections), timed together in interleaved
-   rounds (``ort_roi.cli.bench_timing.time_together``).
+   rounds (``ort_roi.cli.bench_timing.time_together``), back to back and settled
+   (``stage_rounds``); ``--reuse-freed-memory``: with ``ort_roi.reuse_freed_memory()``.
 3. ``models``: the whole R50-FPN Faster, Mask, Keypoint and Cascade (Mask) R-CNN
    (detectron2's own configs, ``CONFIGS``; random weights seeded and made to carry a trained
    model's load (``build``: 1000 proposals over P2..P5, 100 detections reaching the mask /
@@ -298,14 +299,13 @@ def stage_feed(kind: str, seed: int = 0) -> dict:
 
 def bench(repeat: int) -> None:
     """Each committed stage graph native (a plain session) against converted (fused), timed
-    together in interleaved rounds; prints the medians and the median of the per-round
-    ratios."""
-    import numpy as np
+    together in interleaved rounds, twice: back to back (each run meets the other session's
+    spinning intra-op threads) and settled (``SETTLE_S`` between runs: each run on quiet
+    cores, as one session alone); prints the medians and the median of the per-round ratios."""
     import onnx
     import onnxruntime as ort
 
     import ort_roi
-    from ort_roi.cli.bench_timing import round_ratios, time_together
 
     for kind in POOLED:
         for opset in (11, 16):
@@ -319,23 +319,44 @@ def bench(repeat: int) -> None:
                                      providers=["CPUExecutionProvider"])
             b = ort.InferenceSession(conv.SerializeToString(), ort_roi.session_options(),
                                      providers=["CPUExecutionProvider"])
-            t = time_together({"native": lambda a=a, f=feed: a.run(None, f)[0],
-                               "fused": lambda b=b, f=feed: b.run(None, f)[0]}, repeat, 0)
-            diff = float(np.abs(t["native"][1] - t["fused"][1]).max())
-            ratios = round_ratios(t["native"][2], t["fused"][2])
             print(f"{kind} {POOLED[kind]}x{POOLED[kind]} opset {opset}, "
-                  f"{len(feed['boxes'])} boxes: native {t['native'][0] * 1e3:.1f} ms, fused "
-                  f"{t['fused'][0] * 1e3:.1f} ms, native / fused "
-                  f"{ratios[len(ratios) // 2]:.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}; median "
-                  f"of {repeat} rounds; max |diff| {diff:.2g})")
+                  f"{len(feed['boxes'])} boxes: "
+                  + stage_rounds(lambda a=a, f=feed: a.run(None, f)[0],
+                                 lambda b=b, f=feed: b.run(None, f)[0], repeat))
+
+
+#: The pause between runs of the settled rounds (onnxruntime's intra-op threads spin ~40 ms
+#: after a run: docs/benchmarks.md).
+SETTLE_S = 0.1
+
+
+def stage_rounds(native, fused, repeat: int) -> str:
+    """A stage's native and fused runs timed together in ``repeat`` interleaved rounds, back
+    to back and settled (``SETTLE_S``): the medians, the median of the per-round ratios and
+    the largest difference of the outputs, as a line (detectron2's and MMDeploy's benches)."""
+    import numpy as np
+
+    from ort_roi.cli.bench_timing import round_ratios, time_together
+
+    parts = []
+    for how, settle in (("back to back", 0.0), ("settled", SETTLE_S)):
+        t = time_together({"native": native, "fused": fused}, repeat, 0, settle_s=settle)
+        diff = float(np.abs(t["native"][1] - t["fused"][1]).max())
+        ratios = round_ratios(t["native"][2], t["fused"][2])
+        parts.append(f"{how}: native {t['native'][0] * 1e3:.1f} ms, fused "
+                     f"{t['fused'][0] * 1e3:.1f} ms, native / fused "
+                     f"{ratios[len(ratios) // 2]:.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})")
+    return "; ".join(parts) + f" (median of {repeat} rounds; max |diff| {diff:.2g})"
 
 
 def profile(out: str, opsets: list[int], runs: int = 3, kinds=tuple(CONFIGS)) -> None:
     """onnxruntime's profiler on each whole model, native and converted: the milliseconds per
-    run of the RoI stages' nodes (those named under /roi_heads/box_pooler and
-    /roi_heads/mask_pooler: the native stage, or the fused node and what stays of the stage)
-    against all nodes."""
+    run of each RoI stage's nodes (those named under /roi_heads/{box,mask,keypoint}_pooler:
+    the native stage, or the fused node and what stays of the stage) against all nodes. A
+    pause after each run (``SETTLE_S``) keeps one session's spinning threads out of the
+    other's runs."""
     import json
+    import time
 
     import onnx
     import onnxruntime as ort
@@ -343,12 +364,13 @@ def profile(out: str, opsets: list[int], runs: int = 3, kinds=tuple(CONFIGS)) ->
     import ort_roi
 
     feed = {"image": image().numpy()}
+    poolers = ("box", "mask", "keypoint")
     for path in models(out, opsets, kinds):
         native = onnx.load(path)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             conv = ort_roi.convert(native)
-        row = []
+        row = {}
         for name, model, so in (("native", native, ort.SessionOptions()),
                                 ("converted", conv, ort_roi.session_options())):
             so.enable_profiling = True
@@ -357,19 +379,21 @@ def profile(out: str, opsets: list[int], runs: int = 3, kinds=tuple(CONFIGS)) ->
                                         providers=["CPUExecutionProvider"])
             for _ in range(runs + 1):
                 sess.run(None, feed)
+                time.sleep(SETTLE_S)
             with open(sess.end_profiling()) as f:
                 events = [e for e in json.load(f) if e.get("cat") == "Node"
                           and e["name"].endswith("_kernel_time")]
             per_run = len(events) // (runs + 1)
             events = events[per_run:]  # the first run warms up
-            total = sum(e["dur"] for e in events) / runs / 1e3
-            stage = sum(e["dur"] for e in events if e["name"].startswith(
-                tuple(f"/roi_heads/{h}_pooler" for h in ("box", "mask", "keypoint")))) / runs / 1e3
-            row.append((name, total, stage))
-        (_, nt, ns), (_, ct, cs) = row
-        print(f"{os.path.basename(path)}: all nodes native {nt:.0f} ms, converted {ct:.0f} ms; "
-              f"RoI stages native {ns:.0f} ms, converted {cs:.0f} ms ({ns / cs:.1f}x; "
-              f"{runs} runs each)")
+            row[name] = {"all": sum(e["dur"] for e in events) / runs / 1e3}
+            for h in poolers:
+                row[name][h] = sum(e["dur"] for e in events if e["name"].startswith(
+                    f"/roi_heads/{h}_pooler")) / runs / 1e3
+        n, c = row["native"], row["converted"]
+        stages = ", ".join(f"{h} native {n[h]:.1f} ms, converted {c[h]:.1f} ms "
+                           f"({n[h] / c[h]:.2f}x)" for h in poolers if c[h])
+        print(f"{os.path.basename(path)}: all nodes native {n['all']:.0f} ms, converted "
+              f"{c['all']:.0f} ms; RoI stages: {stages} ({runs} runs each)")
 
 
 def main(argv=None) -> None:
@@ -381,7 +405,13 @@ def main(argv=None) -> None:
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--kinds", nargs="+", choices=tuple(CONFIGS), default=list(CONFIGS),
                    help="which detectors (models, e2e, profile)")
+    p.add_argument("--reuse-freed-memory", action="store_true",
+                   help="ort_roi.reuse_freed_memory() first (bench, e2e, profile)")
     a = p.parse_args(argv)
+    if a.reuse_freed_memory:
+        import ort_roi
+
+        assert ort_roi.reuse_freed_memory(), "glibc's mallopt refused"
     if a.what == "stages":
         write_stages()
     elif a.what == "bench":
@@ -391,7 +421,7 @@ def main(argv=None) -> None:
     elif a.what == "e2e":
         e2e(a.out, a.opsets, a.repeat, a.kinds)
     else:
-        profile(a.out, a.opsets, kinds=a.kinds)
+        profile(a.out, a.opsets, a.repeat, kinds=a.kinds)
 
 
 if __name__ == "__main__":

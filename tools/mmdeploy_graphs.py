@@ -36,7 +36,8 @@ any other kernel raises NotImplementedError naming itself.
    made graph inputs: the four FPN maps ``feat0..feat3`` (strides 4..32) and ``rois``
    ``[R, 5]``; output ``roi_feats``. They hold no weights (24-26 KB).
 2. ``bench`` (the project's venv): each stage graph native against converted (fused) in
-   interleaved rounds (``ort_roi.cli.bench_timing.time_together``), on ``stage_feed``.
+   interleaved rounds, back to back and settled (``detectron2_graphs.stage_rounds``), on
+   ``stage_feed``; ``--reuse-freed-memory``: with ``ort_roi.reuse_freed_memory()``.
 3. ``e2e`` (the project's venv): each whole model native against converted: the stages
    fused, the outputs compared, the seconds per input in interleaved rounds.
 """
@@ -277,11 +278,11 @@ def stage_feed(kind: str, seed: int = 0) -> dict:
 
 
 def bench(out: str, repeat: int) -> None:
-    """Each committed stage graph native against fused, in interleaved rounds."""
-    import numpy as np
+    """Each committed stage graph native against fused, in interleaved rounds, back to back
+    and settled (``detectron2_graphs.stage_rounds``)."""
     import onnx
 
-    from ort_roi.cli.bench_timing import time_together
+    from tools.detectron2_graphs import stage_rounds
 
     for kind in ("bbox", "mask"):
         for opset in (11, 16):
@@ -289,14 +290,9 @@ def bench(out: str, repeat: int) -> None:
                                                                   f"{opset}.onnx")))
             assert [n.op_type for n in conv.graph.node if n.domain] == ["PyramidRoIAlign_L4"]
             feed = stage_feed(kind)
-            t = time_together({"native": lambda: a.run(None, feed)[0],
-                               "fused": lambda: b.run(None, feed)[0]}, repeat, 0)
-            diff = float(np.abs(t["native"][1] - t["fused"][1]).max())
-            ratios = sorted(x / y for x, y in zip(t["native"][2], t["fused"][2]))
-            print(f"{kind} opset {opset}, {len(feed['rois'])} rois: native "
-                  f"{t['native'][0] * 1e3:.1f} ms, fused {t['fused'][0] * 1e3:.1f} ms, native / "
-                  f"fused {ratios[len(ratios) // 2]:.2f}x (median of {repeat} rounds; max "
-                  f"|diff| {diff:.2g})")
+            print(f"{kind} opset {opset}, {len(feed['rois'])} rois: "
+                  + stage_rounds(lambda: a.run(None, feed)[0], lambda: b.run(None, feed)[0],
+                                 repeat))
 
 
 def e2e(models: str, opsets: list[int], repeat: int) -> None:
@@ -342,7 +338,13 @@ def main(argv=None) -> int:
                                                                   "tensorrt"),
                     help="the deploy config's backend (export; others: the whole models only)")
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--reuse-freed-memory", action="store_true",
+                    help="ort_roi.reuse_freed_memory() first (bench, e2e)")
     args = ap.parse_args(argv)
+    if args.reuse_freed_memory:
+        import ort_roi
+
+        assert ort_roi.reuse_freed_memory(), "glibc's mallopt refused"
     if args.what == "export":
         export(args.out, args.keep, args.opsets, args.score_threshold, args.backend)
     elif args.what == "bench":

@@ -19,8 +19,8 @@ Runner = Callable[[], np.ndarray]
 
 
 def time_together(fns: dict[str, Runner], repeat: int, min_sample_s: float = 0.02, *,
-                  shuffle: int | None = None,
-                  warmup: bool = True) -> dict[str, tuple[float, np.ndarray, list[float]]]:
+                  shuffle: int | None = None, warmup: bool = True,
+                  settle_s: float = 0.0) -> dict[str, tuple[float, np.ndarray, list[float]]]:
     """Per runner: median seconds per call over ``repeat`` rounds after a warm-up, its last
     output and the seconds of each round. Every round times each runner once, in turn, so a
     slow spell of the machine falls on all of them alike; a fast call is timed in loops of
@@ -34,6 +34,11 @@ def time_together(fns: dict[str, Runner], repeat: int, min_sample_s: float = 0.0
         shuffle: a seed: each round runs the runners in a fresh random order (a whole model,
             where the order within a round matters); None: in ``fns``' order.
         warmup: one untimed call of each first (False: the caller has warmed them up).
+        settle_s: an untimed pause after each runner's sample. onnxruntime's idle intra-op
+            threads spin for tens of milliseconds after a parallel node and take the cores
+            from whatever runs next: a pause longer than that (0.1 s) starts every runner
+            on quiet cores, as one session alone would be; 0: back to back, each runner
+            meets the previous one's spinning threads.
 
     Returns:
         name -> (median seconds per call, its last output, the seconds of each round).
@@ -57,6 +62,8 @@ def time_together(fns: dict[str, Runner], repeat: int, min_sample_s: float = 0.0
             for _ in range(loops[name]):
                 ys[name] = fn()
             ts[name].append((time.perf_counter() - t) / loops[name])
+            if settle_s:
+                time.sleep(settle_s)
     return {name: (statistics.median(ts[name]), ys[name], ts[name]) for name in fns}
 
 

@@ -59,7 +59,7 @@ def align(X: np.ndarray, batch: np.ndarray, start: np.ndarray, bin_size: np.ndar
         _align_planes(X, batch, start, bin_size, grid, ph, pw, out, rows)
         return out
     by_taps = strategies.align_by_taps(sampling_ratio, bin_size, ph, pw, H, W, C)
-    if not by_taps.any() and strategies.align_crop_copies(bin_size, ph, pw, H, W):
+    if not by_taps.any() and strategies.align_crop_copies(start, bin_size, ph, pw, H, W):
         # every box from a copy of its crop alone (no NHWC copy of the whole map)
         _align_crops(X, batch, start, bin_size, grid, ph, pw, out, rows, np.arange(R),
                      nchw=True)

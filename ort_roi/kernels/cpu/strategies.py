@@ -196,16 +196,31 @@ def planes_rows_only(C: int, ph: int, pw: int, hc: int, wc: int) -> bool:
 CROP_COPY = 1.0
 
 
-def align_crop_copies(bin_size: np.ndarray, ph: int, pw: int, H: int, W: int) -> bool:
+def align_crop_copies(start: np.ndarray, bin_size: np.ndarray, ph: int, pw: int, H: int,
+                      W: int) -> bool:
     """RoIAlign's crops, for the whole call: each box's crop copied alone (True) or one NHWC
     copy of the whole map (False). The products are the same either way (bit for bit); the
     crops alone win where they cover a small part of the map: few boxes on a large map (the
-    mask heads' 100 boxes on P2)."""
+    mask heads' 100 boxes on P2). The crops are counted as far as they lie on the map (a box
+    off the map copies nothing)."""
     f = forced("crop_copies")
     if f is not None:
         return bool(f)
-    hc, wc = _crop_sides(bin_size, ph, pw, H, W)
+    hc, wc = _crop_sides_on_map(start, bin_size, ph, pw, H, W)
     return CROP_COPY * float((hc * wc).sum()) < H * W
+
+
+def _crop_sides_on_map(start: np.ndarray, bin_size: np.ndarray, ph: int, pw: int, H: int,
+                       W: int):
+    """The boxes' crops (rows, columns) cut to the map, about: a bin's samples lie between
+    its box's start and end, and read the rows (columns) of their taps (geometry.neighbours:
+    a sample up to one pixel off the map reads its edge, one further reads nothing)."""
+    size = np.array([H, W])
+    end = start + bin_size * [ph, pw]
+    first = np.clip(np.floor(start), 0, size - 1)
+    last = np.clip(np.floor(end) + 1, 0, size - 1)
+    off = (end < -1) | (start > size)
+    return np.where(off, 0, last - first + 1).T
 
 
 def taps_step() -> int:
