@@ -32,6 +32,16 @@ def test_public_names():
     assert isinstance(ort_roi.session_options(), ort.SessionOptions)
 
 
+def test_session_options_turn_spinning_off_unless_the_caller_chose():
+    """onnxruntime's intra-op threads busy-wait on the cores our kernels run on: off by
+    default on our options, the caller's choice kept."""
+    key = "session.intra_op.allow_spinning"
+    assert ort_roi.session_options().get_session_config_entry(key) == "0"
+    so = ort.SessionOptions()
+    so.add_session_config_entry(key, "1")
+    assert ort_roi.session_options(so).get_session_config_entry(key) == "1"
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("count_dtype", [np.int32, np.int64])
 def test_seed_example_plain_session(dtype, count_dtype):

@@ -125,12 +125,13 @@ def test_roi_align(strategy, p, ph, pw, s, sr, aligned):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_roi_align_from_crop_rows_and_copied_crops(dtype):
+def test_roi_align_from_crop_rows_and_crops_in_place(dtype):
     """Maps of many channels (the property problems above have 1-3): the planes over each
     crop's rows only (C >= 16, strategies.planes_rows_only; 1-row or 1-column outputs and
-    crops over 31 pixels a side over every row: scale 2 makes both kinds of box) and the
-    crops copied box by box instead of the whole map (strategies.align_crop_copies)
-    against the definition; the copied crops give the whole-map copy's result bit for bit."""
+    crops over 31 pixels a side over every row: scale 2 makes both kinds of box), the crops
+    read from the NCHW map as it is and from an NHWC copy of the whole map
+    (strategies.align_crops_in_place) against the definition, and against each other: the
+    same dot products, whose last bits OpenBLAS may round differently by shape."""
     rng = np.random.default_rng(11)
     for C in (16, 40):
         X = rng.standard_normal((2, C, 23, 31)).astype(dtype)
@@ -144,12 +145,13 @@ def test_roi_align_from_crop_rows_and_copied_crops(dtype):
             want = D.roi_align(X, boxes, counts, **a)
             with force(align="planes"):
                 assert_close(ops.roi_align(X, boxes, counts, **a), want, False)
-            with force(align="crops", crop_copies=True):
-                copied = ops.roi_align(X, boxes, counts, **a)
-            with force(align="crops", crop_copies=False):
+            with force(align="crops", crops_in_place=True):
+                in_place = ops.roi_align(X, boxes, counts, **a)
+            with force(align="crops", crops_in_place=False):
                 whole = ops.roi_align(X, boxes, counts, **a)
-            assert_close(copied, want, False)
-            np.testing.assert_array_equal(copied, whole)
+            assert_close(in_place, want, False)
+            assert_close(whole, want, False)
+            np.testing.assert_allclose(in_place, whole, rtol=0, atol=4 * np.finfo(dtype).eps)
 
 
 @pytest.mark.parametrize("ladder", ["powers of two", "every length"])
@@ -287,3 +289,29 @@ def test_roi_align_max_of_one_sample_per_distinct_taps_is_the_max_of_every_sampl
         assert_close(definition(*args, **a), want, True)
     if op == "mmcv max":
         assert_close(want, literal.mmcv_roi_align(X, rois, **a), True)
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_roi_align_gives_the_same_bits_on_every_run_of_shared_boxes(in_place):
+    """Two threads share the boxes (parallel.for_ranges); whichever thread takes which box,
+    each run gives the same bits (boxes of every shape, wider and taller, some off the
+    map), from the crops in place and from the NHWC copy."""
+    from ort_roi.kernels.cpu.parallel import set_num_threads
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((1, 64, 40, 56)).astype(np.float32)
+    corner = rng.uniform(-20, 220, (80, 2))
+    side = np.exp(rng.uniform(np.log(4), np.log(200), (80, 2)))
+    boxes = np.concatenate([corner, corner + side], 1).astype(np.float32)
+    a = dict(pooled_height=14, pooled_width=14, spatial_scale=0.25, sampling_ratio=0,
+             aligned=1)
+    old = set_num_threads(2)
+    try:
+        with force(align="crops", crops_in_place=in_place):
+            first = ops.roi_align(X, boxes, np.array([80]), **a)
+            for _ in range(8):
+                np.testing.assert_array_equal(ops.roi_align(X, boxes, np.array([80]), **a),
+                                              first)
+    finally:
+        set_num_threads(old)
+    assert_close(first, D.roi_align(X, boxes, np.array([80]), **a), False)

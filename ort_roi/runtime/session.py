@@ -43,6 +43,8 @@ from . import attributes, bridge, diagnose, locate
 
 #: The session config entry that marks SessionOptions on which ort_roi's ops are registered.
 REGISTERED = "ort_roi.registered"
+#: onnxruntime's switch for its intra-op threads' busy-waiting between parallel nodes.
+SPINNING = "session.intra_op.allow_spinning"
 
 
 def session_options(so: ort.SessionOptions | None = None) -> ort.SessionOptions:
@@ -51,8 +53,15 @@ def session_options(so: ort.SessionOptions | None = None) -> ort.SessionOptions:
     A plain ``onnxruntime.InferenceSession(model, ort_roi.session_options())`` then runs
     graphs that use the ops. Bad input never aborts the process: the op logs the error on
     the ``ort_roi`` logger and returns a NaN-filled output. Registering again on the same
-    SessionOptions does nothing (onnxruntime would refuse a second registration); nothing
-    else of ``so`` is changed.
+    SessionOptions does nothing (onnxruntime would refuse a second registration).
+
+    One other setting, unless ``so`` already holds it: ``session.intra_op.allow_spinning``
+    "0". onnxruntime's idle intra-op threads otherwise busy-wait for tens of milliseconds
+    after each parallel node, on the cores ort_roi's kernels then run on: in detectron2's
+    Mask R-CNN (2 cores) the fused mask stage's kernel took 27.7 ms inside the model
+    against 13.9 ms alone, and the stage 20.6-22.9 ms with spinning off against
+    25.7-29.1 ms with it, while the whole model's native nodes did not measurably slow
+    (docs/benchmarks.md). Set it to "1" on ``so`` first to keep onnxruntime's default.
 
     Args:
         so: the SessionOptions to register the ops on, or None for new ones.
@@ -67,6 +76,10 @@ def session_options(so: ort.SessionOptions | None = None) -> ort.SessionOptions:
     except RuntimeError:  # not yet registered on these options
         so.register_custom_ops_library(bridge.extensions().get_library_path())
         so.add_session_config_entry(REGISTERED, "1")
+        try:
+            so.get_session_config_entry(SPINNING)
+        except RuntimeError:  # the caller left it to us
+            so.add_session_config_entry(SPINNING, "0")
     return so
 
 
@@ -182,8 +195,9 @@ class InferenceSession:
     their defaults, float attributes reach the kernels exactly, and a bad input raises
     [`ort_roi.RoiOpError`][ort_roi.RoiOpError] (a ValueError) naming op, node, input and
     tensor, from ``run`` instead of returning NaN, whatever other threads run meanwhile.
-    ort_roi's ops are registered on ``sess_options`` (once, as ``session_options`` does);
-    nothing else of it is changed, but the session runs with the
+    ort_roi's ops are registered on ``sess_options`` (once, as ``session_options`` does, its
+    intra-op threads' spinning off unless set); nothing else of it is changed, but the
+    session runs with the
     sequential executor whatever its ``execution_mode`` says (that is how a run's errors
     reach it, see the module doc). Everything else is delegated to the wrapped
     ``onnxruntime.InferenceSession``.

@@ -7,8 +7,9 @@ them). Every choice the NumPy kernels make is made here.
   ph * 2 * sampling_ratio x pw * 2 * sampling_ratio bilinear taps, a few boxes per step),
   "crops" (each box from its crop of an NHWC copy of the map, two GEMMs with the bins' mean
   weights, in closed form for grids over
-  ``EXPLICIT_GRID_MAX``; where the crops cover little of the map, each crop copied alone
-  instead of the whole map, ``align_crop_copies``: the same bits) or "planes" (the same
+  ``EXPLICIT_GRID_MAX``; where the crops cover less than the map, each crop read from the
+  NCHW map as it is instead of a copy of the whole map, ``align_crops_in_place``) or
+  "planes" (the same
   weights applied to the NCHW map as it is, over each crop's rows: no copy, for a few boxes
   on a map).
 - Max pooling (``max_pool``): "small" (masks over the whole map) or "table" (a table of window
@@ -85,15 +86,15 @@ _local = threading.local()
 def force(**choices: Any):
     """Force strategies or tuning on this thread, by name: ``align`` ("small", "taps",
     "crops", "planes"), ``align_weights`` ("explicit", "closed form"), ``taps_step`` (elements),
-    ``gemm_max`` (multiply-adds), ``crop_copies`` (RoIAlign's crops: each crop copied alone,
-    True, or the whole map, False), ``max_pool`` ("small", "table"), ``table_ladder`` ("powers of two", "every length"),
+    ``gemm_max`` (multiply-adds), ``crops_in_place`` (RoIAlign's crops: read from the NCHW map
+    as it is, True, or from an NHWC copy of the whole map, False), ``max_pool`` ("small", "table"), ``table_ladder`` ("powers of two", "every length"),
     ``table_budget`` (elements), ``table_chunk`` (elements), ``table_run`` (channels),
     ``rotated`` ("regular", "clipped")."""
     for k, v in choices.items():
         if k in NAMES and v not in NAMES[k]:
             raise ValueError(f"{k} must be one of {NAMES[k]}, got {v!r}")
         if k not in NAMES and k not in ("taps_step", "gemm_max", "table_budget",
-                                        "table_chunk", "table_run", "crop_copies"):
+                                        "table_chunk", "table_run", "crops_in_place"):
             raise ValueError(f"no strategy or tuning named {k!r}")
     old = dict(getattr(_local, "forced", {}))
     _local.forced = {**old, **choices}
@@ -186,28 +187,29 @@ def planes_rows_only(C: int, ph: int, pw: int, hc: int, wc: int) -> bool:
             and wc <= PLANES_ROWS_MAX_SIDE)
 
 
-#: RoIAlign's crops: copying a box's crop channel-last costs about this many times a copy of
-#: as many elements of the whole map (the NHWC copy). One thread, 200 x 272 x 256 (P2 of an
-#: 800 x 1088 image): crops of 8-60 pixels a side 1.6-5 ns an element, the whole map 1.8 ns
-#: (and shared by the cores). Kernel alone, least of 5, whole map / crops copied (the crops'
-#: area / the map's): the mask head's 65 boxes on P2 101 / 24 ms (0.35), 12 on P3 18 / 5.8
-#: (0.49), 17 on P4 7.1 / 4.7 (2.3); the box head's 65 on P3 9.1 / 14 (2.6), 620 on P2
-#: 115 / 133 (4.2) (a loaded 2-core VM: the crossover at 1-2.5 times the map).
-CROP_COPY = 1.0
+#: RoIAlign's crops read in place (each channel's crop a strided matrix, two products per
+#: box, nothing copied) against from one NHWC copy of the whole map: in place wins while the
+#: crops on the map cover less than about this many times its area. Measured (kernel alone,
+#: 2 threads, 256 channels, 14 x 14 bins unless said; NHWC / in place, ms, at crops / map):
+#: MMDeploy's mask stage on 800 x 1088 P2..P5 20.3 / 8.6 (0.23), 3.95 / 2.29 (0.30),
+#: 2.22 / 1.88 (0.96), 0.82 / 0.73 (1.02); detectron2's on 480 x 640 10.5 / 7.1 (0.66),
+#: 2.7 / 1.9 (1.06); its Mask R-CNN's 100 detections on P2 15.9 / 9.4 (1.23); its box
+#: stage's 1000 proposals on P2 (7 x 7) 44 / 72 (10.9): the crossover near 3-4.
+CROPS_IN_PLACE = 3.0
 
 
-def align_crop_copies(start: np.ndarray, bin_size: np.ndarray, ph: int, pw: int, H: int,
-                      W: int) -> bool:
-    """RoIAlign's crops, for the whole call: each box's crop copied alone (True) or one NHWC
-    copy of the whole map (False). The products are the same either way (bit for bit); the
-    crops alone win where they cover a small part of the map: few boxes on a large map (the
-    mask heads' 100 boxes on P2). The crops are counted as far as they lie on the map (a box
-    off the map copies nothing)."""
-    f = forced("crop_copies")
+def align_crops_in_place(start: np.ndarray, bin_size: np.ndarray, ph: int, pw: int, H: int,
+                         W: int) -> bool:
+    """RoIAlign's crops, for the whole call: each box's crop read from the NCHW map as it is
+    (True) or from one NHWC copy of the whole map (False). The copy pays where the crops
+    cover more than the map (the box heads' 1000 boxes); in place wins for few boxes on a
+    large map (the mask heads' 100 boxes on P2). The crops are counted as far as they lie
+    on the map (a box off the map reads nothing)."""
+    f = forced("crops_in_place")
     if f is not None:
         return bool(f)
     hc, wc = _crop_sides_on_map(start, bin_size, ph, pw, H, W)
-    return CROP_COPY * float((hc * wc).sum()) < H * W
+    return float((hc * wc).sum()) < CROPS_IN_PLACE * H * W
 
 
 def _crop_sides_on_map(start: np.ndarray, bin_size: np.ndarray, ph: int, pw: int, H: int,
