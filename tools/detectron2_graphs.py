@@ -40,7 +40,8 @@
    Not committed (160-290 MB each).
 4. ``e2e``: each whole model native (a plain onnxruntime session) against ``ort_roi.convert``'s
    (a plain session with ``ort_roi.session_options()``): the RoI stages fused, the same
-   detections, the seconds per image in interleaved rounds (``time_together``).
+   detections, the seconds per image in interleaved rounds (``time_together``, settled:
+   ``SETTLE_S`` after each run).
 5. ``profile``: onnxruntime's profiler on each whole model, native and converted: the time of
    the RoI stages' nodes (named under /roi_heads/{box,mask,keypoint}_pooler) per run, against
    all nodes.
@@ -268,7 +269,8 @@ def e2e(out: str, opsets: list[int], repeat: int, kinds=tuple(CONFIGS)) -> None:
         b = ort.InferenceSession(conv.SerializeToString(), ort_roi.session_options(),
                                  providers=["CPUExecutionProvider"])
         t = time_together({"native": lambda a=a: a.run(None, feed),
-                           "converted": lambda b=b: b.run(None, feed)}, repeat, 0, shuffle=0)
+                           "converted": lambda b=b: b.run(None, feed)}, repeat, 0, shuffle=0,
+                          settle_s=SETTLE_S)
         assert [x.shape for x in t["native"][1]] == [y.shape for y in t["converted"][1]], path
         diff = max(float(np.max(np.abs(x.astype(np.float64) - y), initial=0))
                    for x, y in zip(t["native"][1], t["converted"][1]))

@@ -302,6 +302,7 @@ def e2e(models: str, opsets: list[int], repeat: int) -> None:
     import onnx
 
     from ort_roi.cli.bench_timing import time_together
+    from tools.detectron2_graphs import SETTLE_S
 
     feed = {"input": np.random.default_rng(0).standard_normal((1, 3, 800, 1088)
                                                               ).astype(np.float32)}
@@ -312,7 +313,8 @@ def e2e(models: str, opsets: list[int], repeat: int) -> None:
             fused = [m for m in done.moved if "PyramidRoIAlign" in m[2]]
             left = sum(n.op_type in ("ScatterND", "RoiAlign") for n in conv.graph.node)
             t = time_together({"native": lambda: a.run(None, feed),
-                               "converted": lambda: b.run(None, feed)}, repeat, 0, shuffle=0)
+                               "converted": lambda: b.run(None, feed)}, repeat, 0, shuffle=0,
+                              settle_s=SETTLE_S)
             diff = max(float(np.max(np.abs(x.astype(np.float64) - y), initial=0))
                        for x, y in zip(t["native"][1], t["converted"][1]))
             ratios = sorted(x / y for x, y in zip(t["native"][2], t["converted"][2]))
