@@ -188,8 +188,10 @@ def _align_crops_in_place(X, batch, start, bin_size, grid, ph: int, pw: int, out
     (the mask heads' 100 boxes on P2) the copies, channel-last in and channel-first out,
     cost more than the products (detectron2's Mask R-CNN mask stage, one thread: 25 ms with
     the crops copied, 13 ms in place). The weights of a chunk of boxes are made at once
-    (_weight_chunks)."""
+    (_weight_chunks). ``out`` is C-contiguous (each box's rows reshaped in place)."""
     N, C, H, W = X.shape
+    if not out.flags.c_contiguous:  # a reshape of out[r] would write into a copy
+        raise ValueError("_align_crops_in_place: out must be C-contiguous")
     for A, boxes in _weight_chunks(start, bin_size, grid, ph, pw, (H, W), X.dtype, 0,
                                    np.arange(rows.size), rows, batch):
         T_max = C * ph * max([1] + [box[5] for box in boxes])
