@@ -71,16 +71,22 @@ def session_options(so: ort.SessionOptions | None = None) -> ort.SessionOptions:
     """
     bridge.register()
     so = so if so is not None else ort.SessionOptions()
-    try:
-        so.get_session_config_entry(REGISTERED)
-    except RuntimeError:  # not yet registered on these options
+    if not _holds(so, REGISTERED):
         so.register_custom_ops_library(bridge.extensions().get_library_path())
         so.add_session_config_entry(REGISTERED, "1")
-        try:
-            so.get_session_config_entry(SPINNING)
-        except RuntimeError:  # the caller left it to us
+        if not _holds(so, SPINNING):  # the caller left it to us
             so.add_session_config_entry(SPINNING, "0")
     return so
+
+
+def _holds(so: ort.SessionOptions, key: str) -> bool:
+    """Whether ``so`` holds the session config entry ``key`` (onnxruntime raises for one it
+    does not)."""
+    try:
+        so.get_session_config_entry(key)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _load(model) -> onnx.ModelProto:
