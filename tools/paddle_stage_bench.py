@@ -46,14 +46,17 @@ SPIN = {"spin": True}  # onnxruntime's intra-op threads spin between nodes (its 
 
 
 def options(threads: int | None = None):
-    """ort_roi.session_options(), ``threads`` intra-op threads, spinning as --no-spin says."""
+    """ort_roi.session_options(), ``threads`` intra-op threads, spinning as --no-spin says
+    (set before ``session_options``, which turns it off only where the options do not say)."""
+    import onnxruntime as ort
+
     import ort_roi
 
-    so = ort_roi.session_options()
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if SPIN["spin"] else "0")
+    ort_roi.session_options(so)
     if threads:
         so.intra_op_num_threads = threads
-    if not SPIN["spin"]:
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return so
 
 
