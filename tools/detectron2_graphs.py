@@ -332,6 +332,20 @@ def bench(repeat: int) -> None:
 SETTLE_S = 0.1
 
 
+class ReuseFreedMemory(argparse.Action):
+    """``--reuse-freed-memory`` of detectron2's and MMDeploy's tools: calls
+    ``ort_roi.reuse_freed_memory()`` as the option is read, before any command runs."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=False, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import ort_roi
+
+        assert ort_roi.reuse_freed_memory(), "glibc's mallopt refused"
+        setattr(namespace, self.dest, True)
+
+
 def stage_rounds(native, fused, repeat: int) -> str:
     """A stage's native and fused runs timed together in ``repeat`` interleaved rounds, back
     to back and settled (``SETTLE_S``): the medians, the median of the per-round ratios and
@@ -407,13 +421,9 @@ def main(argv=None) -> None:
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--kinds", nargs="+", choices=tuple(CONFIGS), default=list(CONFIGS),
                    help="which detectors (models, e2e, profile)")
-    p.add_argument("--reuse-freed-memory", action="store_true",
+    p.add_argument("--reuse-freed-memory", action=ReuseFreedMemory,
                    help="ort_roi.reuse_freed_memory() first (bench, e2e, profile)")
     a = p.parse_args(argv)
-    if a.reuse_freed_memory:
-        import ort_roi
-
-        assert ort_roi.reuse_freed_memory(), "glibc's mallopt refused"
     if a.what == "stages":
         write_stages()
     elif a.what == "bench":

@@ -326,6 +326,8 @@ def e2e(models: str, opsets: list[int], repeat: int) -> None:
 
 
 def main(argv=None) -> int:
+    from tools.detectron2_graphs import ReuseFreedMemory
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", nargs="?", default="export", choices=("export", "bench", "e2e"))
     ap.add_argument("--out", default=OUT, help="where the stage graphs go (export, bench)")
@@ -340,13 +342,9 @@ def main(argv=None) -> int:
                                                                   "tensorrt"),
                     help="the deploy config's backend (export; others: the whole models only)")
     ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--reuse-freed-memory", action="store_true",
+    ap.add_argument("--reuse-freed-memory", action=ReuseFreedMemory,
                     help="ort_roi.reuse_freed_memory() first (bench, e2e)")
     args = ap.parse_args(argv)
-    if args.reuse_freed_memory:
-        import ort_roi
-
-        assert ort_roi.reuse_freed_memory(), "glibc's mallopt refused"
     if args.what == "export":
         export(args.out, args.keep, args.opsets, args.score_threshold, args.backend)
     elif args.what == "bench":
