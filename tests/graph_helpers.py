@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import helper
+from onnx import helper, numpy_helper
 
 import ort_roi
 
@@ -47,3 +47,25 @@ def set_attr(node: onnx.NodeProto, name: str, value) -> None:
         if a.name == name:
             node.attribute.remove(a)
     node.attribute.append(helper.make_attribute(name, value))
+
+
+def set_constant(model: onnx.ModelProto, name: str, value: np.ndarray) -> onnx.NodeProto:
+    """The main graph's Constant node that makes ``name`` now makes ``value`` (its attribute
+    replaced by a ``value`` tensor). Returns the node."""
+    c = next(n for n in model.graph.node if n.output[0] == name)
+    del c.attribute[:]
+    c.attribute.append(helper.make_attribute("value", numpy_helper.from_array(value)))
+    return c
+
+
+def assert_fused_rows_of_no_level_stay_zero(native: onnx.ModelProto, feed: dict) -> None:
+    """``native`` (a multi-level stage whose level rule selects some boxes, not all, for no
+    level) converts into one PyramidRoIAlign_L4 that gives native's output on ``feed``: the
+    rows no level selects zero in both."""
+    conv, _ = convert_quietly(native)
+    assert op_types(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
+    want, got = run(native, feed, ours=False)[0], run(conv, feed)[0]
+    zero = np.abs(want).reshape(len(want), -1).sum(1) == 0
+    assert 0 < zero.sum() < len(zero)
+    assert not np.abs(got[zero]).any()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)

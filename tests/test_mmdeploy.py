@@ -19,7 +19,8 @@ from onnx import TensorProto, checker, helper, shape_inference
 
 from tests import literal
 import ort_roi
-from tests.graph_helpers import convert_quietly, op_types, run
+from tests.graph_helpers import (assert_fused_rows_of_no_level_stay_zero, convert_quietly, nodes,
+                                 op_types, run, set_constant)
 from tests.conftest import load_golden, tolerance
 from ort_roi import ops
 from ort_roi.graph.schemas import SHAPE_INFERENCE
@@ -278,20 +279,9 @@ def test_mmdeploy_stage_fused_computes_what_the_native_graph_does(kind, opset):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
 
 
-def _node(m, op, k=0):
-    return [n for n in m.graph.node if n.op_type == op][k]
-
-
 def _offset(m, level):
     """The Add shifting the boxes of the level's RoiAlign."""
-    return next(n for n in m.graph.node if n.output[0] == _node(m, "RoiAlign", level).input[1])
-
-
-def _set_const(m, name, value):
-    from onnx import numpy_helper
-    c = next(n for n in m.graph.node if n.output[0] == name)
-    del c.attribute[:]
-    c.attribute.append(helper.make_attribute("value", numpy_helper.from_array(value)))
+    return next(n for n in m.graph.node if n.output[0] == nodes(m, "RoiAlign")[level].input[1])
 
 
 def test_mmdeploy_rows_no_level_selects_stay_zero():
@@ -299,22 +289,16 @@ def test_mmdeploy_rows_no_level_selects_stay_zero():
     branch (the native merge leaves their rows zero); the stage still fuses, the fused node
     writes those rows zero (their offset, taken mod 4, pools nothing)."""
     native = _stage("bbox", 11)
-    _set_const(native, _node(native, "Clip").input[2], np.array(5.0, np.float32))
-    f = _stage_feed(2, 20, (300.0, 2000.0), borders=False)
-    conv, _ = convert_quietly(native)
-    assert op_types(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
-    want, got = run(native, f, ours=False)[0], run(conv, f)[0]
-    zero = np.abs(want).reshape(len(want), -1).sum(1) == 0
-    assert 0 < zero.sum() < len(zero)
-    assert not np.abs(got[zero]).any()
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
+    set_constant(native, nodes(native, "Clip")[0].input[2], np.array(5.0, np.float32))
+    assert_fused_rows_of_no_level_stay_zero(native,
+                                            _stage_feed(2, 20, (300.0, 2000.0), borders=False))
 
 
 def test_mmdeploy_any_constant_offset_fuses_exactly():
     """The offset is recognised as what it computes (each level's constant added to its
     boxes), not as -0.5 / scale: level 2's changed to +3 still fuses, the same bits."""
     native = _stage("mask", 11)
-    _set_const(native, _offset(native, 2).input[1], np.array([3.0], np.float32))
+    set_constant(native, _offset(native, 2).input[1], np.array([3.0], np.float32))
     conv, _ = convert_quietly(native)
     plain, _ = convert_quietly(native, fuse=False)
     assert op_types(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1
@@ -323,19 +307,19 @@ def test_mmdeploy_any_constant_offset_fuses_exactly():
 
 
 def _slice_start(m):
-    _set_const(m, m.graph.node[-1].input[1], np.array([7], np.int64))
+    set_constant(m, m.graph.node[-1].input[1], np.array([7], np.int64))
     return "reads [7] as input 1 where torch.onnx writes [8]"
 
 
 def _padding_rows(m):
     pad = next(n for n in m.graph.node if n.op_type == "Concat"
                and n.input[-1] == "rois")
-    _set_const(m, pad.input[0], np.zeros((6, 5), np.float32))
+    set_constant(m, pad.input[0], np.zeros((6, 5), np.float32))
     return "6 padding rows of rois, 8 padding levels"
 
 
 def _two_offsets(m):
-    _set_const(m, _offset(m, 1).input[1], np.array([-4.0, -4.0, -4.0, -4.0], np.float32))
+    set_constant(m, _offset(m, 1).input[1], np.array([-4.0, -4.0, -4.0, -4.0], np.float32))
     return "not the boxes plus one float constant"
 
 
