@@ -14,9 +14,11 @@ other and with the facts on the exporters' graphs the package and the tests hold
 """
 
 import os
+import re
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import helper
 
@@ -110,6 +112,9 @@ def test_torchvision_stage_runs_as_it_is_and_convert_is_measured(capsys):
     assert "speed on these inputs: " in out and "changes what it computes" not in out, out
     v = validate(path)
     assert v.effect.native_s > 0 and v.effect.converted_s > 0 and not v.effect.differs
+    assert 1 <= v.effect.rounds <= 5
+    assert re.search(r"x; (one round each: a rough measure|median of [2-5] interleaved rounds)\)",
+                     out), out
 
 
 def test_several_models_exit_with_the_worst_verdict(tmp_path):
@@ -234,3 +239,93 @@ def test_convert_names_an_output_path_it_cannot_write(tmp_path, capsys):
     assert f"cannot write the output {out}: its folder " in err and "does not exist" in err, err
     assert cli.main(["convert", src, str(tmp_path)]) == 1
     assert f"cannot write the output {tmp_path}: it is a folder" in capsys.readouterr().err
+
+
+# --- where convert's outputs differ without a repair: rounding magnified, or a defect ------
+
+def _pooling_then(threshold=None, scale=0.25) -> onnx.ModelProto:
+    """ONNX RoiAlign (opset 16, adaptive sampling: convert moves it onto ort_roi's kernel,
+    which sums in another order than onnxruntime's) of 30 boxes; with ``threshold``, followed
+    by Greater(pooled, threshold) as an int32 output: a selection that flips where the two
+    kernels' rounding straddles it."""
+    nodes = [helper.make_node("RoiAlign", ["x", "boxes", "batch"], ["pooled"], name="pool",
+                              output_height=7, output_width=7, sampling_ratio=0,
+                              spatial_scale=scale)]
+    out = helper.make_tensor_value_info("pooled", onnx.TensorProto.FLOAT, None)
+    inits = []
+    if threshold is not None:
+        inits = [onnx.numpy_helper.from_array(np.array(threshold, np.float32), "t")]
+        nodes += [helper.make_node("Greater", ["pooled", "t"], ["above"]),
+                  helper.make_node("Cast", ["above"], ["flags"], to=onnx.TensorProto.INT32)]
+        out = helper.make_tensor_value_info("flags", onnx.TensorProto.INT32, None)
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 40, 48]),
+                     helper.make_tensor_value_info("boxes", onnx.TensorProto.FLOAT, [30, 4]),
+                     helper.make_tensor_value_info("batch", onnx.TensorProto.INT64, [30])],
+        [out], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)], ir_version=8)
+
+
+def _pooling_feed() -> dict:
+    rng = np.random.default_rng(0)
+    xy = rng.uniform(0, 150, (30, 2))
+    return {"x": (rng.standard_normal((1, 8, 40, 48)) * 100).astype(np.float32),
+            "boxes": np.concatenate([xy, xy + rng.uniform(20, 150, (30, 2))], 1
+                                    ).astype(np.float32),
+            "batch": np.zeros(30, np.int64)}
+
+
+def test_outputs_that_differ_by_rounding_a_selection_magnified_are_no_defect(tmp_path, capsys):
+    """convert moves a RoiAlign onto ort_roi's kernel, whose sums round otherwise in the last
+    bit; a threshold set between the two kernels' values of one bin flips a Greater. The
+    graph's output differs, but the rewritten node, fed the same, agrees to rounding: validate
+    says so (a rounding difference magnified by the graph's selection), not "a defect"."""
+    from ort_roi.cli.effect import ROUNDING, convert_effect
+    from ort_roi.cli.verdicts import print_validation
+    from tests.test_origin import convert as convert_quietly
+
+    f = _pooling_feed()
+    plain = _pooling_then()
+    native = ort.InferenceSession(plain.SerializeToString(), providers=["CPUExecutionProvider"]
+                                  ).run(None, f)[0]
+    ours = ort.InferenceSession(convert_quietly(plain)[0].SerializeToString(),
+                                ort_roi.session_options(), providers=["CPUExecutionProvider"]
+                                ).run(None, f)[0]
+    apart = np.argwhere(native != ours)
+    assert len(apart), "the kernels round alike on every bin: pick other inputs"
+    assert np.abs(native - ours).max() <= ROUNDING * np.abs(native).max()
+    at = tuple(apart[0])
+    m = _pooling_then(min(native[at], ours[at]))
+    conv, done = convert_quietly(m)
+    e = convert_effect(m, conv, done, f)
+    assert e.differs == ["flags: 1 of 11760 values differ"], e.differs
+    assert not e.at_rewrite and "no defect of ort_roi's" in e.rounding, e
+    assert "fed the same inputs computes what the graph did, to rounding" in e.rounding
+    assert "selections, Greater x1," in e.rounding
+    v = validate(m, inputs=f)
+    assert v.verdict == "OK" and v.effect.rounding == e.rounding
+    print_validation("m.onnx", v)
+    out = capsys.readouterr().out
+    assert "flags: 1 of 11760 values differ" in out and "please report it" not in out, out
+
+
+def test_a_rewritten_node_that_computes_otherwise_is_named_as_a_defect(capsys):
+    """The same check finds a rewrite that does change the numbers: a converted graph whose
+    ort_roi node pools at another scale, fed the same inputs, differs beyond rounding and is
+    named."""
+    from ort_roi.cli.effect import convert_effect
+    from tests.test_origin import convert as convert_quietly
+
+    m = _pooling_then()
+    conv, done = convert_quietly(m)
+    wrong, _ = convert_quietly(_pooling_then(scale=0.3))
+    e = convert_effect(m, wrong, done, _pooling_feed())
+    assert e.differs and e.rounding is None
+    assert len(e.at_rewrite) == 1 and e.at_rewrite[0].startswith(
+        "node 'pool' (RoiAlign), fed the same, output 'pooled' differs by up to "), e.at_rewrite
+    from ort_roi.cli.verdicts import Validation, print_validation
+    print_validation("m.onnx", Validation(effect=e))
+    out = capsys.readouterr().out
+    assert out.startswith("m.onnx: OK: ") and ("changed them: node 'pool' (RoiAlign), fed the "
+                                                "same, output 'pooled' differs by up to") in out
+    assert "a defect of ort_roi's, please report it" in out, out

@@ -3,18 +3,25 @@ original and the converted graph run on the same inputs in plain sessions, their
 compared and their runs timed side by side (``convert_effect``; ``ort-roi validate`` reports
 it). What convert changes is told by the rewrite itself (``Rewrite.repairs``: an exporter's
 form given its framework's arithmetic); how much that changes the numbers, and how much
-faster the converted graph runs, is measured here on the inputs given."""
+faster the converted graph runs, is measured here on the inputs given. Where the outputs
+differ though no repair was made, the rewritten nodes' own outputs are compared too
+(``trace``): a difference at the rewrite is a defect of ort_roi's; rounding there that the
+graph's later selections (TopK, NonMaxSuppression, a comparison) turned into other picks is
+not, and is said to be rounding."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 
+from ..graph.nodes import copy_model
 from ..graph.rewrite import Rewrite
+from ..spec import DOMAIN
 from .bench_timing import time_together
 from .compare import ATOL, RTOL, OpErrors, plain_session
 
@@ -22,6 +29,14 @@ from .compare import ATOL, RTOL, OpErrors, plain_session
 #: fewer where the two runs take longer than BUDGET_S seconds together (at least one).
 ROUNDS = 5
 BUDGET_S = 2.0
+#: A rewritten node's output agrees with the original graph's to rounding where their largest
+#: |difference| is at most this fraction of the largest |value| (float32's eps is 1.2e-7: the
+#: same sums in another order differ by a few eps of the values summed).
+ROUNDING = 1e-5
+#: Ops whose outputs jump when a rounding-level change of their inputs crosses a tie or a
+#: threshold: a graph's picks (detections, levels) may differ from such rounding alone.
+SELECTIONS = ("TopK", "NonMaxSuppression", "ArgMax", "ArgMin", "NonZero", "Greater", "Less",
+              "GreaterOrEqual", "LessOrEqual", "Floor", "Ceil", "Round")
 
 
 @dataclass
@@ -31,8 +46,12 @@ class Effect:
     ``rewrite``: what the rewrite did (``moved``, ``repairs``, ``notes``); ``differs``: one
     line per graph output whose values (or shape) differ between the original and the
     converted graph beyond ATOL + RTOL x |value|; ``max_diff``: the largest |difference| over
-    the float outputs of equal shape; ``native_s`` / ``converted_s``: median seconds per run;
-    ``error``: why the comparison could not be made (the converted graph failed to run).
+    the float outputs of equal shape; ``native_s`` / ``converted_s``: median seconds per run
+    over ``rounds`` interleaved rounds;
+    ``error``: why the comparison could not be made (the converted graph failed to run);
+    ``at_rewrite`` / ``rounding``: where outputs differ without a repair, ``trace``'s
+    findings (the rewritten nodes' outputs that differ beyond rounding, or the words saying
+    they agree to rounding; both empty where it could not tell).
     """
 
     rewrite: Rewrite
@@ -40,7 +59,10 @@ class Effect:
     max_diff: float = 0.0
     native_s: float | None = None
     converted_s: float | None = None
+    rounds: int = 0
     error: str | None = None
+    at_rewrite: list[str] = field(default_factory=list)
+    rounding: str | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -108,6 +130,7 @@ def convert_effect(model: onnx.ModelProto, converted: onnx.ModelProto, done: Rew
                                "converted": lambda: ours.run(names, feed)}, rounds,
                               min_sample_s=0, warmup=False)
             effect.native_s, effect.converted_s = t["native"][0], t["converted"][0]
+            effect.rounds = rounds
     except Exception as e:  # noqa: BLE001 - onnxruntime's refusal is the finding
         effect.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
         return effect
@@ -118,4 +141,93 @@ def convert_effect(model: onnx.ModelProto, converted: onnx.ModelProto, done: Rew
         effect.max_diff = max(effect.max_diff, worst)
         if line is not None:
             effect.differs.append(line)
+    if effect.differs and not done.repairs:
+        try:
+            effect.at_rewrite, effect.rounding = trace(model, converted, feed)
+        except Exception:  # noqa: BLE001 - untraced: the report says it could not tell
+            logging.getLogger("ort_roi").debug("trace failed", exc_info=True)
     return effect
+
+
+def trace(model: onnx.ModelProto, converted: onnx.ModelProto,
+          feed: dict[str, np.ndarray]) -> tuple[list[str], str | None]:
+    """Where a rewrite that computes the same changed the graph's outputs: each ort_roi node
+    of the converted graph (a node's rewrite or a fused stage), its outputs and what feeds it
+    (traced back to tensors the original graph computes too) from both graphs on ``feed``,
+    compared. A node fed the same (to ``ROUNDING``; integers equal) whose output differs
+    beyond rounding is a defect; one fed otherwise (a selection upstream picked other boxes)
+    inherits the difference.
+
+    Returns:
+        (one line per node fed the same whose output differs beyond rounding, and None) or,
+        when there is none, ([], the words saying the rewrite agrees to rounding and which of
+        the graph's ``SELECTIONS`` may have turned that into other picks). ([], None) when no
+        node's output is a tensor of the original graph's top level.
+    """
+    made = {o for n in model.graph.node for o in n.output}
+    producer = {o: n for n in converted.graph.node for o in n.output}
+
+    def frontier(name: str, depth: int = 0) -> set[str]:
+        """The tensors of the original graph that ``name`` is computed from (itself if it is
+        one; graph inputs and constants, the same in both, left out)."""
+        if name in made or name not in producer or depth > 64:
+            return {name} & made
+        return set().union(*(frontier(i, depth + 1) for i in producer[name].input if i))
+
+    ours = [n for n in converted.graph.node if n.domain == DOMAIN]
+    fed = [sorted(set().union(*(frontier(i) for i in n.input if i))) for n in ours]
+    outs = [[o for o in n.output if o in made] for n in ours]
+    names = list(dict.fromkeys(t for f, o in zip(fed, outs) for t in f + o))
+    if not any(outs):
+        return [], None
+    got = {name: _agreement(x, y) for name, x, y in
+           zip(names, _run_for(model, names, feed), _run_for(converted, names, feed))}
+    beyond, worst = [], (0.0, 0.0)
+    for node, f, o in zip(ours, fed, outs):
+        if not all(got[t][0] for t in f):
+            continue  # fed otherwise: the difference came from upstream
+        for name in o:
+            ok, d, s = got[name]
+            if not ok:
+                beyond.append(f"node {node.name!r} ({node.op_type}), fed the same, output "
+                              f"{name!r} " + (f"differs by up to {d:.3g} on values up to "
+                                              f"{s:.3g}" if s == s else "differs"))
+            elif d * max(worst[1], 1e-300) >= worst[0] * max(s, 1e-300):  # the largest d / s
+                worst = (d, s)
+    if beyond:
+        return beyond, None
+    picks = Counter(n.op_type for n in model.graph.node if n.op_type in SELECTIONS)
+    which = ", ".join(f"{op} x{k}" for op, k in sorted(picks.items()))
+    return [], (f"each rewritten node fed the same inputs computes what the graph did, to "
+                f"rounding: largest |diff| {worst[0]:.3g} on values up to {worst[1]:.3g}, "
+                f"within {ROUNDING:g} of them; the rest is the same onnxruntime nodes, which "
+                f"magnified that rounding"
+                + (f" (the graph's selections, {which}, pick otherwise where near-equal "
+                   f"values swap)" if picks else "")
+                + ": no defect of ort_roi's")
+
+
+def _agreement(x, y) -> tuple[bool, float, float]:
+    """(whether a tensor from both graphs agrees: floats to ROUNDING of the largest |value|,
+    anything else equal; the largest |difference|; the largest |value|; NaN for a shape or
+    a non-float difference)."""
+    x, y = np.asarray(x), np.asarray(y)
+    if x.shape != y.shape:
+        return False, np.nan, np.nan
+    if x.dtype.kind not in "fc":
+        return bool(np.array_equal(x, y)), np.nan, np.nan
+    if not x.size:
+        return True, 0.0, 0.0
+    x, y = x.astype(np.float64), y.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        d, s = float(np.max(np.abs(x - y))), float(np.max(np.abs(x)))
+    return bool(d <= ROUNDING * s), d, s
+
+
+def _run_for(model: onnx.ModelProto, names: list[str], feed: dict) -> list:
+    """``model``'s tensors ``names`` on ``feed`` (made graph outputs where they are not)."""
+    m = copy_model(model)
+    have = {o.name for o in m.graph.output}
+    m.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names
+                          if n not in have)
+    return plain_session(m).run(names, feed)

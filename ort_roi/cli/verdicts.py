@@ -106,9 +106,17 @@ def _print_effect(e: Effect, indent: str) -> None:
     elif e.differs:
         print(f"{indent}  on these inputs the converted graph's outputs differ: "
               + "; ".join(e.differs))
-        if not done.repairs:
-            print(f"{indent}  (a rewrite that should compute the same changed them: a defect of "
-                  f"ort_roi's, please report it; the model as it is is not affected)")
+        if e.rounding is not None:
+            print(f"{indent}  ({e.rounding})")
+        elif e.at_rewrite:
+            print(f"{indent}  (a rewrite that should compute the same changed them: "
+                  + "; ".join(e.at_rewrite) + ": a defect of ort_roi's, please report it; the "
+                  "model as it is is not affected)")
+        elif not done.repairs:
+            print(f"{indent}  (a rewrite that should compute the same changed them, and which "
+                  f"rewritten node did could not be told here: unless it is rounding that the "
+                  f"graph's later steps magnified, a defect of ort_roi's, please report it; "
+                  f"the model as it is is not affected)")
     else:
         print(f"{indent}  on these inputs the converted graph's outputs are the same (max "
               f"|diff| {e.max_diff:.3g}, within {ATOL:g} + {RTOL:g} x |value|)"
@@ -116,7 +124,9 @@ def _print_effect(e: Effect, indent: str) -> None:
                  if done.repairs else ""))
     if e.speedup is not None:
         print(f"{indent}  speed on these inputs: {e.native_s * 1e3:.3g} ms as it is, "
-              f"{e.converted_s * 1e3:.3g} ms converted ({e.speedup:.2f}x)")
+              f"{e.converted_s * 1e3:.3g} ms converted ({e.speedup:.2f}x; "
+              + ("one round each: a rough measure" if e.rounds == 1 else
+                 f"median of {e.rounds} interleaved rounds") + ")")
     for note in done.notes:
         print(f"{indent}  note: {note}")
 
