@@ -404,3 +404,19 @@ def test_a_scatter_nd_merge_of_mmcv_roi_align_is_named_not_fused(tmp_path, capsy
     onnx.save(m, path)
     assert cli.main(["info", path]) == 0
     assert want in capsys.readouterr().out
+
+
+def test_the_stage_floor_is_the_fused_graph_with_a_kernel_that_hands_back_its_output():
+    """The stage benches' "bridge alone" (bench_peers.graph_floor): the fused stage in a real
+    session whose one ort_roi node's kernel returns the given output at once; the graph's
+    own nodes still run, and the op's real kernel is left as it was."""
+    from ort_roi.cli.bench_peers import graph_floor
+
+    conv, _ = convert_quietly(_stage("mask", 16))
+    f = _stage_feed()
+    y = run(conv, f)[0]
+    marker = np.full_like(y, 7.5)
+    np.testing.assert_array_equal(graph_floor(conv, f, marker)(), marker)
+    np.testing.assert_array_equal(run(conv, f)[0], y)
+    with pytest.raises(ValueError, match="one node of domain 'ort_roi', it holds 0"):
+        graph_floor(_stage("mask", 16), f, marker)

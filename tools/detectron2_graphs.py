@@ -303,11 +303,13 @@ def bench(repeat: int) -> None:
     """Each committed stage graph native (a plain session) against converted (fused), timed
     together in interleaved rounds, twice: back to back (each run meets the other session's
     spinning intra-op threads) and settled (``SETTLE_S`` between runs: each run on quiet
-    cores, as one session alone); prints the medians and the median of the per-round ratios."""
+    cores, as one session alone); prints the medians and the median of the per-round ratios,
+    and, settled, the fused graph's bridge alone (``bench_peers.graph_floor``)."""
     import onnx
     import onnxruntime as ort
 
     import ort_roi
+    from ort_roi.cli.bench_peers import graph_floor
 
     for kind in POOLED:
         for opset in (11, 16):
@@ -321,10 +323,11 @@ def bench(repeat: int) -> None:
                                      providers=["CPUExecutionProvider"])
             b = ort.InferenceSession(conv.SerializeToString(), ort_roi.session_options(),
                                      providers=["CPUExecutionProvider"])
+            floor = graph_floor(conv, feed, b.run(None, feed)[0])
             print(f"{kind} {POOLED[kind]}x{POOLED[kind]} opset {opset}, "
                   f"{len(feed['boxes'])} boxes: "
                   + stage_rounds(lambda a=a, f=feed: a.run(None, f)[0],
-                                 lambda b=b, f=feed: b.run(None, f)[0], repeat))
+                                 lambda b=b, f=feed: b.run(None, f)[0], repeat, floor))
 
 
 #: The pause between runs of the settled rounds (onnxruntime's intra-op threads spin ~40 ms
@@ -346,22 +349,30 @@ class ReuseFreedMemory(argparse.Action):
         setattr(namespace, self.dest, True)
 
 
-def stage_rounds(native, fused, repeat: int) -> str:
+def stage_rounds(native, fused, repeat: int, floor=None) -> str:
     """A stage's native and fused runs timed together in ``repeat`` interleaved rounds, back
     to back and settled (``SETTLE_S``): the medians, the median of the per-round ratios and
-    the largest difference of the outputs, as a line (detectron2's and MMDeploy's benches)."""
+    the largest difference of the outputs, as a line (detectron2's and MMDeploy's benches).
+    ``floor`` (``bench_peers.graph_floor`` of the fused graph) is timed in the settled rounds
+    too: the fused graph with a kernel that returns at once, what the bridge alone costs."""
     import numpy as np
 
     from ort_roi.cli.bench_timing import round_ratios, time_together
 
     parts = []
     for how, settle in (("back to back", 0.0), ("settled", SETTLE_S)):
-        t = time_together({"native": native, "fused": fused}, repeat, 0, settle_s=settle)
+        runners = {"native": native, "fused": fused}
+        if floor is not None and settle:
+            runners["floor"] = floor
+        t = time_together(runners, repeat, 0, settle_s=settle)
         diff = float(np.abs(t["native"][1] - t["fused"][1]).max())
         ratios = round_ratios(t["native"][2], t["fused"][2])
         parts.append(f"{how}: native {t['native'][0] * 1e3:.1f} ms, fused "
-                     f"{t['fused'][0] * 1e3:.1f} ms, native / fused "
-                     f"{ratios[len(ratios) // 2]:.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})")
+                     f"{t['fused'][0] * 1e3:.1f} ms"
+                     + (f" (its bridge alone {t['floor'][0] * 1e3:.1f} ms)" if "floor" in t
+                        else "")
+                     + f", native / fused {ratios[len(ratios) // 2]:.2f}x "
+                       f"({ratios[0]:.2f}-{ratios[-1]:.2f})")
     return "; ".join(parts) + f" (median of {repeat} rounds; max |diff| {diff:.2g})"
 
 

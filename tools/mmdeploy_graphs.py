@@ -279,9 +279,10 @@ def stage_feed(kind: str, seed: int = 0) -> dict:
 
 def bench(out: str, repeat: int) -> None:
     """Each committed stage graph native against fused, in interleaved rounds, back to back
-    and settled (``detectron2_graphs.stage_rounds``)."""
+    and settled, with the fused graph's bridge alone (``detectron2_graphs.stage_rounds``)."""
     import onnx
 
+    from ort_roi.cli.bench_peers import graph_floor
     from tools.detectron2_graphs import stage_rounds
 
     for kind in ("bbox", "mask"):
@@ -290,9 +291,10 @@ def bench(out: str, repeat: int) -> None:
                                                                   f"{opset}.onnx")))
             assert [n.op_type for n in conv.graph.node if n.domain] == ["PyramidRoIAlign_L4"]
             feed = stage_feed(kind)
+            floor = graph_floor(conv, feed, b.run(None, feed)[0])
             print(f"{kind} opset {opset}, {len(feed['rois'])} rois: "
                   + stage_rounds(lambda: a.run(None, feed)[0], lambda: b.run(None, feed)[0],
-                                 repeat))
+                                 repeat, floor))
 
 
 def e2e(models: str, opsets: list[int], repeat: int) -> None:

@@ -1,8 +1,9 @@
 """The runners ``ort-roi bench`` times: ours (``Ours``: one ort_roi op in a plain onnxruntime
 session with ``session_options()``, and ``bridge_floor``: the same session with a kernel that
-only hands back its output) and each peer's, built from arrays: onnxruntime's native node
-(``ort_native``), OpenVINO (``openvino_op``, ``openvino_onnx``), Paddle (``paddle_op``) and
-torchvision (``torchvision_op``). A peer whose framework is not installed is None."""
+only hands back its output; ``graph_floor`` the same inside a whole graph) and each peer's,
+built from arrays: onnxruntime's native node (``ort_native``), OpenVINO (``openvino_op``,
+``openvino_onnx``), Paddle (``paddle_op``) and torchvision (``torchvision_op``). A peer
+whose framework is not installed is None."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from ..graph import builders
+from ..graph.nodes import copy_model
 from ..runtime import bridge
 from ..runtime.session import session_options
 from ..spec import DOMAIN
@@ -52,11 +54,23 @@ def bridge_floor(op: str, feed: dict, y: np.ndarray, **attrs) -> Runner:
     """Our session with the kernel replaced by one that hands back ``y`` at once: what
     onnxruntime-extensions' Python-op bridge costs by itself (X copied in, the output
     copied out, our hook), the least any kernel of ours can take."""
+    return graph_floor(builders.single_op_model(op, **attrs), feed, y)
+
+
+def graph_floor(model, feed: dict, y: np.ndarray) -> Runner:
+    """``model`` (a graph with one ort_roi node, e.g. a stage ``ort-roi convert`` fused) in a
+    plain session with that node's kernel replaced by one that hands back ``y`` at once: the
+    graph's other nodes and the node's bridge (its inputs copied in, ``y`` copied out), the
+    least the graph can take whatever the kernel."""
+    m = copy_model(model)
+    ours = [n for n in m.graph.node if n.domain == DOMAIN]
+    if len(ours) != 1:
+        raise ValueError(f"graph_floor: the graph must hold one node of domain {DOMAIN!r}, "
+                         f"it holds {len(ours)}")
     bridge.register_stand_ins(
         FLOOR_DOMAIN, lambda spec: lambda *args, **kw: _floor_outputs[spec.name])
-    _floor_outputs[op] = y
-    m = builders.single_op_model(op, **attrs)
-    m.graph.node[0].domain = FLOOR_DOMAIN
+    _floor_outputs[ours[0].op_type] = y
+    ours[0].domain = FLOOR_DOMAIN
     for o in m.opset_import:
         if o.domain == DOMAIN:
             o.domain = FLOOR_DOMAIN
