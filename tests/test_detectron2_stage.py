@@ -173,6 +173,7 @@ def test_the_aligned_note_is_torch_onnx_below_opset_16_only():
     _, done = convert_quietly(_stage("mask", 11))
     note = next(n for n in done.notes if "aligned=True" in n)
     assert "opset 11" in note and "opset_version >= 16" in note
+    assert note.startswith("4 RoiAlign node(s) ("), note
     assert all(f"level_poolers.{k}/RoiAlign" in note for k in range(4)), note
     other = _stage("mask", 11)
     other.producer_name = "someone else"

@@ -393,7 +393,7 @@ def torch_aligned_note(model: onnx.ModelProto, g: GraphIndex | None = None
         return [], []
     shown = ", ".join(repr(node_label(n)) for n in ras[:4])
     shown += ", ..." if len(ras) > 4 else ""
-    note = (f"node(s) {shown} (RoiAlign, {len(ras)}): torch.onnx wrote this model at opset "
+    note = (f"{len(ras)} RoiAlign node(s) ({shown}): torch.onnx wrote this model at opset "
             f"{g.opset}, where ONNX RoiAlign has no half-pixel mode, and exports RoIAlign's "
             f"aligned=True (detectron2's ROIAlignV2, torchvision's roi_align(aligned=True)) "
             f"there as aligned=False: if the model pools with aligned=True, this graph "
