@@ -304,7 +304,8 @@ def bench(repeat: int) -> None:
     together in interleaved rounds, twice: back to back (each run meets the other session's
     spinning intra-op threads) and settled (``SETTLE_S`` between runs: each run on quiet
     cores, as one session alone); prints the medians and the median of the per-round ratios,
-    and, settled, the fused graph's bridge alone (``bench_peers.graph_floor``)."""
+    and, settled, the fused graph with a kernel that returns at once
+    (``bench_peers.graph_floor``)."""
     import onnx
     import onnxruntime as ort
 
@@ -354,7 +355,8 @@ def stage_rounds(native, fused, repeat: int, floor=None) -> str:
     to back and settled (``SETTLE_S``): the medians, the median of the per-round ratios and
     the largest difference of the outputs, as a line (detectron2's and MMDeploy's benches).
     ``floor`` (``bench_peers.graph_floor`` of the fused graph) is timed in the settled rounds
-    too: the fused graph with a kernel that returns at once, what the bridge alone costs."""
+    too: the fused graph with a kernel that returns at once (the bridge's copies and the
+    graph's other nodes, e.g. the levels)."""
     import numpy as np
 
     from ort_roi.cli.bench_timing import round_ratios, time_together
@@ -369,8 +371,8 @@ def stage_rounds(native, fused, repeat: int, floor=None) -> str:
         ratios = round_ratios(t["native"][2], t["fused"][2])
         parts.append(f"{how}: native {t['native'][0] * 1e3:.1f} ms, fused "
                      f"{t['fused'][0] * 1e3:.1f} ms"
-                     + (f" (its bridge alone {t['floor'][0] * 1e3:.1f} ms)" if "floor" in t
-                        else "")
+                     + (f" (with a kernel that returns at once {t['floor'][0] * 1e3:.1f} ms)"
+                        if "floor" in t else "")
                      + f", native / fused {ratios[len(ratios) // 2]:.2f}x "
                        f"({ratios[0]:.2f}-{ratios[-1]:.2f})")
     return "; ".join(parts) + f" (median of {repeat} rounds; max |diff| {diff:.2g})"

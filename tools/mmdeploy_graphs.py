@@ -279,7 +279,8 @@ def stage_feed(kind: str, seed: int = 0) -> dict:
 
 def bench(out: str, repeat: int) -> None:
     """Each committed stage graph native against fused, in interleaved rounds, back to back
-    and settled, with the fused graph's bridge alone (``detectron2_graphs.stage_rounds``)."""
+    and settled, with the fused graph's kernel returning at once beside them
+    (``detectron2_graphs.stage_rounds``)."""
     import onnx
 
     from ort_roi.cli.bench_peers import graph_floor

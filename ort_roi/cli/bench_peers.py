@@ -59,9 +59,11 @@ def bridge_floor(op: str, feed: dict, y: np.ndarray, **attrs) -> Runner:
 
 def graph_floor(model, feed: dict, y: np.ndarray) -> Runner:
     """``model`` (a graph with one ort_roi node, e.g. a stage ``ort-roi convert`` fused) in a
-    plain session with that node's kernel replaced by one that hands back ``y`` at once: the
-    graph's other nodes and the node's bridge (its inputs copied in, ``y`` copied out), the
-    least the graph can take whatever the kernel."""
+    plain session with that node's kernel replaced by one that hands back ``y`` (what the
+    node computes on ``feed``) at once: the graph's other nodes and the node's bridge (its
+    inputs copied in, ``y`` copied out), the least the graph can take whatever the kernel.
+    The stand-ins are one per op type: each runner hands back the ``y`` of the latest
+    ``graph_floor`` / ``bridge_floor`` for its op."""
     m = copy_model(model)
     ours = [n for n in m.graph.node if n.domain == DOMAIN]
     if len(ours) != 1:

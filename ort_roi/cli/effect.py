@@ -152,76 +152,150 @@ def convert_effect(model: onnx.ModelProto, converted: onnx.ModelProto, done: Rew
 def trace(model: onnx.ModelProto, converted: onnx.ModelProto,
           feed: dict[str, np.ndarray]) -> tuple[list[str], str | None]:
     """Where a rewrite that computes the same changed the graph's outputs: each ort_roi node
-    of the converted graph (a node's rewrite or a fused stage), its outputs and what feeds it
-    (traced back to tensors the original graph computes too) from both graphs on ``feed``,
-    compared. A node fed the same (to ``ROUNDING``; integers equal) whose output differs
-    beyond rounding is a defect; one fed otherwise (a selection upstream picked other boxes)
-    inherits the difference.
+    of the converted graph (a node's rewrite or a fused stage) is compared through tensors
+    both graphs compute: what feeds it (traced back from its inputs) and what it makes
+    (traced forward from its outputs through nodes only the converted graph has, such as a
+    Cast back to the graph's type). A node fed exactly the same whose output differs beyond
+    rounding is a defect; one fed otherwise (a selection upstream picked other boxes)
+    inherits its difference and is not judged. The tensors are read in runs that expose them
+    as outputs (onnxruntime fuses nothing across them there).
+
+    Args:
+        model: the graph as it is.
+        converted: what convert made of it.
+        feed: graph input name -> array, for both.
 
     Returns:
-        (one line per node fed the same whose output differs beyond rounding, and None) or,
-        when there is none, ([], the words saying the rewrite agrees to rounding and which of
-        the graph's ``SELECTIONS`` may have turned that into other picks). ([], None) when no
-        node's output is a tensor of the original graph's top level.
+        (one line per node fed the same whose output differs beyond ``ROUNDING``, None); or,
+        when at least one node fed the same was compared and none differs, ([], the words
+        saying so); ([], None) when no node could be compared.
     """
     made = {o for n in model.graph.node for o in n.output}
-    producer = {o: n for n in converted.graph.node for o in n.output}
-
-    def frontier(name: str, depth: int = 0) -> set[str]:
-        """The tensors of the original graph that ``name`` is computed from (itself if it is
-        one; graph inputs and constants, the same in both, left out)."""
-        if name in made or name not in producer or depth > 64:
-            return {name} & made
-        return set().union(*(frontier(i, depth + 1) for i in producer[name].input if i))
-
+    behind = _reach(converted, made, back=True)
+    ahead = _reach(converted, made, back=False)
     ours = [n for n in converted.graph.node if n.domain == DOMAIN]
-    fed = [sorted(set().union(*(frontier(i) for i in n.input if i))) for n in ours]
-    outs = [[o for o in n.output if o in made] for n in ours]
-    names = list(dict.fromkeys(t for f, o in zip(fed, outs) for t in f + o))
-    if not any(outs):
+    fed = [behind([i for i in n.input if i]) for n in ours]
+    outs = [ahead([o for o in n.output if o]) for n in ours]
+    if not any(o for o in outs if o is not None):
         return [], None
-    got = {name: _agreement(x, y) for name, x, y in
-           zip(names, _run_for(model, names, feed), _run_for(converted, names, feed))}
-    beyond, worst = [], (0.0, 0.0)
+    names = list(dict.fromkeys(t for f, o in zip(fed, outs) if f is not None and o
+                               for t in f + o))
+    got = dict(zip(names, zip(_run_for(model, names, feed), _run_for(converted, names, feed))))
+    beyond, worst, checked, other = [], (0.0, 0.0), 0, 0
     for node, f, o in zip(ours, fed, outs):
-        if not all(got[t][0] for t in f):
-            continue  # fed otherwise: the difference came from upstream
+        if f is None or not o:
+            continue  # not traced
+        if not all(_same(*got[t]) for t in f):
+            other += 1  # fed otherwise: its difference came from upstream
+            continue
+        checked += 1
         for name in o:
-            ok, d, s = got[name]
+            ok, d, s, how = _agreement(*got[name])
             if not ok:
                 beyond.append(f"node {node.name!r} ({node.op_type}), fed the same, output "
-                              f"{name!r} " + (f"differs by up to {d:.3g} on values up to "
-                                              f"{s:.3g}" if s == s else "differs"))
+                              f"{name!r} {how}")
             elif d * max(worst[1], 1e-300) >= worst[0] * max(s, 1e-300):  # the largest d / s
                 worst = (d, s)
     if beyond:
         return beyond, None
-    picks = Counter(n.op_type for n in model.graph.node if n.op_type in SELECTIONS)
+    if not checked:
+        return [], None
+    rest = len(ours) - checked - other
+    picks = Counter(n.op_type for n in _all_nodes(converted.graph)
+                    if n.domain != DOMAIN and n.op_type in SELECTIONS)
     which = ", ".join(f"{op} x{k}" for op, k in sorted(picks.items()))
-    return [], (f"each rewritten node fed the same inputs computes what the graph did, to "
-                f"rounding: largest |diff| {worst[0]:.3g} on values up to {worst[1]:.3g}, "
-                f"within {ROUNDING:g} of them; the rest is the same onnxruntime nodes, which "
-                f"magnified that rounding"
-                + (f" (the graph's selections, {which}, pick otherwise where near-equal "
-                   f"values swap)" if picks else "")
-                + ": no defect of ort_roi's")
+    return [], (f"no rewritten node fed the same inputs computes otherwise than the graph did, "
+                f"beyond rounding ({checked} of {len(ours)} checked"
+                + (f", {other} fed other inputs" if other else "")
+                + (f", {rest} not traced" if rest else "")
+                + f"): largest |diff| {worst[0]:.3g} on values up to {worst[1]:.3g}, within "
+                f"{ROUNDING:g} of them; the other nodes are onnxruntime's, and where a value "
+                f"moved by rounding they may pick otherwise"
+                + (f" (this graph's selections: {which})" if picks else "")
+                + ": no defect of ort_roi's in this run")
 
 
-def _agreement(x, y) -> tuple[bool, float, float]:
-    """(whether a tensor from both graphs agrees: floats to ROUNDING of the largest |value|,
-    anything else equal; the largest |difference|; the largest |value|; NaN for a shape or
-    a non-float difference)."""
+def _reach(g: onnx.ModelProto, made: set[str], back: bool):
+    """A function: tensor names of ``g`` -> the tensors of ``made`` they are computed from
+    (``back``; graph inputs and constants, the same in both graphs, left out) or that they
+    lead to through onnxruntime's nodes of ``g`` alone (not ``back``). None where the walk
+    back meets another ort_roi node's or a subgraph node's output of ``g`` alone (what feeds
+    the node cannot be compared then), or passes ``MAX_WALK`` tensors."""
+    step: dict[str, list[str]] = {}
+    opaque: set[str] = set()
+    for n in g.graph.node:
+        if back:
+            for o in n.output:
+                step[o] = [i for i in n.input if i]
+                if n.domain == DOMAIN or _bodies(n):
+                    opaque.add(o)
+        elif n.domain != DOMAIN:  # forward: not through another rewritten node
+            for i in n.input:
+                step.setdefault(i, []).extend(x for x in n.output if x)
+
+    def walk(start: list[str]) -> list[str] | None:
+        found, seen, todo = set(), set(), list(start)
+        while todo:
+            t = todo.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            if t in made:
+                found.add(t)
+                continue
+            if len(seen) > MAX_WALK or t in opaque:
+                return None
+            todo.extend(step.get(t, []))
+        return sorted(found)
+
+    return walk
+
+
+#: Tensors a trace walks through at most, either way, for one node.
+MAX_WALK = 256
+
+
+def _bodies(n: onnx.NodeProto) -> list[onnx.GraphProto]:
+    return [a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH] + [
+        g for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
+
+
+def _all_nodes(g: onnx.GraphProto):
+    """The nodes of ``g`` and of every subgraph in it."""
+    for n in g.node:
+        yield n
+        for body in _bodies(n):
+            yield from _all_nodes(body)
+
+
+def _same(x, y) -> bool:
+    """Whether a tensor from both graphs is the same, bit for bit (NaN where NaN)."""
+    x, y = np.asarray(x), np.asarray(y)
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    if x.dtype.kind in "fc":
+        return bool(np.array_equal(x, y, equal_nan=True))
+    return bool(np.array_equal(x, y))
+
+
+def _agreement(x, y) -> tuple[bool, float, float, str]:
+    """Whether a node's output from both graphs agrees: floats where they differ within
+    ROUNDING of the largest finite |value| (inf or NaN only where both have it), anything else
+    equal. Returns (agrees, the largest |difference|, the largest |value|, what differs)."""
     x, y = np.asarray(x), np.asarray(y)
     if x.shape != y.shape:
-        return False, np.nan, np.nan
-    if x.dtype.kind not in "fc":
-        return bool(np.array_equal(x, y)), np.nan, np.nan
-    if not x.size:
-        return True, 0.0, 0.0
+        return False, np.nan, np.nan, f"has shape {list(x.shape)} here, {list(y.shape)} converted"
+    if x.dtype.kind not in "fc" or y.dtype.kind not in "fc":
+        n = int(np.count_nonzero(x != y))
+        return not n, np.nan, np.nan, f"differs in {n} of {x.size} values"
     x, y = x.astype(np.float64), y.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        d, s = float(np.max(np.abs(x - y))), float(np.max(np.abs(x)))
-    return bool(d <= ROUNDING * s), d, s
+    apart = ~((x == y) | (np.isnan(x) & np.isnan(y)))
+    finite = np.isfinite(x)
+    s = float(np.max(np.abs(x[finite]), initial=0.0))
+    if (apart & ~(finite & np.isfinite(y))).any():
+        return False, np.inf, s, "differs where a value is infinite or NaN"
+    d = float(np.max(np.abs(x - y)[apart], initial=0.0))
+    return d <= ROUNDING * s, d, s, f"differs by up to {d:.3g} on values up to {s:.3g}"
 
 
 def _run_for(model: onnx.ModelProto, names: list[str], feed: dict) -> list:

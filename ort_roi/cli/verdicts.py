@@ -114,7 +114,7 @@ def _print_effect(e: Effect, indent: str) -> None:
                   "model as it is is not affected)")
         elif not done.repairs:
             print(f"{indent}  (a rewrite that should compute the same changed them, and which "
-                  f"rewritten node did could not be told here: unless it is rounding that the "
+                  f"rewritten node did could not be traced: unless it is rounding that the "
                   f"graph's later steps magnified, a defect of ort_roi's, please report it; "
                   f"the model as it is is not affected)")
     else:
