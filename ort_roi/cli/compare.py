@@ -2,7 +2,8 @@
 onnxruntime beside onnx.reference running the definitions (``compare_with_reference``, what
 the demo reports), and one RoI node's outputs captured in a run beside its definition on the
 inputs the run fed it (``compare_node``, what ``ort-roi validate`` reports); ``run_plain``,
-a run in a plain session with ort_roi.session_options()."""
+a run in a plain session with ort_roi.session_options(), and ``run_exposing``, one that
+also reads tensors inside the graph."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 import onnxruntime as ort
+from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from ..errors import RoiOpError, node_label
 from ..graph import reference
+from ..graph.nodes import copy_model
 from ..ops import form
 from ..runtime.session import InferenceSession, session_options
 from ..spec import OpSpec
@@ -120,6 +123,35 @@ def run_plain(model: onnx.ModelProto, inputs: dict) -> tuple:
     finally:
         logger.removeHandler(handler)
     return sess, got, handler.messages
+
+
+def run_exposing(model: onnx.ModelProto, names: list[str],
+                 feed: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """One run of ``model`` in a plain session with the tensors ``names`` added to a copy's
+    graph outputs.
+
+    Args:
+        model: the graph.
+        names: the tensors to read (graph inputs and initializers are taken from ``feed``
+            and the model).
+        feed: graph input name -> array.
+
+    Returns:
+        (tensor name -> array: the feed, the initializers named and every graph output, the
+        errors ort_roi's ops logged).
+    """
+    seen: dict[str, np.ndarray] = dict(feed)
+    weights = {i.name: i for i in model.graph.initializer}
+    outputs = {o.name for o in model.graph.output}
+    c = copy_model(model)
+    for x in names:
+        if x in weights and x not in seen:
+            seen[x] = numpy_helper.to_array(weights[x])
+        elif x not in seen and x not in outputs:
+            c.graph.output.append(onnx.ValueInfoProto(name=x))
+    sess, got, errors = run_plain(c, feed)
+    seen.update(zip((o.name for o in sess.get_outputs()), got))
+    return seen, errors
 
 
 def compare_node(node: onnx.NodeProto, seen: dict[str, np.ndarray], onnx_opset: int,

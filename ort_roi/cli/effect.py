@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from ..graph.nodes import copy_model
+from ..graph.nodes import iter_nodes
 from ..graph.rewrite import Rewrite
 from ..spec import DOMAIN
 from .bench_timing import time_together
-from .compare import ATOL, RTOL, OpErrors, plain_session
+from .compare import ATOL, RTOL, OpErrors, plain_session, run_exposing
 
 #: Timed rounds of each graph (after one untimed run of each), interleaved: at most ROUNDS,
 #: fewer where the two runs take longer than BUDGET_S seconds together (at least one).
@@ -180,7 +180,8 @@ def trace(model: onnx.ModelProto, converted: onnx.ModelProto,
         return [], None
     names = list(dict.fromkeys(t for f, o in zip(fed, outs) if f is not None and o
                                for t in f + o))
-    got = dict(zip(names, zip(_run_for(model, names, feed), _run_for(converted, names, feed))))
+    before, after = run_exposing(model, names, feed)[0], run_exposing(converted, names, feed)[0]
+    got = {t: (before[t], after[t]) for t in names}
     beyond, worst, checked, other = [], (0.0, 0.0), 0, 0
     for node, f, o in zip(ours, fed, outs):
         if f is None or not o:
@@ -201,7 +202,7 @@ def trace(model: onnx.ModelProto, converted: onnx.ModelProto,
     if not checked:
         return [], None
     rest = len(ours) - checked - other
-    picks = Counter(n.op_type for n in _all_nodes(converted.graph)
+    picks = Counter(n.op_type for n in iter_nodes(converted.graph)
                     if n.domain != DOMAIN and n.op_type in SELECTIONS)
     which = ", ".join(f"{op} x{k}" for op, k in sorted(picks.items()))
     return [], (f"no rewritten node fed the same inputs computes otherwise than the graph did, "
@@ -213,6 +214,10 @@ def trace(model: onnx.ModelProto, converted: onnx.ModelProto,
                 f"moved by rounding they may pick otherwise"
                 + (f" (this graph's selections: {which})" if picks else "")
                 + ": no defect of ort_roi's in this run")
+
+
+#: Tensors a trace walks through at most, either way, for one node.
+MAX_WALK = 256
 
 
 def _reach(g: onnx.ModelProto, made: set[str], back: bool):
@@ -227,7 +232,7 @@ def _reach(g: onnx.ModelProto, made: set[str], back: bool):
         if back:
             for o in n.output:
                 step[o] = [i for i in n.input if i]
-                if n.domain == DOMAIN or _bodies(n):
+                if n.domain == DOMAIN or _has_subgraphs(n):
                     opaque.add(o)
         elif n.domain != DOMAIN:  # forward: not through another rewritten node
             for i in n.input:
@@ -251,31 +256,15 @@ def _reach(g: onnx.ModelProto, made: set[str], back: bool):
     return walk
 
 
-#: Tensors a trace walks through at most, either way, for one node.
-MAX_WALK = 256
-
-
-def _bodies(n: onnx.NodeProto) -> list[onnx.GraphProto]:
-    return [a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH] + [
-        g for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
-
-
-def _all_nodes(g: onnx.GraphProto):
-    """The nodes of ``g`` and of every subgraph in it."""
-    for n in g.node:
-        yield n
-        for body in _bodies(n):
-            yield from _all_nodes(body)
+def _has_subgraphs(n: onnx.NodeProto) -> bool:
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+               for a in n.attribute)
 
 
 def _same(x, y) -> bool:
     """Whether a tensor from both graphs is the same, bit for bit (NaN where NaN)."""
     x, y = np.asarray(x), np.asarray(y)
-    if x.shape != y.shape or x.dtype != y.dtype:
-        return False
-    if x.dtype.kind in "fc":
-        return bool(np.array_equal(x, y, equal_nan=True))
-    return bool(np.array_equal(x, y))
+    return x.dtype == y.dtype and bool(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"))
 
 
 def _agreement(x, y) -> tuple[bool, float, float, str]:
@@ -296,12 +285,3 @@ def _agreement(x, y) -> tuple[bool, float, float, str]:
         return False, np.inf, s, "differs where a value is infinite or NaN"
     d = float(np.max(np.abs(x - y)[apart], initial=0.0))
     return d <= ROUNDING * s, d, s, f"differs by up to {d:.3g} on values up to {s:.3g}"
-
-
-def _run_for(model: onnx.ModelProto, names: list[str], feed: dict) -> list:
-    """``model``'s tensors ``names`` on ``feed`` (made graph outputs where they are not)."""
-    m = copy_model(model)
-    have = {o.name for o in m.graph.output}
-    m.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names
-                          if n not in have)
-    return plain_session(m).run(names, feed)

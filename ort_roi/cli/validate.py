@@ -12,7 +12,6 @@ from typing import Callable
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from ..errors import RoiOpError, first_line, node_label
 from ..graph import schemas
@@ -23,7 +22,7 @@ from ..graph.nodes import copy_model, given_attrs, iter_nodes, node_attrs, opset
 from ..graph.rewrite import rewrite
 from ..ops import form
 from ..runtime.probe import plain_session_error
-from .compare import compare_node, run_plain
+from .compare import compare_node, run_exposing
 from .effect import convert_effect
 from .verdicts import EXIT, Validation, print_validation
 
@@ -217,7 +216,8 @@ def _check_and_run(m: onnx.ModelProto, v: Validation, feed: dict[str, np.ndarray
     try:
         say(f"running it in onnxruntime on generated inputs, the inputs and outputs of "
             f"{len(nodes)} RoI node(s) exposed")
-        seen, errors = _run_exposed(m, nodes, feed)
+        seen, errors = run_exposing(
+            m, list(dict.fromkeys(x for n in nodes for x in [*n.input, *n.output] if x)), feed)
     except Exception as e:  # noqa: BLE001 - onnxruntime's whole message is the finding
         v.problems.append(("run", f"{type(e).__name__}: {str(e).strip()}"))
         return
@@ -246,26 +246,6 @@ def _check_and_run(m: onnx.ModelProto, v: Validation, feed: dict[str, np.ndarray
         else:
             v.problems.append(("definition", line))
         say(f"node {i}/{len(nodes)}: {'OK' if ok else 'FAILED'} ({time.perf_counter() - t:.1f} s)")
-
-
-def _run_exposed(m: onnx.ModelProto, nodes: list[onnx.NodeProto],
-                 feed: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """One run of ``m`` in a plain session with the inputs and outputs of ``nodes`` added to
-    a copy's graph outputs: every tensor they read or write (graph inputs and initializers
-    from the feed and the model), and the errors ort_roi's ops logged."""
-    names = list(dict.fromkeys(x for n in nodes for x in [*n.input, *n.output] if x))
-    seen: dict[str, np.ndarray] = dict(feed)
-    weights = {i.name: i for i in m.graph.initializer}
-    outputs = {o.name for o in m.graph.output}
-    c = copy_model(m)
-    for x in names:
-        if x in weights and x not in seen:
-            seen[x] = numpy_helper.to_array(weights[x])
-        elif x not in seen and x not in outputs:
-            c.graph.output.append(onnx.ValueInfoProto(name=x))
-    sess, got, errors = run_plain(c, feed)
-    seen.update(zip((o.name for o in sess.get_outputs()), got))
-    return seen, errors
 
 
 def _check(m: onnx.ModelProto, notes: list[str]) -> None:

@@ -4,9 +4,10 @@ onnxruntime-extensions' Python-op bridge copies every input of a Python op into 
 array on every call. glibc serves a block above its mmap threshold (128 KiB at first,
 raised as such blocks are freed, to 32 MiB at most) with fresh pages from the kernel and
 gives them back when it is freed, so a map larger than that pays, on every call, a page
-fault and the kernel's zeroing for each of its pages before the copy itself: P2 of an 800 x 1088 image (256 x 200 x 272 float32, 55.7 MB) copied into a fresh
-array took 17 ms, into reused memory 7 ms; MMDeploy's Mask R-CNN mask stage (four maps,
-74 MB) spent 23 ms in the bridge before our kernel ran, 13 ms with this (docs/benchmarks.md).
+fault and the kernel's zeroing for each of its pages before the copy itself: P2 of an
+800 x 1088 image (256 x 200 x 272 float32, 55.7 MB) copied into a fresh array took 17 ms,
+into reused memory 7 ms; MMDeploy's Mask R-CNN mask stage (four maps, 74 MB) spent 23 ms in
+the bridge before our kernel ran, 13 ms with this (docs/benchmarks.md).
 
 Served from glibc's heap instead and kept there once freed, the next call's arrays land on
 pages already mapped. The cost is the process's: memory freed by anyone stays with the

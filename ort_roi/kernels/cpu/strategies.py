@@ -9,9 +9,8 @@ them). Every choice the NumPy kernels make is made here.
   weights, in closed form for grids over
   ``EXPLICIT_GRID_MAX``; where the crops cover less than the map, each crop read from the
   NCHW map as it is instead of a copy of the whole map, ``align_crops_in_place``) or
-  "planes" (the same
-  weights applied to the NCHW map as it is, over each crop's rows: no copy, for a few boxes
-  on a map).
+  "planes" (the same weights applied to the NCHW map as it is, over each crop's rows: no
+  copy, for a few boxes on a map).
 - Max pooling (``max_pool``): "small" (masks over the whole map) or "table" (a table of window
   maxima, its lengths a ladder: "powers of two" or "every length").
 - Rotated RoIAlign (``rotated``): "regular" (every sample of a few boxes at once) or
@@ -87,8 +86,8 @@ def force(**choices: Any):
     """Force strategies or tuning on this thread, by name: ``align`` ("small", "taps",
     "crops", "planes"), ``align_weights`` ("explicit", "closed form"), ``taps_step`` (elements),
     ``gemm_max`` (multiply-adds), ``crops_in_place`` (RoIAlign's crops: read from the NCHW map
-    as it is, True, or from an NHWC copy of the whole map, False), ``max_pool`` ("small", "table"), ``table_ladder`` ("powers of two", "every length"),
-    ``table_budget`` (elements), ``table_chunk`` (elements), ``table_run`` (channels),
+    as it is, True, or from an NHWC copy of the whole map, False), ``max_pool`` ("small",
+    "table"), ``table_ladder`` ("powers of two", "every length"), ``table_budget`` (elements), ``table_chunk`` (elements), ``table_run`` (channels),
     ``rotated`` ("regular", "clipped")."""
     for k, v in choices.items():
         if k in NAMES and v not in NAMES[k]:
