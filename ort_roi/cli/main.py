@@ -3,18 +3,18 @@ bench, export-paddle; ``--version``."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Sequence
 
 from .. import __version__
 from . import bench, convert, export_paddle, info, validate
+from .args import Parser
 from .demo import cmd_demo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ort-roi", description="RoI ops for onnxruntime")
+    p = Parser(prog="ort-roi", description="RoI ops for onnxruntime")
     p.add_argument("--version", action="version", version=f"ort-roi {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("demo", help=cmd_demo.__doc__).set_defaults(fn=cmd_demo)

@@ -8,6 +8,7 @@ import argparse
 import pathlib
 import sys
 import time
+import zipfile
 from typing import Callable
 
 import numpy as np
@@ -22,6 +23,7 @@ from ..graph.nodes import copy_model, given_attrs, iter_nodes, node_attrs, opset
 from ..graph.rewrite import rewrite
 from ..ops import form
 from ..runtime.probe import plain_session_error
+from .args import POSITIVE_INT, SECONDS
 from .compare import compare_node, run_exposing
 from .effect import convert_effect
 from .verdicts import EXIT, Validation, print_validation
@@ -85,11 +87,15 @@ def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0, rows: int 
         return v
     if isinstance(model, str):
         say(f"loaded ({time.perf_counter() - t:.1f} s)")
+    weights = {i.name for i in m.graph.initializer}
+    names = [i.name for i in m.graph.input if i.name not in weights]
     unknown = sorted(set(inputs or {}) - {i.name for i in m.graph.input})
     if unknown:
+        lacks = [x for x in names if x not in (inputs or {})]
         v.problems.append(("inputs", f"--inputs holds {', '.join(map(repr, unknown))}, not "
                                      f"input(s) of this graph (its inputs: "
-                                     f"{', '.join(i.name for i in m.graph.input)})"))
+                                     f"{', '.join(names) or 'none'})"
+                           + (f"; it lacks {', '.join(map(repr, lacks))}" if lacks else "")))
         return v
     t = time.perf_counter()
     v.roi_nodes = _plain_session_check(m, v)
@@ -289,12 +295,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 1
     given = None
     if args.inputs:
-        try:
-            with np.load(args.inputs, allow_pickle=False) as f:
-                given = {k: f[k] for k in f.files}
-        except Exception as e:  # noqa: BLE001 - a missing or bad file: say which
-            print(f"ort-roi validate: --inputs {args.inputs}: cannot read it as a NumPy .npz "
-                  f"file ({first_line(e)})", file=sys.stderr)
+        given = read_inputs(args.inputs)
+        if isinstance(given, str):
+            print(f"ort-roi validate: --inputs {args.inputs}: {given}", file=sys.stderr)
             return 1
     verdicts = []
     for path in paths:
@@ -306,9 +309,34 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
         v = validate(path, r=args.rois, rows=args.rows, node_seconds=args.node_seconds,
                      progress=progress if args.verbose else None, inputs=given)
-        print_validation(path, v)
+        print_validation(path, v, inputs_file=args.inputs)
         verdicts.append(v.verdict)
     return EXIT[min(verdicts, key=list(EXIT).index)]
+
+
+def read_inputs(path: str) -> dict[str, np.ndarray] | str:
+    """The arrays of a NumPy .npz file (``numpy.savez``), by name.
+
+    Args:
+        path: the file.
+
+    Returns:
+        name -> array; or the words saying why it cannot be read (no such file, a folder,
+        not an .npz file, a damaged one).
+    """
+    p = pathlib.Path(path)
+    if not p.exists():
+        return "no such file"
+    if p.is_dir():
+        return "a folder, not a NumPy .npz file"
+    if not zipfile.is_zipfile(p):
+        return ("not a NumPy .npz file (numpy.savez writes one: graph input name -> array; "
+                "this file is not a zip archive)")
+    try:
+        with np.load(p, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    except Exception as e:  # noqa: BLE001 - a damaged archive or an object array: say so
+        return f"cannot read it as a NumPy .npz file ({first_line(e)})"
 
 
 def model_files(paths: list[str]) -> list[str]:
@@ -325,12 +353,12 @@ def add_command(sub) -> None:
     p = sub.add_parser("validate", help=cmd_validate.__doc__, description=cmd_validate.__doc__)
     p.add_argument("models", nargs="+", metavar="MODEL",
                    help="ONNX files, or folders (their .onnx files)")
-    p.add_argument("--rois", type=int, default=6,
+    p.add_argument("--rois", type=POSITIVE_INT, default=6,
                    help="boxes in the generated inputs where no declared size fixes them")
-    p.add_argument("--rows", type=int, default=ROWS,
+    p.add_argument("--rows", type=POSITIVE_INT, default=ROWS,
                    help=f"the most rows (boxes) of each RoI node compared with its "
                         f"definition, evenly spaced (default {ROWS})")
-    p.add_argument("--node-seconds", type=float, default=NODE_SECONDS,
+    p.add_argument("--node-seconds", type=SECONDS, default=NODE_SECONDS,
                    help=f"time for each node's comparison; past it the rows compared so far "
                         f"are reported (default {NODE_SECONDS:g})")
     p.add_argument("--inputs", metavar="FILE.npz",

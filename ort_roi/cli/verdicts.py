@@ -61,10 +61,17 @@ class Validation:
 
 
 
-def print_validation(path: str, v: Validation) -> None:
+def print_validation(path: str, v: Validation, inputs_file: str | None = None) -> None:
     """Print ``ort-roi validate``'s answer for one model: the verdict line, then each problem,
     each node compared, the notes, what convert would change (measured) and, for a graph a
-    plain session cannot run, the same of the converted graph."""
+    plain session cannot run, the same of the converted graph.
+
+    Args:
+        path: the model's file, as named.
+        v: the answer.
+        inputs_file: the ``--inputs`` file, where one was given (named in the verdict line
+            where its arrays do not fit the graph).
+    """
     verdict = v.verdict
     load = [msg for step, msg in v.problems if step == "load"]
     if load:  # the file itself: no such file, not a model, ...
@@ -72,6 +79,10 @@ def print_validation(path: str, v: Validation) -> None:
         return
     if verdict == "OK":
         print(f"{path}: OK: {PLAIN} runs it as it is")
+    elif verdict == "UNCHECKED" and inputs_file and any(
+            step == "inputs" and msg.startswith("--inputs") for step, msg in v.problems):
+        print(f"{path}: UNCHECKED: the inputs given ({inputs_file}) do not fit this graph "
+              f"(no finding about the model)")
     elif verdict == "UNCHECKED":
         print(f"{path}: UNCHECKED: the generated inputs cannot satisfy this graph (no finding "
               f"about the model): give your own with --inputs FILE.npz")
