@@ -328,11 +328,11 @@ def test_outputs_that_differ_by_rounding_a_selection_magnified_are_no_defect(cap
     conv, done = convert_quietly(m)
     e = convert_effect(m, conv, done, f)
     assert e.differs == ["flags: 1 of 11760 values differ"], e.differs
-    assert not e.at_rewrite and e.rounding.startswith(
-        "no rewritten node fed the same inputs computes otherwise than the graph did, beyond "
-        "rounding (1 of 1 checked): largest |diff| "), e.rounding
-    assert e.rounding.endswith("(this graph's selections: Greater x1): no defect of ort_roi's "
-                               "in this run"), e.rounding
+    assert not e.at_rewrite and not e.untraced and e.rounding.startswith(
+        "every rewritten node (1 of 1), fed what the original graph fed it, computes what the "
+        "graph did to rounding: largest |diff| "), e.rounding
+    assert e.rounding.endswith("this graph's selections (Greater x1) may pick otherwise: no "
+                               "defect of ort_roi's in this run"), e.rounding
     v = validate(m, inputs=f)
     assert v.verdict == "OK" and v.effect.rounding == e.rounding
     print_validation("m.onnx", v)
@@ -340,17 +340,20 @@ def test_outputs_that_differ_by_rounding_a_selection_magnified_are_no_defect(cap
     assert "flags: 1 of 11760 values differ" in out and "please report it" not in out, out
 
 
-def test_a_node_fed_what_rounding_upstream_changed_is_not_judged():
+def test_a_node_fed_what_rounding_upstream_changed_is_judged_on_what_it_was_fed():
     """The first RoiAlign's rounding flips a Greater whose result moves the second RoiAlign's
-    boxes by 20 px: the second's output differs by far more than rounding, but it was fed
-    other boxes, so it is counted as fed otherwise, not named a defect."""
+    boxes by 20 px: the second's output differs by far more than rounding, but it is judged
+    on the boxes the original graph fed it (its part of the graph run apart), where it agrees:
+    both nodes judged, none a defect. Before, it was skipped as 'fed other inputs'."""
     f = _pooling_feed()
     m = _then(_pooling(), _straddling(_pooling(), f), boxes_of=_pooling())
     conv, done = convert_quietly(m)
     assert [n.name for n in conv.graph.node if n.domain == "ort_roi"] == ["pool", "pool2"]
     e = convert_effect(m, conv, done, f)
     assert e.differs and e.differs[0].startswith("pooled2: "), e.differs
-    assert not e.at_rewrite and "(1 of 2 checked, 1 fed other inputs)" in e.rounding, e
+    assert not e.at_rewrite and not e.untraced, e
+    assert e.rounding.startswith("every rewritten node (2 of 2), fed what the original graph "
+                                 "fed it, computes what the graph did to rounding"), e.rounding
 
 
 def test_a_fused_stage_is_traced_through_the_cast_convert_adds_after_it():
@@ -368,8 +371,8 @@ def test_a_fused_stage_is_traced_through_the_cast_convert_adds_after_it():
     assert len(fused) == 1 and fused[0].output[0] != "pooled"  # renamed, then cast
     e = convert_effect(m, conv, done, f)
     assert e.differs and not e.at_rewrite, e
-    assert "(1 of 1 checked): largest |diff| " in e.rounding and " on values up to 0 " not in \
-        e.rounding, e.rounding
+    assert "every rewritten node (1 of 1), fed what the original graph fed it" in e.rounding \
+        and " on values up to 0 " not in e.rounding, e.rounding
 
 
 def test_a_rewritten_node_that_computes_otherwise_is_named_as_a_defect(capsys):
@@ -382,19 +385,29 @@ def test_a_rewritten_node_that_computes_otherwise_is_named_as_a_defect(capsys):
     e = convert_effect(m, wrong, done, _pooling_feed())
     assert e.differs and e.rounding is None
     assert len(e.at_rewrite) == 1 and e.at_rewrite[0].startswith(
-        "node 'pool' (RoiAlign), fed the same, output 'pooled' differs by up to "), e.at_rewrite
-    print_validation("m.onnx", Validation(effect=e))
+        "node 'pool' (RoiAlign), fed what the original graph fed it, output 'pooled' differs "
+        "by up to "), e.at_rewrite
+    v = Validation(effect=e)
+    assert v.verdict == "DEFECT" and EXIT[v.verdict] == 5
+    print_validation("m.onnx", v)
     out = capsys.readouterr().out
-    assert out.startswith("m.onnx: OK: ") and ("changed them: node 'pool' (RoiAlign), fed the "
-                                                "same, output 'pooled' differs by up to") in out
+    assert out.startswith("m.onnx: DEFECT: ") and ("changed them: node 'pool' (RoiAlign), fed "
+                                                    "what the original graph fed it, output "
+                                                    "'pooled' differs by up to") in out
     assert "a defect of ort_roi's, please report it" in out, out
 
 
 def test_a_difference_that_cannot_be_traced_is_not_called_rounding(capsys):
-    """Where no rewritten node could be compared, the report says it could not tell, and
-    that it is a defect unless it is rounding magnified."""
+    """Where not every rewritten node could be judged, the report says it could not tell,
+    names the node, and the verdict is no OK (before: OK, exit 0)."""
     m = _pooling()
     conv, done = convert_quietly(m)
-    print_validation("m.onnx", Validation(effect=Effect(done, differs=["y: 1 of 9 values differ"])))
+    v = Validation(effect=Effect(done, differs=["y: 1 of 9 values differ"],
+                                 untraced=["node 'pool' (RoiAlign): why"]))
+    assert v.verdict == "DEFECT"
+    print_validation("m.onnx", v)
     out = capsys.readouterr().out
-    assert "which rewritten node did could not be traced" in out and "no defect" not in out, out
+    assert out.startswith("m.onnx: DEFECT: ") and "not every rewritten node could be judged" \
+        in out, out
+    assert "which rewritten node did could not be told" in out and "no defect" not in out, out
+    assert "not judged: node 'pool' (RoiAlign): why" in out, out

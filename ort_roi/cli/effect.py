@@ -4,10 +4,10 @@ compared and their runs timed side by side (``convert_effect``; ``ort-roi valida
 it). What convert changes is told by the rewrite itself (``Rewrite.repairs``: an exporter's
 form given its framework's arithmetic); how much that changes the numbers, and how much
 faster the converted graph runs, is measured here on the inputs given. Where the outputs
-differ though no repair was made, the rewritten nodes' own outputs are compared too
-(``trace``): a difference at the rewrite is a defect of ort_roi's; rounding there that the
+differ though no repair was made, every rewritten node is judged on the inputs the original
+graph fed it (``trace``): a difference there is a defect of ort_roi's; rounding there that the
 graph's later selections (TopK, NonMaxSuppression, a comparison) turned into other picks is
-not, and is said to be rounding."""
+not, and is said to be rounding, only where every rewritten node was judged."""
 
 from __future__ import annotations
 
@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from ..errors import first_line
 from ..graph.nodes import iter_nodes
 from ..graph.rewrite import Rewrite
 from ..spec import DOMAIN
 from .bench_timing import time_together
-from .compare import ATOL, RTOL, OpErrors, plain_session, run_exposing
+from .compare import ATOL, RTOL, OpErrors, plain_session, run_exposing, run_plain
 
 #: Timed rounds of each graph (after one untimed run of each), interleaved: at most ROUNDS,
 #: fewer where the two runs take longer than BUDGET_S seconds together (at least one).
@@ -49,9 +50,10 @@ class Effect:
     the float outputs of equal shape; ``native_s`` / ``converted_s``: median seconds per run
     over ``rounds`` interleaved rounds;
     ``error``: why the comparison could not be made (the converted graph failed to run);
-    ``at_rewrite`` / ``rounding``: where outputs differ without a repair, ``trace``'s
-    findings (the rewritten nodes' outputs that differ beyond rounding, or the words saying
-    they agree to rounding; both empty where it could not tell).
+    ``at_rewrite`` / ``rounding`` / ``untraced``: where outputs differ without a repair,
+    ``trace``'s findings (the rewritten nodes whose outputs differ beyond rounding on what
+    the original graph fed them; the words saying every one agrees to rounding; the nodes it
+    could not judge, with why).
     """
 
     rewrite: Rewrite
@@ -63,6 +65,15 @@ class Effect:
     error: str | None = None
     at_rewrite: list[str] = field(default_factory=list)
     rounding: str | None = None
+    untraced: list[str] = field(default_factory=list)
+
+    @property
+    def defect(self) -> bool:
+        """Whether what convert makes of the graph failed, or computes otherwise without a
+        repair and ``trace`` did not clear every rewritten node (it named one, or could not
+        judge them all): never an OK."""
+        return self.error is not None or bool(
+            self.differs and not self.rewrite.repairs and self.rounding is None)
 
     @property
     def speedup(self) -> float | None:
@@ -143,22 +154,25 @@ def convert_effect(model: onnx.ModelProto, converted: onnx.ModelProto, done: Rew
             effect.differs.append(line)
     if effect.differs and not done.repairs:
         try:
-            effect.at_rewrite, effect.rounding = trace(model, converted, feed)
-        except Exception:  # noqa: BLE001 - untraced: the report says it could not tell
+            effect.at_rewrite, effect.rounding, effect.untraced = trace(model, converted, feed)
+        except Exception as e:  # noqa: BLE001 - untraced: the report says it could not tell
             logging.getLogger("ort_roi").debug("trace failed", exc_info=True)
+            effect.untraced = [f"the trace failed: {type(e).__name__}: {first_line(e)}"]
     return effect
 
 
 def trace(model: onnx.ModelProto, converted: onnx.ModelProto,
-          feed: dict[str, np.ndarray]) -> tuple[list[str], str | None]:
-    """Where a rewrite that computes the same changed the graph's outputs: each ort_roi node
-    of the converted graph (a node's rewrite or a fused stage) is compared through tensors
-    both graphs compute: what feeds it (traced back from its inputs) and what it makes
-    (traced forward from its outputs through nodes only the converted graph has, such as a
-    Cast back to the graph's type). A node fed exactly the same whose output differs beyond
-    rounding is a defect; one fed otherwise (a selection upstream picked other boxes)
-    inherits its difference and is not judged. The tensors are read in runs that expose them
-    as outputs (onnxruntime fuses nothing across them there).
+          feed: dict[str, np.ndarray]) -> tuple[list[str], str | None, list[str]]:
+    """Where a rewrite that computes the same changed the graph's outputs: every ort_roi node
+    of the converted graph (a node's rewrite or a fused stage) is judged on the inputs the
+    original graph fed it. Its part of the converted graph (the node, the nodes convert added
+    before it back to tensors the original graph computes, and after it forward to such
+    tensors, as a Cast back to the graph's type) runs apart in a plain session on the values
+    those tensors had in the original graph's run, and what it makes is compared with what
+    the original graph computed there. So an upstream difference (a selection that picked
+    other boxes) never keeps a node from being judged. A node whose part cannot be cut out
+    (its output reaches only another rewritten node, or a subgraph's node lies in it) is
+    counted as not judged, and then no "no defect" is said.
 
     Args:
         model: the graph as it is.
@@ -166,75 +180,116 @@ def trace(model: onnx.ModelProto, converted: onnx.ModelProto,
         feed: graph input name -> array, for both.
 
     Returns:
-        (one line per node fed the same whose output differs beyond ``ROUNDING``, None); or,
-        when at least one node fed the same was compared and none differs, ([], the words
-        saying so); ([], None) when no node could be compared.
+        (one line per node whose output differs beyond ``ROUNDING`` or whose kernel raised,
+        the words saying every node agrees to rounding (None unless every node was judged
+        and none differs), one line per node not judged, saying why).
     """
-    made = {o for n in model.graph.node for o in n.output}
-    behind = _reach(converted, made, back=True)
-    ahead = _reach(converted, made, back=False)
     ours = [n for n in converted.graph.node if n.domain == DOMAIN]
-    fed = [behind([i for i in n.input if i]) for n in ours]
-    outs = [ahead([o for o in n.output if o]) for n in ours]
-    if not any(o for o in outs if o is not None):
-        return [], None
-    names = list(dict.fromkeys(t for f, o in zip(fed, outs) if f is not None and o
-                               for t in f + o))
-    before, after = run_exposing(model, names, feed)[0], run_exposing(converted, names, feed)[0]
-    got = {t: (before[t], after[t]) for t in names}
-    beyond, worst, checked, other = [], (0.0, 0.0), 0, 0
-    for node, f, o in zip(ours, fed, outs):
-        if f is None or not o:
-            continue  # not traced
-        if not all(_same(*got[t]) for t in f):
-            other += 1  # fed otherwise: its difference came from upstream
+    known = ({o for n in model.graph.node for o in n.output} | set(feed)
+             | {i.name for i in model.graph.initializer})
+    weights = {i.name: i for i in converted.graph.initializer}
+    ahead = _ahead(converted, known - set(feed))
+    parts, untraced = [], []
+    for node in ours:
+        outs = ahead([o for o in node.output if o])
+        part = _part(converted, node, outs or [], known, weights) if outs else \
+            "its output reaches no tensor of the original graph but through another rewritten node"
+        if isinstance(part, str):
+            untraced.append(f"node {node.name!r} ({node.op_type}): {part}")
+        else:
+            parts.append((node, outs, part))
+    names = list(dict.fromkeys(t for _, outs, (_, ins) in parts for t in [*ins, *outs]))
+    before = run_exposing(model, names, feed)[0] if names else {}
+    beyond, worst = [], (0.0, 0.0)
+    for node, outs, (sub, ins) in parts:
+        what = f"node {node.name!r} ({node.op_type})"
+        try:
+            values = {t: before[t] for t in ins}
+            _, got, errors = run_plain(_typed(sub, values), values)
+        except Exception as e:  # noqa: BLE001 - its part would not run apart: not judged
+            untraced.append(f"{what}: its part of the graph would not run apart "
+                            f"({type(e).__name__}: {str(e).strip().splitlines()[0]})")
             continue
-        checked += 1
-        for name in o:
-            ok, d, s, how = _agreement(*got[name])
+        if errors:
+            beyond.append(f"{what}, fed what the original graph fed it, raised: {errors[0]}")
+            continue
+        for name, y in zip(outs, got):
+            ok, d, v, how = _agreement(before[name], y)
             if not ok:
-                beyond.append(f"node {node.name!r} ({node.op_type}), fed the same, output "
+                beyond.append(f"{what}, fed what the original graph fed it, output "
                               f"{name!r} {how}")
-            elif d * max(worst[1], 1e-300) >= worst[0] * max(s, 1e-300):  # the largest d / s
-                worst = (d, s)
-    if beyond:
-        return beyond, None
-    if not checked:
-        return [], None
-    rest = len(ours) - checked - other
+            elif d * max(worst[1], 1e-300) >= worst[0] * max(v, 1e-300):  # the largest d / v
+                worst = (d, v)
+    if beyond or untraced:
+        return beyond, None, untraced
     picks = Counter(n.op_type for n in iter_nodes(converted.graph)
                     if n.domain != DOMAIN and n.op_type in SELECTIONS)
     which = ", ".join(f"{op} x{k}" for op, k in sorted(picks.items()))
-    return [], (f"no rewritten node fed the same inputs computes otherwise than the graph did, "
-                f"beyond rounding ({checked} of {len(ours)} checked"
-                + (f", {other} fed other inputs" if other else "")
-                + (f", {rest} not traced" if rest else "")
-                + f"): largest |diff| {worst[0]:.3g} on values up to {worst[1]:.3g}, within "
-                f"{ROUNDING:g} of them; the other nodes are onnxruntime's, and where a value "
-                f"moved by rounding they may pick otherwise"
-                + (f" (this graph's selections: {which})" if picks else "")
-                + ": no defect of ort_roi's in this run")
+    return [], (f"every rewritten node ({len(ours)} of {len(ours)}), fed what the original "
+                f"graph fed it, computes what the graph did to rounding: largest |diff| "
+                f"{worst[0]:.3g} on values up to {worst[1]:.3g}, within {ROUNDING:g} of them; "
+                + (f"the other nodes are onnxruntime's, and where a value moved by rounding "
+                   f"this graph's selections ({which}) may pick otherwise"
+                   if picks else "the other nodes are onnxruntime's (the graph has no "
+                   "selection): they magnified that rounding")
+                + ": no defect of ort_roi's in this run"), []
+
+
+def _part(g: onnx.ModelProto, node: onnx.NodeProto, outs: list[str], known: set[str],
+          weights: dict) -> tuple[onnx.ModelProto, list[str]] | str:
+    """The part of ``g`` that computes ``outs`` from tensors of ``known`` (the original
+    graph's): a model of it, and its inputs; or why it cannot be cut out."""
+    producer = {o: n for n in g.graph.node for o in n.output if o}
+    nodes, inputs, inits, todo, seen = [], [], [], list(outs), set()
+    while todo:
+        t = todo.pop()
+        if t in seen or not t:
+            continue
+        seen.add(t)
+        if t in weights:
+            inits.append(weights[t])
+            continue
+        if t in known and t not in outs:
+            inputs.append(t)
+            continue
+        n = producer.get(t)
+        if n is None:
+            return f"tensor {t!r} has no producer in the converted graph"
+        if _has_subgraphs(n) or (n.domain == DOMAIN and n is not node):
+            return (f"what feeds it passes through node {n.name!r} ({n.op_type}), which "
+                    f"{'holds a subgraph' if _has_subgraphs(n) else 'is rewritten too'}")
+        if n not in nodes:
+            nodes.append(n)
+            todo.extend(n.input)
+        if len(seen) > MAX_WALK:
+            return f"its part of the graph passes {MAX_WALK} tensors"
+    order = [n for n in g.graph.node if any(n is x for x in nodes)]
+    sub = onnx.ModelProto()
+    sub.CopyFrom(g)
+    sub.graph.CopyFrom(onnx.helper.make_graph(
+        order, "part", [], [onnx.ValueInfoProto(name=t) for t in outs], inits))
+    return sub, inputs
+
+
+def _typed(sub: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """``sub`` with its graph inputs declared, of the types (any shape) of ``values``."""
+    sub.graph.input.extend(onnx.helper.make_tensor_value_info(
+        t, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), None)
+        for t, v in values.items())
+    return sub
 
 
 #: Tensors a trace walks through at most, either way, for one node.
 MAX_WALK = 256
 
 
-def _reach(g: onnx.ModelProto, made: set[str], back: bool):
-    """A function: tensor names of ``g`` -> the tensors of ``made`` they are computed from
-    (``back``; graph inputs and constants, the same in both graphs, left out) or that they
-    lead to through onnxruntime's nodes of ``g`` alone (not ``back``). None where the walk
-    back meets another ort_roi node's or a subgraph node's output of ``g`` alone (what feeds
-    the node cannot be compared then), or passes ``MAX_WALK`` tensors."""
+def _ahead(g: onnx.ModelProto, made: set[str]):
+    """A function: tensor names of ``g`` -> the tensors of ``made`` they lead to through
+    onnxruntime's nodes of ``g`` alone (not through another rewritten node); None where the
+    walk passes ``MAX_WALK`` tensors."""
     step: dict[str, list[str]] = {}
-    opaque: set[str] = set()
     for n in g.graph.node:
-        if back:
-            for o in n.output:
-                step[o] = [i for i in n.input if i]
-                if n.domain == DOMAIN or _has_subgraphs(n):
-                    opaque.add(o)
-        elif n.domain != DOMAIN:  # forward: not through another rewritten node
+        if n.domain != DOMAIN:
             for i in n.input:
                 step.setdefault(i, []).extend(x for x in n.output if x)
 
@@ -248,7 +303,7 @@ def _reach(g: onnx.ModelProto, made: set[str], back: bool):
             if t in made:
                 found.add(t)
                 continue
-            if len(seen) > MAX_WALK or t in opaque:
+            if len(seen) > MAX_WALK:
                 return None
             todo.extend(step.get(t, []))
         return sorted(found)

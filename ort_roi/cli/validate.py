@@ -238,7 +238,8 @@ def _check_and_run(m: onnx.ModelProto, v: Validation, feed: dict[str, np.ndarray
     say(f"ran in {time.perf_counter() - t:.1f} s")
     shapes = ", ".join(f"{k} {list(a.shape)}" for k, a in feed.items())
     mine = sorted(set(v.given) & set(feed))
-    v.notes.append((f"inputs ({shapes}; {', '.join(mine)} given, the rest generated)" if mine
+    v.notes.append((f"inputs ({shapes}; all given)" if len(mine) == len(feed) else
+                    f"inputs ({shapes}; {', '.join(mine)} given, the rest generated)" if mine
                     else f"generated inputs ({shapes})") + ": onnxruntime runs it" +
                    ("; each RoI node above compared with its definition (ort_roi.definitions) "
                     "on the inputs the run fed it" if nodes else ""))

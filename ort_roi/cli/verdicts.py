@@ -13,7 +13,9 @@ from .effect import Effect
 PLAIN = "a plain onnxruntime session with ort_roi.session_options()"
 
 #: The verdicts, worst first, and the exit status of each (several models: the worst's).
-EXIT = {"FAILED": 1, "DIFFERS": 3, "UNCHECKED": 4, "OK": 0}
+#: DEFECT: the model runs as it is, but what ``ort-roi convert`` makes of it fails or computes
+#: otherwise (a defect of ort_roi's, or a difference it could not clear): keep the original.
+EXIT = {"FAILED": 1, "DEFECT": 5, "DIFFERS": 3, "UNCHECKED": 4, "OK": 0}
 
 
 @dataclass
@@ -48,13 +50,16 @@ class Validation:
     @property
     def verdict(self) -> str:
         """FAILED (the model fails a check), UNCHECKED (the generated inputs could not satisfy
-        the graph: give your own), DIFFERS (a plain session runs it, but convert would change
+        the graph: give your own), DEFECT (the model runs as it is, but what convert makes of
+        it fails or computes otherwise, and no rewritten node was cleared of it), DIFFERS (a plain session runs it, but convert would change
         what it computes: the exporter's form read otherwise than its framework computes it)
         or OK."""
         if any(step != "inputs" for step, _ in self.problems):
             return "FAILED"
         if self.problems:
             return "UNCHECKED"
+        if self.effect is not None and self.effect.defect:
+            return "DEFECT"
         if self.effect is not None and self.effect.rewrite.repairs:
             return "DIFFERS"
         return "OK"
@@ -86,6 +91,13 @@ def print_validation(path: str, v: Validation, inputs_file: str | None = None) -
     elif verdict == "UNCHECKED":
         print(f"{path}: UNCHECKED: the generated inputs cannot satisfy this graph (no finding "
               f"about the model): give your own with --inputs FILE.npz")
+    elif verdict == "DEFECT":
+        e = v.effect
+        why = ("fails" if e.error is not None else
+               "computes otherwise" + (" at a rewritten node" if e.at_rewrite else
+                                       ", and not every rewritten node could be judged"))
+        print(f"{path}: DEFECT: {PLAIN} runs it as it is, but what `ort-roi convert` makes of "
+              f"it {why}: a defect of ort_roi's (please report it): keep the graph as it is")
     elif verdict == "DIFFERS":
         print(f"{path}: DIFFERS: {PLAIN} runs it as it is, but not as its exporter's framework "
               f"computes it: run `ort-roi convert {path} OUT`")
@@ -125,9 +137,10 @@ def _print_effect(e: Effect, indent: str) -> None:
                   "model as it is is not affected)")
         elif not done.repairs:
             print(f"{indent}  (a rewrite that should compute the same changed them, and which "
-                  f"rewritten node did could not be traced: unless it is rounding that the "
-                  f"graph's later steps magnified, a defect of ort_roi's, please report it; "
-                  f"the model as it is is not affected)")
+                  f"rewritten node did could not be told: a defect of ort_roi's until shown "
+                  f"otherwise, please report it; the model as it is is not affected)")
+        for line in e.untraced:
+            print(f"{indent}  not judged: {line}")
     else:
         print(f"{indent}  on these inputs the converted graph's outputs are the same (max "
               f"|diff| {e.max_diff:.3g}, within {ATOL:g} + {RTOL:g} x |value|)"
