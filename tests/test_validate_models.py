@@ -115,7 +115,12 @@ def test_validate_answers_ok_on_mask_rcnn_native_and_converted(tmp_path, capsys)
     out = capsys.readouterr().out
     native, converted = out.split(paths[1])
     assert f"{paths[0]}: OK" in native, out
-    assert native.count("(onnx::RoiAlign on onnxruntime's kernel): OK: ") == 8, out
+    # the detector's own proposals on a random image: the coarse levels may get none, and
+    # those nodes are said not exercised and counted in the verdict line, not called OK
+    ok = native.count("(onnx::RoiAlign on onnxruntime's kernel): OK: ")
+    idle = native.count("(onnx::RoiAlign on onnxruntime's kernel): not exercised: ")
+    assert ok + idle == 8 and ok >= 2, out
+    assert f"({ok} of 8 RoI node(s) exercised)" in native.splitlines()[0], out
     assert ": OK" in converted, out
     ours = sum(n.domain == "ort_roi" for n in graphs["converted"].graph.node)
     assert converted.count("(ort_roi::PyramidRoIAlign_L4): OK: ") == 2, out

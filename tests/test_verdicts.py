@@ -111,12 +111,17 @@ def test_torchvision_stage_runs_as_it_is_and_convert_is_measured(capsys):
     out = capsys.readouterr().out
     assert out.startswith(f"{path}: OK: "), out
     assert "1 x torchvision MultiScaleRoIAlign stage (217 nodes) -> ort_roi::PyramidRoIAlign" in out
-    assert "the converted graph's outputs are the same (max |diff| 0," in out, out
+    same = re.search(r"the converted graph's outputs are the same \(max \|diff\| ([0-9.e+-]+),",
+                     out)  # float32 rounding (the maps reach every level now: 3.6e-07)
+    assert same and float(same.group(1)) < 1e-6, out
+    assert "(4 of 4 RoI node(s) exercised)" in out.splitlines()[0], out
     assert "speed on these inputs: " in out and "changes what it computes" not in out, out
     v = validate(path)
     assert v.effect.native_s > 0 and v.effect.converted_s > 0 and not v.effect.differs
     assert 1 <= v.effect.rounds <= 5
-    assert re.search(r"x; (one round each: a rough measure|median of [2-5] interleaved rounds)\)",
+    assert re.search(r"(x as fast|x slower: convert it for what it computes, not for speed|about "
+                     r"as fast); (one round each: a rough measure|median of [2-5] interleaved "
+                     r"rounds)\)",
                      out), out
 
 
@@ -162,7 +167,7 @@ def test_info_never_calls_a_broken_model_runnable(tmp_path, capsys):
     assert cli.main(["info", path]) == 0
     out = capsys.readouterr().out
     assert "runs it as it is" not in out, out
-    assert "cannot run it as it is: onnxruntime refuses it" in out, out
+    assert "cannot run it as it is: " in out, out
     assert "convert would refuse it: " in out and "pooled_h" in out, out
     assert cli.main(["validate", path]) == 1
 
@@ -193,14 +198,15 @@ def test_info_names_every_node_no_runtime_provides(tmp_path, capsys):
     assert ("needs what no runtime here provides (neither onnxruntime nor ort_roi runs these "
             "nodes, before or after convert): mmdeploy::GatherTopk (1 node), "
             "mmdeploy::TRTBatchedNMS (1 node)") in out, out
-    assert "after convert, onnxruntime still refuses it" in out, out
+    assert "after convert, a plain onnxruntime session with ort_roi.session_options() still " \
+           "cannot run it: onnxruntime refuses it" in out, out
 
 
 def test_info_tries_a_plain_session_before_saying_it_runs(capsys):
     for name in ("rfcn_head.onnx", "mask_rcnn_head.onnx"):
         assert cli.main(["info", os.path.join(MODELS, name)]) == 0
         out = capsys.readouterr().out
-        assert "runs it as it is (tried: the session loads it)" in out, out
+        assert "runs it as it is (tried: it ran on generated inputs (" in out, out
         assert "needs what no runtime here provides" not in out, out
     loop = os.path.join(DATA, "tf2onnx_crop_and_resize_loop_14.onnx")
     assert cli.main(["info", loop]) == 0

@@ -155,9 +155,21 @@ def run_exposing(model: onnx.ModelProto, names: list[str],
 
 
 def compare_node(node: onnx.NodeProto, seen: dict[str, np.ndarray], onnx_opset: int,
-                  rows: int, seconds: float) -> tuple[bool, str]:
+                  rows: int, seconds: float) -> tuple[bool | None, str]:
     """Compare a node's captured outputs with its definition on at most ``rows`` of its boxes
-    (evenly spaced), in chunks until ``seconds`` have passed. Returns (ok, the node's line)."""
+    (evenly spaced), in chunks until ``seconds`` have passed.
+
+    Args:
+        node: the RoI node.
+        seen: tensor name -> its value in the run (the node's inputs and outputs).
+        onnx_opset: the graph's default opset.
+        rows: the most rows compared.
+        seconds: the time the comparison may take (checked between chunks).
+
+    Returns:
+        (True: equal, False: differs or its definition fails, None: not exercised (the run
+        gave it no boxes) or no row compared; the node's line).
+    """
     f = form(node.domain, node.op_type)
     kernel = "" if f.registered else " on onnxruntime's kernel"
     what = f"node {node_label(node)!r} ({f.domain or 'onnx'}::{f.op_type}{kernel})"
@@ -170,6 +182,10 @@ def compare_node(node: onnx.NodeProto, seen: dict[str, np.ndarray], onnx_opset: 
     if not spec.rowwise:
         return _compare_whole(node, spec, attrs, inputs, seen, what, defined)
     n = len(inputs[spec.boxes_input])
+    if n == 0:  # nothing to compare: not exercised, not OK
+        return None, f"{what}: not exercised: the run gave it no boxes"
+    if rows < 1:
+        return None, f"{what}: not compared (rows {rows})"
     picked = np.unique(np.linspace(0, n - 1, min(rows, n)).round().astype(np.int64))
     k = max(1, math.ceil(len(picked) / 8))
     chunks = [picked[i::k] for i in range(k)]  # each spread over the rows, so a stop is too
@@ -197,8 +213,6 @@ def compare_node(node: onnx.NodeProto, seen: dict[str, np.ndarray], onnx_opset: 
         done += len(chunk)
         if time.perf_counter() - start > seconds and done < len(picked):
             break
-    if n == 0:
-        return True, f"{what}: OK: the run gave it no boxes; {defined} gives no rows either"
     which = ((f"all {n} rows equal" if n > 1 else "its one row equals") if done == n else
              f"{done} of {n} rows (evenly spaced; at most --rows {rows}")
     if done < n:

@@ -9,6 +9,7 @@ import sys
 from ..graph import exporters, shapes
 from ..graph.files import read_model, write_model
 from ..graph.rewrite import rewrite
+from .tried import declared_shape_errors
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -21,6 +22,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
         done = rewrite(m, to=args.to, roialign_max=args.roialign_max, fuse=args.fuse,
                        exporter=args.exporter)
         shapes.annotate(m)  # as convert(): our nodes' inferred output types
+        bad = declared_shape_errors(m)
+        if bad:  # what validate's checker and info say of it: no session would run it
+            print(f"ort-roi convert: {args.input}: {bad[0]}: no session runs it, before or "
+                  f"after convert (nothing written; `ort-roi validate {args.input}` says "
+                  f"more)", file=sys.stderr)
+            return 1
         write_model(m, args.output)
     except (ValueError, OSError) as e:
         print(f"ort-roi convert: {e}", file=sys.stderr)

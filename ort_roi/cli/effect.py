@@ -15,6 +15,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -106,7 +107,8 @@ def _diff(name: str, a: np.ndarray, b: np.ndarray) -> tuple[str | None, float]:
 
 
 def convert_effect(model: onnx.ModelProto, converted: onnx.ModelProto, done: Rewrite,
-                   feed: dict[str, np.ndarray], rounds: int = ROUNDS) -> Effect:
+                   feed: dict[str, np.ndarray], rounds: int = ROUNDS,
+                   progress: Callable[[str], None] | None = None) -> Effect:
     """Run ``model`` and ``converted`` (what ``rewrite`` made of it, ``done``) on ``feed`` in
     plain sessions with ort_roi's ops, compare every graph output and time both.
 
@@ -117,11 +119,13 @@ def convert_effect(model: onnx.ModelProto, converted: onnx.ModelProto, done: Rew
         feed: graph input name -> array, for both.
         rounds: the most timed rounds of each, interleaved (0: not timed); fewer where a
             run of both takes over BUDGET_S.
+        progress: called with a line at each step (``--verbose``).
 
     Returns:
         the measured ``Effect``.
     """
     effect = Effect(done)
+    say = progress or (lambda msg: None)
     handler, logger = OpErrors(), logging.getLogger("ort_roi")
     logger.addHandler(handler)
     try:
@@ -136,6 +140,7 @@ def convert_effect(model: onnx.ModelProto, converted: onnx.ModelProto, done: Rew
             effect.error = f"the converted graph's ort_roi node failed: {handler.messages[logged]}"
             return effect
         rounds = min(rounds, max(1, int(BUDGET_S / max(first, 1e-9))))
+        say(f"both graphs ran once ({first:.1f} s); timing {rounds} interleaved round(s)")
         if rounds:
             t = time_together({"native": lambda: native.run(None, feed),
                                "converted": lambda: ours.run(names, feed)}, rounds,
@@ -153,6 +158,7 @@ def convert_effect(model: onnx.ModelProto, converted: onnx.ModelProto, done: Rew
         if line is not None:
             effect.differs.append(line)
     if effect.differs and not done.repairs:
+        say("the outputs differ: judging each rewritten node on what the original graph fed it")
         try:
             effect.at_rewrite, effect.rounding, effect.untraced = trace(model, converted, feed)
         except Exception as e:  # noqa: BLE001 - untraced: the report says it could not tell

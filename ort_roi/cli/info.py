@@ -14,8 +14,9 @@ from ..errors import RoiOpError, first_line
 from ..graph.files import ModelFileError, read_model
 from ..graph.nodes import copy_model, iter_nodes
 from ..ops import FORMS, form
-from ..runtime.probe import how_it_runs, onnxruntime_kernel, plain_session_error, unprovided
+from ..runtime.probe import how_it_runs, onnxruntime_kernel, unprovided
 from ..spec import DOMAIN, TYPES
+from .tried import tried_run
 from .verdicts import PLAIN
 
 #: The oldest onnxruntime ort_roi supports (pyproject.toml's floor).
@@ -78,7 +79,9 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def model_info(path: str) -> int:
     """Print ``path``'s RoI nodes (each a line: node, op, what runs it), whether a plain
-    session with ort_roi's ops runs the model (tried, not assumed), what ``ort_roi.convert``
+    session with ort_roi's ops runs the model (tried, not assumed: our attribute rules, the
+    declared shapes of ort_roi's nodes, one run on generated inputs; "loads; not run" where
+    none could be generated), what ``ort_roi.convert``
     would do with it (and whether a plain session runs that, tried), and what the model needs:
     ort_roi's ops, the onnxruntime, and every node no runtime here provides.
     Returns 0, or 1 when the file cannot be read as a model."""
@@ -106,12 +109,15 @@ def model_info(path: str) -> int:
                    f"convert / the front door rewrite it to {DOMAIN}::{f.spec.name}")
         print(f"  node {n.name or '(unnamed)'!r}: {n.domain or 'onnx'}::{n.op_type} "
               f"({f.spec.source}): {how}")
-    why = plain_session_error(model)
-    if why is None:
-        print(f"  {PLAIN} runs it as it is (tried: the session loads it)"
+    ran, said = tried_run(model)
+    why = None if ran is not False else said
+    if ran:
+        print(f"  {PLAIN} runs it as it is (tried: {said})"
               + ("" if ours else "; it holds no RoI node ort_roi runs"))
+    elif ran is None:
+        print(f"  {PLAIN}: {said}")
     else:
-        print(f"  {PLAIN} cannot run it as it is: onnxruntime refuses it: {why}")
+        print(f"  {PLAIN} cannot run it as it is: {said}")
     converted = copy_model(model)
     try:
         with warnings.catch_warnings():
@@ -128,9 +134,10 @@ def model_info(path: str) -> int:
         for note in done.notes:
             print(f"    note: {note}")
         if done.moved and why is not None:
-            after = plain_session_error(converted)
-            print("    after convert, " + (f"{PLAIN} runs it (tried)" if after is None else
-                                          f"onnxruntime still refuses it: {after}"))
+            ran, said = tried_run(converted)
+            print("    after convert, " + (f"{PLAIN} runs it (tried: {said})" if ran else
+                                          f"{PLAIN}: {said}" if ran is None else
+                                          f"{PLAIN} still cannot run it: {said}"))
     if any(f.registered for _, f in ours) or (done is not None and done.moved):
         after = "" if any(f.registered for _, f in ours) else "after convert, "
         print(f"  needs: {after}ort_roi's ops (ort_roi.session_options() or ort_roi.InferenceSession) "

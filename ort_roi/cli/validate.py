@@ -22,7 +22,7 @@ from ..graph.inputs import GivenInputsUnfit, feed_problems, generate_inputs
 from ..graph.nodes import copy_model, given_attrs, iter_nodes, node_attrs, opset
 from ..graph.rewrite import rewrite
 from ..ops import form
-from ..runtime.probe import plain_session_error
+from ..runtime.probe import plain_session_error, unprovided
 from .args import POSITIVE_INT, SECONDS
 from .compare import compare_node, run_exposing
 from .effect import convert_effect
@@ -33,6 +33,8 @@ from .verdicts import EXIT, Validation, print_validation
 ROWS = 64
 #: Seconds each node's comparison may take; past them it stops and says so (``--node-seconds``).
 NODE_SECONDS = 30.0
+#: What convert does with an exporter's node of variable arity.
+FIXED_ARITY = "rewrites it as ort_roi's fixed-arity op"
 #: What validate asks for where it cannot make inputs the graph accepts (step "inputs").
 OWN_INPUTS = "give your own with --inputs FILE.npz"
 
@@ -98,7 +100,7 @@ def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0, rows: int 
                            + (f"; it lacks {', '.join(map(repr, lacks))}" if lacks else "")))
         return v
     t = time.perf_counter()
-    v.roi_nodes = _plain_session_check(m, v)
+    v.roi_nodes = plain_session_check(m, v)
     say(f"{v.roi_nodes} RoI node(s); a plain session "
         f"{'runs' if v.runnable else 'cannot run'} it as it is ({time.perf_counter() - t:.1f} s)")
     c = copy_model(m)
@@ -128,8 +130,10 @@ def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0, rows: int 
     if v.problems or done is None or not done.moved:
         return v
     say("running what `ort-roi convert` makes of it on the same inputs, both timed")
+    t = time.perf_counter()
     shapes.annotate(c)
-    v.effect = convert_effect(m, c, done, feed)
+    v.effect = convert_effect(m, c, done, feed, progress=say)
+    say(f"the converted graph compared and timed ({time.perf_counter() - t:.1f} s)")
     return v
 
 
@@ -150,10 +154,28 @@ def _feed(m: onnx.ModelProto, given: dict[str, np.ndarray] | None, r: int, seed:
     return feed
 
 
-def _plain_session_check(m: onnx.ModelProto, v: Validation) -> int:
-    """Name every RoI node a plain session cannot run as it is and what to do; then ask
-    onnxruntime itself. Returns the number of RoI nodes."""
-    fix = "run `ort-roi convert IN OUT` (or use ort_roi.InferenceSession)"
+def plain_session_check(m: onnx.ModelProto, v: Validation) -> int:
+    """Name every RoI node a plain session cannot run as it is and what to do (convert only
+    where it makes the graph run: else the nodes no runtime here provides); then ask
+    onnxruntime itself (validate, and info's ``tried.tried_run``).
+
+    Args:
+        m: the graph.
+        v: the answer: its problems and notes are added to, ``runnable`` set.
+
+    Returns:
+        the number of RoI nodes.
+    """
+    missing = unprovided(m)
+    lack = ", ".join(f"{k} ({c} node{'s' * (c > 1)})" for k, c in missing.items())
+
+    def fix(does: str) -> str:  # convert, where it makes the graph run; else what it lacks
+        if not missing:
+            return f"run `ort-roi convert IN OUT` (or use ort_roi.InferenceSession), which {does}"
+        return (f"`ort-roi convert` {does}, but no runtime here runs {lack} (neither "
+                f"onnxruntime nor ort_roi, before or after convert): the graph needs the runtime "
+                f"it was exported for")
+
     n = 0
     for node in iter_nodes(m.graph):
         f = form(node.domain, node.op_type)
@@ -167,17 +189,15 @@ def _plain_session_check(m: onnx.ModelProto, v: Validation) -> int:
             except RoiOpError as e:
                 v.problems.append(("attributes", str(e)))
                 continue
-            missing = [a.name for a in f.spec.attrs if a.name not in given_attrs(node)]
-            if missing:
+            omits = [a.name for a in f.spec.attrs if a.name not in given_attrs(node)]
+            if omits:
                 v.problems.append(("plain session", f"{what} omits the attribute(s) "
-                                   f"{', '.join(missing)}; onnxruntime requires every "
-                                   f"attribute of a Python op: {fix}, which writes their "
-                                   f"defaults"))
+                                   f"{', '.join(omits)}; onnxruntime requires every "
+                                   f"attribute of a Python op: {fix('writes their defaults')}"))
         elif f.guard_levels:
             v.problems.append(("plain session", f"{what}: the exported node has a variable "
                                f"number of inputs and list attributes, which a Python op "
-                               f"cannot declare; {fix}, which rewrites it as ort_roi's "
-                               f"fixed-arity op"))
+                               f"cannot declare; {fix(FIXED_ARITY)}"))
         else:
             v.notes.append(f"{what} runs on onnxruntime's own kernel; `ort-roi convert` moves "
                            f"it into ort_roi")
@@ -189,7 +209,7 @@ def _plain_session_check(m: onnx.ModelProto, v: Validation) -> int:
         why = plain_session_error(m)
         if why is not None:
             v.problems.append(("plain session", f"onnxruntime refuses it: {why}" +
-                               (f"; {fix}" if n else "")))
+                               (f"; {fix('rewrites its RoI nodes')}" if n or missing else "")))
     v.runnable = not v.problems
     return n
 
@@ -250,9 +270,12 @@ def _check_and_run(m: onnx.ModelProto, v: Validation, feed: dict[str, np.ndarray
         ok, line = compare_node(node, seen, onnx_opset, rows, node_seconds)
         if ok:
             v.compared.append(line)
+        elif ok is None:
+            v.unexercised.append(line)
         else:
             v.problems.append(("definition", line))
-        say(f"node {i}/{len(nodes)}: {'OK' if ok else 'FAILED'} ({time.perf_counter() - t:.1f} s)")
+        said = {True: "OK", None: "not exercised", False: "FAILED"}[ok]
+        say(f"node {i}/{len(nodes)}: {said} ({time.perf_counter() - t:.1f} s)")
 
 
 def _check(m: onnx.ModelProto, notes: list[str]) -> None:

@@ -42,6 +42,15 @@ class Validation:
     after_convert: "Validation | None" = None
     effect: Effect | None = None
     given: list[str] = field(default_factory=list)
+    unexercised: list[str] = field(default_factory=list)
+
+    @property
+    def exercised(self) -> str:
+        """"K of N RoI node(s) exercised" (those the run gave boxes, compared with their
+        definitions), or "" where no node was to be compared."""
+        failed = sum(step == "definition" for step, _ in self.problems)
+        n = len(self.compared) + failed + len(self.unexercised)
+        return f"{len(self.compared) + failed} of {n} RoI node(s) exercised" if n else ""
 
     @property
     def ok(self) -> bool:
@@ -56,7 +65,7 @@ class Validation:
         or OK."""
         if any(step != "inputs" for step, _ in self.problems):
             return "FAILED"
-        if self.problems:
+        if self.problems or (self.unexercised and not self.compared):  # nothing compared
             return "UNCHECKED"
         if self.effect is not None and self.effect.defect:
             return "DEFECT"
@@ -82,8 +91,15 @@ def print_validation(path: str, v: Validation, inputs_file: str | None = None) -
     if load:  # the file itself: no such file, not a model, ...
         print(f"{path}: FAILED: {load[0].removeprefix(path + ': ')}")
         return
+    counted = f" ({v.exercised})" if v.exercised else ""
     if verdict == "OK":
-        print(f"{path}: OK: {PLAIN} runs it as it is")
+        print(f"{path}: OK: {PLAIN} runs it as it is{counted}"
+              + ("; the RoI nodes the run gave no boxes are not checked" if v.unexercised
+                 else ""))
+    elif verdict == "UNCHECKED" and not v.problems:
+        print(f"{path}: UNCHECKED: {PLAIN} runs it, but no RoI node got a box from these "
+              f"inputs ({v.exercised}): nothing was compared (no finding about the model): "
+              f"give inputs that reach them with --inputs FILE.npz")
     elif verdict == "UNCHECKED" and inputs_file and any(
             step == "inputs" and msg.startswith("--inputs") for step, msg in v.problems):
         print(f"{path}: UNCHECKED: the inputs given ({inputs_file}) do not fit this graph "
@@ -96,11 +112,12 @@ def print_validation(path: str, v: Validation, inputs_file: str | None = None) -
         why = ("fails" if e.error is not None else
                "computes otherwise" + (" at a rewritten node" if e.at_rewrite else
                                        ", and not every rewritten node could be judged"))
-        print(f"{path}: DEFECT: {PLAIN} runs it as it is, but what `ort-roi convert` makes of "
-              f"it {why}: a defect of ort_roi's (please report it): keep the graph as it is")
+        print(f"{path}: DEFECT: {PLAIN} runs it as it is{counted}, but what `ort-roi convert` "
+              f"makes of it {why}: a defect of ort_roi's (please report it): keep the graph as "
+              f"it is")
     elif verdict == "DIFFERS":
-        print(f"{path}: DIFFERS: {PLAIN} runs it as it is, but not as its exporter's framework "
-              f"computes it: run `ort-roi convert {path} OUT`")
+        print(f"{path}: DIFFERS: {PLAIN} runs it as it is{counted}, but not as its exporter's "
+              f"framework computes it: run `ort-roi convert {path} OUT`")
     elif not v.runnable:
         print(f"{path}: FAILED: {PLAIN} cannot run it as it is")
     else:
@@ -147,18 +164,35 @@ def _print_effect(e: Effect, indent: str) -> None:
               + ("; they differ where the readings part (the inputs did not reach it)"
                  if done.repairs else ""))
     if e.speedup is not None:
-        print(f"{indent}  speed on these inputs: {e.native_s * 1e3:.3g} ms as it is, "
-              f"{e.converted_s * 1e3:.3g} ms converted ({e.speedup:.2f}x; "
+        how = (f"the converted graph ran {e.speedup:.2f}x as fast" if e.speedup >= 1.05 else
+               f"the converted graph ran {1 / e.speedup:.2f}x slower: convert it for what it "
+               f"computes, not for speed" if e.speedup <= 1 / 1.05 else "about as fast")
+        print(f"{indent}  speed on these inputs: {seconds(e.native_s)} as it is, "
+              f"{seconds(e.converted_s)} converted ({how}; "
               + ("one round each: a rough measure" if e.rounds == 1 else
                  f"median of {e.rounds} interleaved rounds") + ")")
     for note in done.notes:
         print(f"{indent}  note: {note}")
 
 
+def seconds(t: float) -> str:
+    """A time in words people read: "0.148 ms", "12.4 ms", "10.2 s".
+
+    Args:
+        t: seconds.
+
+    Returns:
+        the words.
+    """
+    if t >= 1:
+        return f"{t:.3g} s" if t < 1000 else f"{t:.0f} s"
+    return f"{t * 1e3:.3g} ms"
+
+
 def _print_lines(v: Validation, indent: str) -> None:
     for step, msg in v.problems:  # a message of several lines (onnxruntime's) stays whole
         print(f"{indent}{step}: " + msg.replace("\n", "\n" + indent + "  "))
-    for msg in v.compared:
+    for msg in v.compared + v.unexercised:
         print(f"{indent}{msg}")
     for msg in v.notes:
         print(f"{indent}note: {msg}")

@@ -37,6 +37,7 @@ from ..errors import node_label
 from ..ops import form
 from ..spec import DOMAIN, Input, OpSpec
 from .cones import choose, cone, dims, invalid, per_image, runner, sources
+from . import pyramid
 from .nodes import given_attrs, iter_nodes, opset, plain
 from .tensorflow.forms import EXPORTER, match_loop, reads_like_loop
 from .toolkit import GraphIndex, NoMatch, is_default
@@ -211,6 +212,7 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0,
             image = (d[2] or image[0], d[3] or image[1])
             break
 
+    pyr = pyramid.plan(model, graph_inputs, sizes, kinds)  # boxes for every level
     out = {}
     for vi in graph_inputs:
         dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
@@ -242,7 +244,9 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0,
                     rl.spec.box_cols[0] if rl and isinstance(rl.spec.box_cols, tuple) else
                     rl.spec.box_cols if rl else 4)
             out[vi.name] = _boxes(rng, rows, cols, per_image(rows, n)[1], normalized,
-                                  _extent(model, vi.name, sizes)).astype(dtype)
+                                  _extent(model, vi.name, sizes),
+                                  pyr if pyr is not None and pyr.boxes == vi.name else None
+                                  ).astype(dtype)
         else:
             level = rl.level if rl is not None else 0
             c = FEAT_C
@@ -251,7 +255,8 @@ def generate_inputs(model: onnx.ModelProto, r: int = 6, seed: int = 0,
                 c = a[rl.spec.channels_attr] * a.get(rl.spec.pooled[0], 1) * a.get(
                     rl.spec.pooled[1], 1)
             first = r if rl is not None and rl.spec.per_box else n  # keypoints, masks: per box
-            default = [first, c, max(1, FEAT_H >> level), max(1, FEAT_W >> level)]
+            default = [first, c, *(pyr.maps[vi.name] if pyr and vi.name in pyr.maps else
+                                    (max(1, FEAT_H >> level), max(1, FEAT_W >> level)))]
             shape = ([v or default[i] for i, v in enumerate(d)] if d and len(d) == 4
                      else [v or 1 for v in d] if d else default)
             out[vi.name] = rng.standard_normal(shape).astype(dtype)
@@ -283,15 +288,23 @@ def _extent(model: onnx.ModelProto, name: str, sizes: dict) -> tuple[float, floa
 
 
 def _boxes(rng, r: int, cols: int, batch: np.ndarray, normalized: bool,
-           extent: tuple[float, float] | None = None) -> np.ndarray:
+           extent: tuple[float, float] | None = None,
+           pyr: pyramid.Pyramid | None = None) -> np.ndarray:
     """r boxes [x1, y1, x2, y2] inside an image of the finest map's size (``extent``: of
-    that (h, w), boxes of 6-40 % of it), as ``cols`` columns: 4, 5 (batch first) or 6
-    (rotated: batch, cx, cy, w, h, theta)."""
+    that (h, w), boxes of 6-40 % of it; ``pyr``: in its image, of sizes that cycle over its
+    levels), as ``cols`` columns: 4, 5 (batch first) or 6 (rotated: batch, cx, cy, w, h,
+    theta)."""
     h, w = extent or (FEAT_H * STRIDE, FEAT_W * STRIDE)
     xy = rng.uniform(0, 1, (r, 2)) * [w * 0.8, h * 0.8]
     wh = (rng.uniform(0.06, 0.4, (r, 2)) * [w, h] if extent is not None else
           rng.uniform(32, 200, (r, 2)))
     b = np.concatenate([xy, np.minimum(xy + wh, [w - 1, h - 1])], 1)
+    if pyr is not None and cols in (4, 5):
+        try:
+            b = pyramid.draw(rng, r, pyr)
+            h, w = pyr.image
+        except ValueError:  # no level known for any candidate: as for one map
+            pass
     if normalized:
         b = b / [w, h, w, h]
     if cols == 6:
