@@ -35,7 +35,8 @@ from .boxes import (ALIGNED, FLT_MAX, LEGACY, MMCV_EMPTY_MAX, MMDEPLOY_ALIGNED,
 from .crop_and_resize import (crop_and_resize_nearest_index, crop_and_resize_neighbours,
                               crop_and_resize_positions)
 from .pooling import (bilinear_pool_neighbours, bilinear_pool_positions, clip_edges,
-                      max_pool_bins, psroi_bins, roi_pool_bins, round_half_away)
+                      max_pool_bins, psroi_bins, roi_pool_bins, roi_pool_bins_few,
+                      round_half_away)
 from .rotated import ROTATED_ROW, rotated_rows, rotated_samples
 from .sampling import bilinear_weights, max_sample_positions, neighbours, sample_positions, \
     sample_taps
@@ -56,7 +57,8 @@ __all__ = [
     # separable
     "EXPLICIT_GRID_MAX", "axis_weights", "crop_weights",
     # pooling
-    "round_half_away", "clip_edges", "max_pool_bins", "roi_pool_bins", "psroi_bins",
+    "round_half_away", "clip_edges", "max_pool_bins", "roi_pool_bins", "roi_pool_bins_few",
+    "psroi_bins",
     "bilinear_pool_positions", "bilinear_pool_neighbours",
     # torchvision
     "INT_MIN", "c_int", "wrap_int32", "torchvision_psroi_bins", "torchvision_sample_grid",

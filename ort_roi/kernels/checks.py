@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from typing import Any, Callable, TypeVar, cast
 
 import numpy as np
@@ -38,6 +39,12 @@ def quiet(kernel: _Kernel) -> _Kernel:
             return kernel(*args, **kwargs)
     wrapper.__signature__ = inspect.signature(kernel)  # type: ignore[attr-defined]
     return cast(_Kernel, wrapper)
+
+
+#: Arrays of at most this many values are checked with Python's arithmetic over their values
+#: (a list of them costs less than one NumPy call on a few boxes); larger ones with NumPy.
+FEW_VALUES = 64
+_FINITE_MAX = {np.dtype(t): float(np.finfo(t).max) for t in (np.float32, np.float64)}
 
 
 def _show(a: np.ndarray, limit: int = 6) -> str:
@@ -151,7 +158,10 @@ def check_finite(op: str, name: str, a: np.ndarray, *, nan_only: bool = False,
     not NaN; infinities allowed). The message names the first bad value by ``unit``:
     "element" (its index), "row" (a box: its row and coordinates, of ``shown`` where given,
     e.g. the values before rounding) or another word for the items of a 1-D ``a``."""
-    if np.isfinite(np.sum(a, dtype=np.float64)):  # no NaN, no inf: one pass
+    if a.size <= FEW_VALUES:  # a few: their sum in Python floats (no NumPy call to pay)
+        if math.isfinite(sum(a.ravel().tolist())):
+            return
+    elif np.isfinite(np.sum(a, dtype=np.float64)):  # no NaN, no inf: one pass
         return
     bad = np.isnan(a) if nan_only else ~np.isfinite(a)
     if not bad.any():
@@ -186,6 +196,13 @@ def check_box_sizes(op: str, name: str, boxes: np.ndarray, spatial_scale,
     ``spatial_scale``: one scale, or [R, 1] scales of boxes' dtype (each box's at its level:
     ``levels`` [R], named in the message counting from ``first_level``)."""
     per_box = np.ndim(spatial_scale) > 0
+    if not per_box and boxes.size <= FEW_VALUES and boxes.dtype in _FINITE_MAX:
+        # a few boxes: the scale and every |corner * scale| within a quarter of T's largest
+        # value leave each scaled size finite in T (the products and their difference round
+        # to at most half of it); NaN and larger values go on to the check in T
+        most, scale = _FINITE_MAX[boxes.dtype] / 4, float(spatial_scale)
+        if abs(scale) <= most and all(abs(v * scale) <= most for v in boxes.ravel().tolist()):
+            return
     s = spatial_scale if per_box else boxes.dtype.type(spatial_scale)
     size = boxes[:, 2:] * s - boxes[:, :2] * s
     if not np.isfinite(size).all():
@@ -203,7 +220,7 @@ def check_output_size(spec, attrs: dict, R: int, C: int) -> None:
     they were resolved): RoiOpError naming the boxes input (or, where one box's output is
     already too large, the attributes) and the shape."""
     sizes = [attrs[k] for k in spec.pooled]
-    n = R * C * int(np.prod(sizes, dtype=object))
+    n = R * C * math.prod(int(v) for v in sizes)  # Python ints: no overflow
     if n <= MAX_OUTPUT_ELEMENTS:
         return
     names = spec.output_size_attrs()

@@ -64,6 +64,9 @@ def get_backend() -> str:
         and an unavailable "cupy" give "numpy" without a GPU.
     """
     global _resolved
+    resolved = _resolved  # set once per choice: read without the lock (every call does)
+    if resolved is not None:
+        return resolved
     with _lock:
         if _resolved is None:
             _resolved = _resolve(_choice)
@@ -191,8 +194,11 @@ def _on_gpu(kernel: Callable, inputs: Sequence[np.ndarray], features: Sequence[i
 
 
 def _on_cpu(kernel: Callable, inputs: Sequence[np.ndarray], **attrs: Any):
-    with workspace.reuse_outputs():
+    workspace.set_reuse(True)  # workspace.reuse_outputs(), without a with's cost
+    try:
         ys = kernel(*inputs, **attrs)
+    finally:
+        workspace.set_reuse(False)
     return ys if isinstance(ys, tuple) else (ys,)
 
 

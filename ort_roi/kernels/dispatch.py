@@ -14,6 +14,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 
 from . import cpu, cuda
 
@@ -75,7 +76,7 @@ TABLE: dict[str, Step] = {s.name: s for s in vars(steps).values() if isinstance(
 
 def is_cupy(a) -> bool:
     """True for a CuPy array (checked without importing CuPy)."""
-    return type(a).__module__.split(".")[0] == "cupy"
+    return type(a) is not np.ndarray and type(a).__module__.split(".")[0] == "cupy"
 
 
 def host(a):

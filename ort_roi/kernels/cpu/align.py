@@ -28,6 +28,8 @@ NHWC copy of X:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...geometry import (MMCV_EMPTY_MAX, bilinear_weights, crop_weights,
@@ -253,20 +255,97 @@ def _align_planes(X, batch, start, bin_size, grid, ph: int, pw: int, out, rows):
 
 
 def _align_small(X, batch, start, bin_size, grid, ph: int, pw: int):
-    """align() for a small problem: every sample's weights on every row / column at once."""
+    """align() for a small problem: every sample's weights on every row / column at once
+    (A [R, 2, max(ph, pw), max(H, W)], y then x: bin p's mean 1-D weights over the map's
+    rows and columns), then out[r] = Ay[r] @ X[b] @ Ax[r].T."""
     N, C, H, W = X.shape
-    t = X.dtype.type
+    A = _small_weights_few(start, bin_size, grid, max(ph, pw), (H, W), X.dtype)
+    if A is None:
+        A = _small_weights(start, bin_size, grid, max(ph, pw), (H, W), X.dtype)
+    Ay, Ax = A[:, 0, :ph, :H], A[:, 1, :pw, :W]
+    return np.matmul(Ay[:, None] @ X[batch], Ax.transpose(0, 2, 1)[:, None])
+
+
+def _small_weights(start, bin_size, grid, P: int, size: tuple[int, int], dtype):
+    """_align_small's weights A [R, 2, P, max(size)] of ``dtype``: per box, axis and bin the
+    sum over its samples (geometry.sample_positions, geometry.neighbours) of their 1-D
+    bilinear weights on each index, in float64 sample by sample, divided by the grid."""
+    t = np.dtype(dtype).type
     G = max(1, int(grid.max()))
-    y = sample_positions(start, bin_size, grid, max(ph, pw), G)  # [R, 2, P, G]
-    inside, low, high, frac = neighbours(y, np.array([H, W])[:, None, None])
+    y = sample_positions(start, bin_size, grid, P, G)  # [R, 2, P, G]
+    inside, low, high, frac = neighbours(y, np.array(size)[:, None, None])
     use = inside & (np.arange(G) < grid[:, :, None, None])
-    s = np.arange(max(H, W))
+    s = np.arange(max(size))
     w = (np.where(low[..., None] == s, (t(1) - frac)[..., None], t(0))
          + np.where(high[..., None] == s, frac[..., None], t(0)))  # [R, 2, P, G, S]
     A = np.where(use[..., None], w, t(0)).sum(axis=3, dtype=np.float64)
-    A = (A / np.maximum(grid, 1)[:, :, None, None]).astype(X.dtype)
-    Ay, Ax = A[:, 0, :ph, :H], A[:, 1, :pw, :W]
-    return np.matmul(Ay[:, None] @ X[batch], Ax.transpose(0, 2, 1)[:, None])
+    return (A / np.maximum(grid, 1)[:, :, None, None]).astype(dtype)
+
+
+#: _small_weights_few: at most this many samples (boxes x 2 axes x bins x grid) a call ...
+FEW_SAMPLES = 64
+#: ... and this many samples per bin side: with every nonzero weight >= 2**-24, a float64
+#: sum of at most 32 float32 weights in [2**-24, 1] is exact in any order (its terms are
+#: multiples of 2**-47 below 2**6: 53 bits), so it does not depend on NumPy's order of sums.
+FEW_GRID_MAX = 32
+_LEAST_WEIGHT = 2.0 ** -24
+
+
+def _small_weights_few(start, bin_size, grid, P: int, size: tuple[int, int], dtype):
+    """_small_weights, bit for bit, with scalars: for a few samples of float32 boxes (a call
+    of W6's size: a dozen NumPy scalars per sample instead of ~40 array calls a call).
+
+    The same arithmetic in T: y = (start + p*bin) + (k + 0.5)*bin/grid (sample_positions),
+    the neighbours clamped as geometry.neighbours does, each sample's (1 - frac, frac) added
+    to its low and high index in float64 (k in order), divided by the grid, then cast.
+    Returns None (the caller takes _small_weights) for float64 (whose sums could round
+    otherwise in another order), more than FEW_SAMPLES samples, a grid over FEW_GRID_MAX, or
+    a weight under 2**-24 (a sample within 2**-24 past an index: sums could round)."""
+    if dtype != np.float32:
+        return None
+    R = start.shape[0]
+    gs = grid.tolist()
+    G = max(1, max(max(g) for g in gs))
+    if G > FEW_GRID_MAX or R * 2 * P * G > FEW_SAMPLES:
+        return None
+    t = np.float32
+    ks = [t(k) + t(0.5) for k in range(G)]  # k + 0.5, in T
+    S = max(size)
+    A = [0.0] * (R * 2 * P * S)
+    for r in range(R):
+        for ax in (0, 1):
+            g, n = gs[r][ax], size[ax]
+            if g <= 0:
+                continue
+            a0, b, tg = start[r, ax], bin_size[r, ax], t(g)
+            for p in range(P):
+                a = a0 + t(p) * b
+                row = ((r * 2 + ax) * P + p) * S
+                for k in range(g):
+                    y = float(a + ks[k] * b / tg)
+                    if not -1 <= y <= n:  # outside (NaN too): no weight
+                        continue
+                    y = min(y, n) if y > 0 else 0.0  # fmin(fmax(y, 0), size); NaN: 0
+                    low = math.floor(y)
+                    if low >= n - 1:  # at or past the last index: it alone, weight 1
+                        A[row + n - 1] += 1.0
+                        continue
+                    frac = y - low  # exact in T: y and low are within one of each other
+                    if frac < _LEAST_WEIGHT:
+                        if frac > 0:
+                            return None
+                        A[row + low] += 1.0
+                        continue
+                    # 1 - frac: exact in float64 (frac >= 2**-24), rounded to T (below
+                    # 1/2 only where y < 1: from low = 1 on frac's bits are T's at 1)
+                    A[row + low] += float(t(1.0 - frac)) if low == 0 else 1.0 - frac
+                    A[row + low + 1] += frac
+    # / max(grid, 1) in float64, then to T (np.array casts each as astype does)
+    per_axis = P * S
+    for i, g in enumerate(max(g, 1) for box in gs for g in box):
+        for j in range(i * per_axis, (i + 1) * per_axis):
+            A[j] /= g
+    return np.array(A, dtype).reshape(R, 2, P, S)
 
 
 #: Samples x channels gathered per step of the max (bounds the scratch memory).

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...geometry import roi_pool_bins
+from ...geometry import roi_pool_bins, roi_pool_bins_few
 from . import strategies, workspace
 from .parallel import for_channel_blocks, workers
 
@@ -24,8 +24,47 @@ from .parallel import for_channel_blocks, workers
 def max_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: int,
              spatial_scale: float) -> np.ndarray:
     """ROIPooling max / RoIPool of checked inputs; boxes are [R, 4] rows [x1, y1, x2, y2]."""
+    R, C = boxes.shape[0], X.shape[1]
+    few = R * ph * pw <= FEW_BINS and R * C * ph * pw <= FEW_OUT
+    if few and strategies.forced("max_pool") is None:  # (a forced strategy is tested alone)
+        out = _pool_max_few(X, batch, boxes, ph, pw, spatial_scale)
+        if out is not None:
+            return out
     (hlo, hhi), (wlo, whi) = roi_pool_bins(boxes, spatial_scale, ph, pw, *X.shape[2:])
     return pool_max(X, batch, hlo, hhi, wlo, whi)
+
+
+#: _pool_max_few: at most this many bins (boxes x ph x pw) a call ...
+FEW_BINS = 16
+#: ... and output elements (each is looked at in Python).
+FEW_OUT = 256
+
+
+def _pool_max_few(X, batch, boxes, ph: int, pw: int, spatial_scale: float):
+    """max_pool for a few bins (a W6 call), bit for bit: the bins with scalars
+    (geometry.roi_pool_bins_few), then each bin's max over its window of X, 0 for an empty
+    bin. A max is one of its values; only a max of 0 (+0 or -0, as the order of the
+    comparisons has it) or NaN (whose bits) could come out otherwise than from
+    pool_max's arrays: then None, and the caller takes pool_max."""
+    N, C, H, W = X.shape
+    bins = roi_pool_bins_few(boxes, spatial_scale, ph, pw, H, W)
+    if bins is None:
+        return None
+    out = workspace.output((boxes.shape[0], C, ph, pw), X.dtype)
+    computed = []  # (box, bin row, bin column) of every bin with pixels
+    for r, (b, (rows, cols)) in enumerate(zip(batch.tolist(), bins)):
+        for p, (h0, h1) in enumerate(rows):
+            for q, (w0, w1) in enumerate(cols):
+                if h1 > h0 and w1 > w0:
+                    out[r, :, p, q] = X[b, :, h0:h1, w0:w1].max(axis=(1, 2))
+                    computed.append((r, p, q))
+                else:
+                    out[r, :, p, q] = 0
+    values = out.tolist()
+    for r, p, q in computed:
+        if any(v[p][q] == 0 or v[p][q] != v[p][q] for v in values[r]):
+            return None
+    return out
 
 
 def _levels(length: np.ndarray, ladder: np.ndarray) -> np.ndarray:

@@ -145,20 +145,33 @@ def scratch(name: str, shape, dtype) -> np.ndarray:
     return _get("scratch:" + name, shape, dtype)
 
 
+#: Outputs of at most this many bytes are always fresh: malloc hands them out from memory
+#: it holds (no page is faulted in), for less than the cache's lookup costs (a W6 call).
+FRESH_MAX = 4096
+
+
 def output(shape, dtype) -> np.ndarray:
-    """An uninitialized output array: reused inside ``reuse_outputs()``, else fresh."""
-    if getattr(_local, "reuse", False):
+    """An uninitialized output array: reused inside ``reuse_outputs()`` (above FRESH_MAX
+    bytes), else fresh."""
+    if getattr(_local, "reuse", False) and math.prod(shape) * np.dtype(dtype).itemsize > FRESH_MAX:
         return _get("output", shape, dtype, OUTPUT_PAGE_OFFSET)
     return np.empty(shape, dtype)
 
 
 @contextmanager
 def reuse_outputs():
+    """Within it, ``output`` hands this thread's kept buffers out again (the bridge's calls)."""
     _local.reuse = True
     try:
         yield
     finally:
         _local.reuse = False
+
+
+def set_reuse(on: bool) -> None:
+    """``reuse_outputs`` without a context manager, for the bridge's every call (a
+    ``with`` costs a microsecond on a W6 call): set, then reset in a ``finally``."""
+    _local.reuse = on
 
 
 #: Elements of X below which its NHWC copy is made by the calling thread alone (handing half
