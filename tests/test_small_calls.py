@@ -156,3 +156,34 @@ def test_a_few_boxes_fail_as_many_do():
     with pytest.raises(ort_roi.RoiOpError, match="row 0: the scaled box size overflows"), \
             np.errstate(all="ignore"):
         checks.check_box_sizes("RoIAlign", "boxes", np.zeros((1, 4), np.float32), 1e39)
+
+
+def test_bench_small_rows_time_native_bridge_and_ours_and_share_our_time():
+    """``ort-roi bench --small``'s rows: every op family's few-box call runs, agrees with
+    onnxruntime's native op where one exists, and its time is shared among the parts."""
+    from ort_roi.cli import bench_small
+
+    rows = bench_small.run(repeat=1, log=lambda *a: None, calls=20)
+    assert [r["case"] for r in rows][:2] == ["W6 RoIAlign", "W6 ROIPooling.max"]
+    for r in rows:
+        assert r["ort_roi_s"] > 0 and r["bridge_floor_s"] > 0
+        assert set(r["shares"]) == set(bench_small.PARTS)
+        assert abs(sum(r["shares"].values()) - 1) < 1e-9
+        if r["native_max_abs_diff"] is not None and "CropAndResize" not in r["case"]:
+            assert r["native_max_abs_diff"] < 1e-6, r
+    assert "| W6 RoIAlign |" in bench_small.markdown(rows)
+
+
+def test_bench_small_charges_time_by_module():
+    from ort_roi.cli import bench_small
+
+    assert bench_small.category("/x/ort_roi/kernels/checks.py") == "checks"
+    assert bench_small.category("/x/ort_roi/ops/roi_align.py") == "checks"
+    assert bench_small.category("/x/ort_roi/geometry/boxes.py") == "geometry"
+    assert bench_small.category("/x/ort_roi/kernels/cpu/align.py") == "kernel"
+    assert bench_small.category("/x/ort_roi/runtime/bridge.py") == "bridge"
+    assert bench_small.category("/x/numpy/_core/fromnumeric.py") is None
+    X = np.ones((1, 1, 4, 4), np.float32)
+    share = bench_small.breakdown(lambda: ops.roi_align(X, np.zeros((1, 4), np.float32),
+                                                        np.array([1])), calls=50)
+    assert share["checks"] > 0 and share["kernel"] > 0 and share["geometry"] > 0

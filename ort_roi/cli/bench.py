@@ -17,7 +17,8 @@ This module is the command: ``run`` (the rows of ``plan`` timed and logged), its
 parser and ``main``. Its parts, each in its own module: bench_workloads (workloads.json, the
 inputs, ``plan``), bench_cases (a row's runners), bench_peers (ours, the bridge floor, each
 peer's runner), bench_timing (``time_together``, the machine), bench_report (the table, the
-plot) and bench_crop (the CropAndResize rows).
+plot), bench_crop (the CropAndResize rows) and bench_small (``--small``: calls near the
+bridge's floor, and where ort_roi's time goes in them).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import sys
 
 import numpy as np
 
-from . import bench_crop
+from . import bench_crop, bench_small
 from .bench_cases import cases
 from .bench_peers import Ours
 from .bench_report import RATIO, markdown, ms, plot
@@ -88,6 +89,14 @@ def main(args: argparse.Namespace) -> int:
     # ours on W8f's 6-box P4 row 2.7 ms after torchvision's roi_align, 1.3 ms with this):
     # passive, each runner starts with the cores free. Set before the peers load OpenMP.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if args.small:
+        rows = bench_small.run(args.repeat)
+        print()
+        print(bench_small.markdown(rows))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({**machine(), "repeat": args.repeat, "small": rows}, f, indent=1)
+        return 0
     try:
         results = run(args.workloads, args.repeat, args.scaling)
     except ValueError as e:  # an unknown workload name
@@ -165,6 +174,10 @@ def add_command(sub) -> None:
     p.add_argument("--repeat", type=int, default=5,
                    help="timed rounds per row (default 5); each time is their median")
     p.add_argument("--scaling", action="store_true", help="also W2 with R = 100, 1000, 4000")
+    p.add_argument("--small", action="store_true",
+                   help="instead, small calls (W6 and a few boxes of each op family): "
+                   "onnxruntime's native op, the bridge alone and ort_roi, and where "
+                   "ort_roi's time goes (checks, geometry, kernel, bridge)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--plot", help="write a PNG bar chart here")
     p.set_defaults(fn=main)
