@@ -164,9 +164,11 @@ def _print_effect(e: Effect, indent: str) -> None:
               + ("; they differ where the readings part (the inputs did not reach it)"
                  if done.repairs else ""))
     if e.speedup is not None:
+        slower = (": convert it for what it computes, not for speed" if done.repairs else
+                  ": it computes the same, so convert gains nothing here")
         how = (f"the converted graph ran {e.speedup:.2f}x as fast" if e.speedup >= 1.05 else
-               f"the converted graph ran {1 / e.speedup:.2f}x slower: convert it for what it "
-               f"computes, not for speed" if e.speedup <= 1 / 1.05 else "about as fast")
+               f"the converted graph ran {1 / e.speedup:.2f}x slower{slower}"
+               if e.speedup <= 1 / 1.05 else "about as fast")
         print(f"{indent}  speed on these inputs: {seconds(e.native_s)} as it is, "
               f"{seconds(e.converted_s)} converted ({how}; "
               + ("one round each: a rough measure" if e.rounds == 1 else
