@@ -59,6 +59,11 @@ class AlignBins(NamedTuple):
     size: np.ndarray  # [R, 2]
 
 
+#: Columns [x1, y1, x2, y2] -> [y1, x1, y2, x2] (an index array made once: a list is
+#: converted on every call).
+_YX = np.array([1, 0, 3, 2])
+
+
 def align_bins(boxes: np.ndarray, spatial_scale, geometry: BoxGeometry, pooled_h: int,
                pooled_w: int) -> AlignBins:
     """The bins of boxes [R, 4] = [x1, y1, x2, y2], in T, as the references compute them:
@@ -66,7 +71,7 @@ def align_bins(boxes: np.ndarray, spatial_scale, geometry: BoxGeometry, pooled_h
     bin = size / pooled. ``spatial_scale``: one scale, or one per box ([R, 1])."""
     t = boxes.dtype.type
     scale = np.asarray(spatial_scale, boxes.dtype)
-    c = boxes[:, [1, 0, 3, 2]] * scale - t(geometry.offset)  # y1 x1 y2 x2
+    c = boxes[:, _YX] * scale - t(geometry.offset)  # y1 x1 y2 x2
     size = c[:, 2:] - c[:, :2]
     if geometry.least is not None:
         size = np.maximum(size, t(geometry.least))
@@ -98,7 +103,7 @@ def box_extent(boxes: np.ndarray, spatial_scale, geometry: BoxGeometry) -> np.nd
     """The boxes' sizes [R, 2] (y, x) in T, before the geometry's least size: (end * scale
     - offset) - (start * scale - offset), as the references subtract them."""
     t = boxes.dtype.type
-    c = boxes[:, [1, 0, 3, 2]] * np.asarray(spatial_scale, boxes.dtype) - t(geometry.offset)
+    c = boxes[:, _YX] * np.asarray(spatial_scale, boxes.dtype) - t(geometry.offset)
     return c[:, 2:] - c[:, :2]
 
 

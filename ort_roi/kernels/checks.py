@@ -200,8 +200,10 @@ def check_box_sizes(op: str, name: str, boxes: np.ndarray, spatial_scale,
         # a few boxes: the scale and every |corner * scale| within a quarter of T's largest
         # value leave each scaled size finite in T (the products and their difference round
         # to at most half of it); NaN and larger values go on to the check in T
-        most, scale = _FINITE_MAX[boxes.dtype] / 4, float(spatial_scale)
-        if abs(scale) <= most and all(abs(v * scale) <= most for v in boxes.ravel().tolist()):
+        most, scale, values = _FINITE_MAX[boxes.dtype] / 4, abs(float(spatial_scale)), \
+            boxes.ravel().tolist()
+        if scale <= most and math.isfinite(sum(values)) and \
+                max(map(abs, values), default=0.0) * scale <= most:  # (no NaN: a finite sum)
             return
     s = spatial_scale if per_box else boxes.dtype.type(spatial_scale)
     size = boxes[:, 2:] * s - boxes[:, :2] * s
