@@ -28,7 +28,8 @@ from .bench_timing import time_together
 from .compare import ATOL, RTOL, OpErrors, plain_session, run_exposing, run_plain
 
 #: Timed rounds of each graph (after one untimed run of each), interleaved: at most ROUNDS,
-#: fewer where the two runs take longer than BUDGET_S seconds together (at least one).
+#: fewer where the two runs take longer than BUDGET_S seconds together (at least one: the
+#: first run pays for the sessions' setup, which a measure of seconds would hold).
 ROUNDS = 5
 BUDGET_S = 2.0
 #: A rewritten node's output agrees with the original graph's to rounding where their largest
@@ -133,14 +134,17 @@ def convert_effect(model: onnx.ModelProto, converted: onnx.ModelProto, done: Rew
         names = [o.name for o in native.get_outputs()]
         start = time.perf_counter()
         a = native.run(None, feed)
+        middle = time.perf_counter()
         logged = len(handler.messages)
         b = ours.run(names, feed)
         first = time.perf_counter() - start
         if len(handler.messages) > logged:
             effect.error = f"the converted graph's ort_roi node failed: {handler.messages[logged]}"
             return effect
-        rounds = min(rounds, max(1, int(BUDGET_S / max(first, 1e-9))))
-        say(f"both graphs ran once ({first:.1f} s); timing {rounds} interleaved round(s)")
+        rounds = min(rounds, max(1, int(BUDGET_S / max(first, 1e-9)))) if rounds else 0
+        say(f"both graphs ran once ({middle - start:.1f} s as it is, {first - middle + start:.1f}"
+            f" s converted, untimed: a first run pays for its setup); timing {rounds} "
+            f"interleaved round(s)")
         if rounds:
             t = time_together({"native": lambda: native.run(None, feed),
                                "converted": lambda: ours.run(names, feed)}, rounds,
