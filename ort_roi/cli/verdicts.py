@@ -127,9 +127,12 @@ def print_validation(path: str, v: Validation, inputs_file: str | None = None) -
         _print_effect(v.effect, "  ")
     a = v.after_convert
     if a is not None:
-        verdict = {"OK": "OK, a plain session runs it",  # (no effect measured: no DIFFERS)
-                   "UNCHECKED": "UNCHECKED (the generated inputs cannot satisfy it: give your "
-                                "own with --inputs FILE.npz)"}.get(a.verdict, "FAILED")
+        counted = f" ({a.exercised})" if a.exercised else ""
+        verdict = {"OK": f"OK, a plain session runs it{counted}",  # (no effect: no DIFFERS)
+                   "UNCHECKED": (f"UNCHECKED (no RoI node got a box{counted}: nothing compared)"
+                                 if not a.problems else
+                                 "UNCHECKED (the generated inputs cannot satisfy it: give your "
+                                 "own with --inputs FILE.npz)")}.get(a.verdict, "FAILED")
         print(f"  after `ort-roi convert`: {verdict}")
         _print_lines(a, "    ")
 
