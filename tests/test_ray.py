@@ -68,12 +68,12 @@ def _rows(n: int = 12) -> list[dict]:
     return [dict(id=i, **(_bad(i)[0] if i in BAD else _good(i))) for i in range(n)]
 
 
-def _expected(rows: list[dict]) -> dict[int, dict | str]:
+def _expected(rows: list[dict], cast: bool = False) -> dict[int, dict | str]:
     """id -> outputs, or the RoiOpError message, of the model run in this process."""
     runner, out = Runner(MODEL), {}
     for row in rows:
         try:
-            out[row["id"]] = runner.run(row)
+            out[row["id"]] = runner.run(row, cast=cast)
         except Exception as e:  # noqa: BLE001 - RoiOpError; checked below
             out[row["id"]] = str(e)
     return out
@@ -312,6 +312,27 @@ def test_a_float64_row_does_not_fail_its_batch():
         np.testing.assert_array_equal(got["cls_prob"][i], _expected(good)[i]["cls_prob"])
 
 
+def test_an_error_column_of_none_made_nan_fails_no_row():
+    """Ray hands a batch's error column whose every value is None over as float NaN: no row
+    of it is refused (every row ran 'ort_roi: feed: nan' before); a message (a string) is."""
+    rows = [dict(id=i, **_good(i)) for i in range(4)]
+    rois = np.empty(4, object)
+    rois[:] = [r["rois"] for r in rows]
+    batch = {"id": np.arange(4), "features": np.stack([r["features"] for r in rows]),
+             "rois": rois}
+    expected = _expected(rows)
+    for column in (np.full(4, np.nan, np.float32), np.array([None] * 4, object),
+                   np.array([None, None, "ort_roi: feed: refused before", None], object)):
+        got = BatchPredictor(MODEL)(dict(batch, error=column))
+        for i in range(4):
+            if isinstance(column[i], str):
+                assert got["error"][i] == column[i] and got["cls_prob"][i].shape == (0, 5)
+                continue
+            assert got["error"][i] is None, (column, got["error"][i])
+            for k in ("cls_prob", "bbox_pred"):
+                np.testing.assert_array_equal(got[k][i], expected[i][k])
+
+
 class _Request:
     """A Starlette request as far as ``scale.read_body`` reads one."""
 
@@ -497,32 +518,78 @@ def test_ray_data_two_actors_equal_one_process_bad_rows_per_row(ray_cluster):
                 np.testing.assert_array_equal(r[k], want[k])
 
 
-def test_ray_data_a_boolean_row_fails_alone(ray_cluster):
-    """Ray gives a block's column one dtype when it builds the dataset: a row whose rois are
-    booleans among float32 rows reaches the predictor as 0.0 / 1.0, no longer told apart
-    (``ray.data.from_items``: it ran as boxes, no error). Given the rows themselves,
-    predict_batches checks each one first: the boolean row (and one of strings) fails
-    alone with its message, outputs empty; the others, in the same blocks, run exactly."""
-    ray = ray_cluster
-    rows = [dict(id=i, **_good(i)) for i in range(8)]
-    rows[2]["rois"] = rows[2]["rois"] > 5
-    rows[5]["features"] = rows[5]["features"].astype(str)
-    merged = ray.data.from_items([rows[2], rows[3]], override_num_blocks=1).take_all()
-    assert merged[0]["rois"].dtype == np.float32 and set(np.unique(merged[0]["rois"])) <= {0, 1}
-    out = scale.predict_batches(rows, MODEL, actors=2, batch_size=4, num_cpus=1).take_all()
-    assert sorted(r["id"] for r in out) == list(range(8))
-    expected = _expected([r for r in rows if r["id"] not in (2, 5)])
+def _mixed(n: int = 12) -> list[dict]:
+    """n rows of 4 boxes: row 5's rois float64 (float32 values), row 6's nested lists, row 9's
+    booleans, row 10's features strings, row 11's rois one box of rank 1: in batches of 4,
+    rows 0-3 and 4-7 hold no bad row."""
+    rows = [dict(id=i, **generate_inputs(onnx.load(MODEL), r=4, seed=i)) for i in range(n)]
+    rows[5]["rois"] = rows[5]["rois"].astype(np.float64)
+    rows[6]["rois"] = rows[6]["rois"].tolist()
+    rows[9]["rois"] = rows[9]["rois"] > 5
+    rows[10]["features"] = rows[10]["features"].astype(str)
+    rows[11]["rois"] = rows[11]["rois"][0]
+    return rows
+
+
+MIXED_ERRORS = {9: "ort_roi: feed: graph input 'rois' holds booleans; it takes numbers "
+                   "(float32)",
+                10: "ort_roi: feed: graph input 'features' is not numeric (got strings)",
+                11: "ort_roi: feed: graph input 'rois' is declared [R, 5], got shape [5]"}
+
+
+def _check_mixed(out: list[dict], bad: dict[int, str]) -> None:
+    """Every row back; the bad ones with their message and empty outputs, every other row
+    (a float64 row and a nested-list row among them) exact."""
+    rows = _mixed()
+    assert sorted(r["id"] for r in out) == list(range(len(rows)))
+    expected = _expected([r for r in rows if r["id"] not in bad], cast=True)
     for r in out:
-        if r["id"] in (2, 5):
-            kind = "booleans" if r["id"] == 2 else "values that are not numbers"
-            name = "rois" if r["id"] == 2 else "features"
-            assert r["error"] == (f"ort_roi: feed: graph input {name!r} holds {kind}; it "
-                                  "takes numbers")
-            assert r["cls_prob"].shape == (0, 5)
+        if r["id"] in bad:
+            assert r["error"] == bad[r["id"]], r
+            assert r["cls_prob"].shape == (0, 5) and r["bbox_pred"].shape == (0, 20)
         else:
-            assert r["error"] is None, r["error"]
+            assert r["error"] is None, (r["id"], r["error"])  # never 'ort_roi: feed: nan'
             for k in ("cls_prob", "bbox_pred"):
                 np.testing.assert_array_equal(r[k], expected[r["id"]][k])
+
+
+def test_ray_data_rows_of_other_types_fail_alone_and_no_good_row_fails(ray_cluster):
+    """Given as rows (each normalised before ``ray.data.from_items`` types a column), in
+    batches of 4 (rows 0-3 and 4-7 without a bad row): a float64 row and a nested-list row
+    run exactly, booleans, strings and a wrong rank fail alone, every good row has
+    ``error`` None (Ray hands a batch's column of None alone as NaN: that failed every good
+    row of it, 'ort_roi: feed: nan'; a float64 or nested-list row failed the whole dataset,
+    "Can't unify tensor types with divergent scalar types"). The issue's case too: 8 rows,
+    row 2 of booleans."""
+    out = scale.predict_batches(_mixed(), MODEL, actors=2, batch_size=4, num_cpus=1)
+    _check_mixed(out.take_all(), MIXED_ERRORS)
+    rows = [dict(id=i, **generate_inputs(onnx.load(MODEL), r=4, seed=i)) for i in range(8)]
+    rows[2]["rois"] = rows[2]["rois"] > 5
+    out = scale.predict_batches(rows, MODEL, actors=2, batch_size=4, num_cpus=1).take_all()
+    assert sorted(r["id"] for r in out) == list(range(8))
+    expected = _expected([r for r in rows if r["id"] != 2])
+    for r in out:
+        if r["id"] == 2:
+            assert r["error"] == MIXED_ERRORS[9] and r["cls_prob"].shape == (0, 5)
+        else:
+            assert r["error"] is None, (r["id"], r["error"])
+            np.testing.assert_array_equal(r["cls_prob"], expected[r["id"]]["cls_prob"])
+
+
+def test_ray_data_a_dataset_of_blocks_of_other_types_runs_row_by_row(ray_cluster):
+    """A Dataset the user built, one row a block (``override_num_blocks=12``): each block
+    keeps its row's type, and a batch of 4 put a float64 or a nested-list block beside
+    float32 ones (the whole dataset failed). Each row is normalised (``ds.map``) before the
+    batches: the same answers as given as rows. A boolean row in a block of float rows is
+    already 0.0 / 1.0 when Ray builds the dataset (out of reach: it runs as boxes)."""
+    ray = ray_cluster
+    ds = ray.data.from_items(_mixed(), override_num_blocks=12)
+    out = scale.predict_batches(ds, MODEL, actors=2, batch_size=4, num_cpus=1)
+    _check_mixed(out.take_all(), MIXED_ERRORS)
+    rows = [dict(id=i, **_good(i)) for i in range(4)]
+    rows[2]["rois"] = rows[2]["rois"] > 5
+    merged = ray.data.from_items(rows[2:4], override_num_blocks=1).take_all()
+    assert merged[0]["rois"].dtype == np.float32 and set(np.unique(merged[0]["rois"])) <= {0, 1}
 
 
 def test_slowest_ray_data_a_row_that_kills_its_worker_is_retried_boundedly(

@@ -10,7 +10,7 @@ import warnings
 from typing import Any, Mapping
 
 from ..errors import RoiOpError
-from .runner import Runner
+from .runner import Runner, feed_array
 
 
 class BatchPredictor(Runner):
@@ -46,7 +46,8 @@ class BatchPredictor(Runner):
                 object arrays of arrays for tensors of varying shape). A row whose error
                 column already holds a message (set by
                 [`predict_batches`][ort_roi.scale.predict_batches] for a row refused before Ray
-                merged its types) fails with it, unrun.
+                merged its types) fails with it, unrun; any other value there (None, or the NaN
+                Ray makes of a column of None alone) is no message.
 
         Returns:
             The passed-through columns, one column per graph output (arrays, empty where the
@@ -60,9 +61,12 @@ class BatchPredictor(Runner):
         for i in range(n):
             row = {k: batch[k][i] for k in self.inputs if k in batch}
             try:
-                if refused is not None and refused[i] is not None:
-                    raise RoiOpError("ort_roi", "feed", str(refused[i]))
+                # a message is a string; Ray hands a column of None alone as NaN (float)
+                if refused is not None and isinstance(refused[i], str):
+                    raise _Refused(refused[i])
                 outs = self.run(row, cast=True)
+            except _Refused as e:
+                outs, err = self.empty, str(e)
             except RoiOpError as e:
                 outs, err = self.empty, str(e)
             except Exception as e:  # noqa: BLE001 - the row fails alone, named
@@ -98,7 +102,13 @@ def predict_batches(ds: Any, model: str | os.PathLike | bytes, *, actors: int = 
 
     Args:
         ds: the ``ray.data.Dataset`` (columns named after the graph's inputs, and an id),
-            or a list of such rows (dicts), checked, then ``ray.data.from_items(ds)``.
+            or a list of such rows (dicts). Each row's graph inputs are first made arrays of
+            their declared dtypes, or refused alone (a placeholder and the message in the
+            error column): a list's rows here, before ``ray.data.from_items`` types the
+            columns (booleans and strings are told apart); a Dataset's rows by ``ds.map``
+            before any batch puts blocks together (a float64 block, a block of booleans or of
+            nested lists no longer fails the dataset; a boolean among float rows of one
+            block is already 0.0 / 1.0 there, out of reach).
         model: the ONNX model's path (or bytes).
         actors: the actor pool's size (``compute=ray.data.ActorPoolStrategy(size=actors)``,
             the form that replaces ``concurrency=``).
@@ -118,39 +128,82 @@ def predict_batches(ds: Any, model: str | os.PathLike | bytes, *, actors: int = 
     """
     import ray
 
-    if isinstance(ds, (list, tuple)):
-        inputs = set(Runner(model).inputs)  # the graph's inputs, as each actor reads them
-        ds = ray.data.from_items([_checked(row, inputs, error_column) for row in ds])
+    runner = Runner(model)  # the graph's inputs and dtypes, as each actor reads them
+    normal = _Normalise(runner.inputs, runner.input_dims, error_column)
     kwargs = {"model": model, "intra_op_threads": intra_op_threads,
               "check_finite": check_finite, "error_column": error_column}
+    remote = {"num_cpus": num_cpus, "max_restarts": max_restarts,
+              "max_task_retries": max_task_retries}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated.*")
+        if isinstance(ds, (list, tuple)):  # each row alone, before Ray types a column
+            ds = ray.data.from_items([normal(row) for row in ds])
+        else:
+            # each row alone, before a batch puts blocks of divergent types together: tasks
+            # that reserve no CPU (the actors may hold every CPU: they would wait for ever),
+            # as many at once as there are actors
+            ds = ds.map(normal, num_cpus=0,
+                        compute=ray.data.TaskPoolStrategy(size=max(1, actors)))
         return ds.map_batches(
             predictor, fn_constructor_kwargs=kwargs,
             compute=ray.data.ActorPoolStrategy(
                 size=actors, max_tasks_in_flight_per_actor=tasks_per_actor),
-            batch_size=batch_size,
-            num_cpus=num_cpus, max_restarts=max_restarts, max_task_retries=max_task_retries)
+            batch_size=batch_size, **remote)
 
 
-def _checked(row: Mapping[str, Any], inputs: set[str],
-             error_column: str) -> dict[str, Any]:
-    """``row``, or where one of its ``inputs`` holds booleans or values that are not numbers
-    (which Ray's column type would turn into numbers or refuse for the whole dataset): the
-    row with those arrays as zeros of their shape and the message in ``error_column``."""
-    import numpy as np
+class _Refused(Exception):
+    """A row refused before it reached the actor: its message, as it is."""
 
-    out, why = dict(row), None
-    for k, v in row.items():
-        if k not in inputs or not isinstance(v, (np.ndarray, list)):
-            continue
-        try:
-            a = np.asarray(v)
-        except (ValueError, TypeError):
-            continue  # ragged: the predictor names it
-        if a.dtype.kind not in "iuf":
-            kind = "booleans" if a.dtype.kind == "b" else "values that are not numbers"
-            why = why or f"graph input {k!r} holds {kind}; it takes numbers"
-            out[k] = np.zeros(a.shape, np.float32)
-    out[error_column] = why
-    return out
+
+class _Normalise:
+    """One row's graph inputs made what every row of the dataset holds, before Ray puts rows
+    together: each an array of its input's declared dtype
+    (``runner.feed_array``: cast where the values stay what they
+    are, as [`Runner.run`][ort_roi.scale.Runner.run] casts), or, for an input that is missing,
+    ragged, not numeric, booleans, of the wrong rank or holding values its dtype cannot
+    hold, a placeholder (zeros of its declared shape, open dimensions 0) with the
+    RoiOpError message in the error column, which
+    [`BatchPredictor`][ort_roi.scale.BatchPredictor] reports unrun. Ray gives a column one
+    type: a float64 row, a nested list or booleans among float32 rows failed the whole
+    dataset ("Can't unify tensor types with divergent scalar types").
+
+    Args:
+        inputs: graph input -> its NumPy dtype (None: left as it is).
+        dims: graph input -> its declared dimensions.
+        error_column: the name of the error column (a message there already is kept).
+    """
+
+    def __init__(self, inputs: Mapping[str, Any], dims: Mapping[str, list],
+                 error_column: str = "error"):
+        self.inputs, self.dims, self.error_column = dict(inputs), dict(dims), error_column
+
+    def __call__(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """Normalise one row.
+
+        Args:
+            row: column -> value.
+
+        Returns:
+            The row: its graph inputs as arrays of their dtypes (placeholders where refused)
+            and the error column (None, or the first refused input's message).
+        """
+        import numpy as np
+
+        out = dict(row)
+        why = row.get(self.error_column)
+        why = why if isinstance(why, str) else None
+        for name, want in self.inputs.items():
+            dims = self.dims.get(name) or []
+            try:
+                a = feed_array(name, row.get(name), want, tuple(self.inputs))
+                if dims and a.ndim != len(dims):
+                    raise RoiOpError("ort_roi", "feed", f"graph input {name!r} is declared "
+                                     f"[{', '.join(map(str, dims))}], got shape "
+                                     f"{list(a.shape)}")
+                out[name] = np.ascontiguousarray(a)
+            except RoiOpError as e:
+                why = why or str(e)
+                out[name] = np.zeros([d if isinstance(d, int) else 0 for d in dims],
+                                     want or np.float32)
+        out[self.error_column] = why
+        return out

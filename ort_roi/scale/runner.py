@@ -92,21 +92,41 @@ class Runner:
         return outs
 
     def _array(self, name: str, feed: Mapping[str, Any], cast: bool) -> np.ndarray:
-        if name not in feed or feed[name] is None:
-            raise RoiOpError("ort_roi", "feed", f"graph input {name!r} is missing (the "
-                             f"model's inputs: {', '.join(self.inputs)})")
-        try:
-            a = np.asarray(feed[name])
-        except (ValueError, TypeError) as e:  # ragged nested lists
-            raise RoiOpError("ort_roi", "feed", f"graph input {name!r} is not an array: "
-                             f"{e}") from e
-        if a.dtype.kind not in "biuf":
-            raise RoiOpError("ort_roi", "feed", f"graph input {name!r} is not numeric "
-                             f"(got {_KIND_NAMES.get(a.dtype.kind, a.dtype.name)})")
-        want = self.inputs[name]
-        if cast and want is not None and a.dtype != want:
-            a = _cast(name, a, np.dtype(want))
-        return a
+        return feed_array(name, feed.get(name), self.inputs[name] if cast else None,
+                          tuple(self.inputs))
+
+
+def feed_array(name: str, value: Any, want: Any = None,
+               inputs: tuple[str, ...] = ()) -> np.ndarray:
+    """``value`` as graph input ``name``'s array: numeric, and of dtype ``want`` where given
+    (cast as [`Runner.run`][ort_roi.scale.Runner.run] says), or RoiOpError naming the input.
+
+    Args:
+        name: the graph input's name.
+        value: its value (an array or nested lists; None: missing).
+        want: the NumPy dtype to cast to (None: as it is).
+        inputs: the model's input names, for the message of a missing one.
+
+    Returns:
+        The array.
+
+    Raises:
+        RoiOpError: missing, ragged, not numeric, or values ``want`` cannot hold.
+    """
+    if value is None:
+        raise RoiOpError("ort_roi", "feed", f"graph input {name!r} is missing (the "
+                         f"model's inputs: {', '.join(inputs)})")
+    try:
+        a = np.asarray(value)
+    except (ValueError, TypeError) as e:  # ragged nested lists
+        raise RoiOpError("ort_roi", "feed", f"graph input {name!r} is not an array: "
+                         f"{e}") from e
+    if a.dtype.kind not in "biuf":
+        raise RoiOpError("ort_roi", "feed", f"graph input {name!r} is not numeric "
+                         f"(got {_KIND_NAMES.get(a.dtype.kind, a.dtype.name)})")
+    if want is not None and a.dtype != want:
+        a = _cast(name, a, np.dtype(want))
+    return a
 
 
 def _cast(name: str, a: np.ndarray, want: np.dtype) -> np.ndarray:
