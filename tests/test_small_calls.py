@@ -137,8 +137,9 @@ def test_max_pool_few_bins_give_pool_max_bits(dtype):
 
 
 def test_a_few_boxes_fail_as_many_do():
-    """The checks' fast accepts (a few values: Python's sum, |corner * scale| bounded) let
-    nothing through that the array checks refuse: the same errors, word for word."""
+    """The checks' fast accepts (a few values: Python's sum, |corner * scale| bounded, batch
+    indices in range) let nothing through that the array checks refuse: the same errors,
+    word for word."""
     X = np.zeros((1, 1, 4, 4), np.float32)
     many = 40  # boxes: over checks.FEW_VALUES values, the array checks
     for bad, match in [(np.nan, "non-finite coordinate nan"), (np.inf, "non-finite"),
@@ -151,6 +152,13 @@ def test_a_few_boxes_fail_as_many_do():
             with pytest.raises(ort_roi.RoiOpError, match=match) as e:
                 ops.roi_align(X, boxes, np.array([R]), spatial_scale=1.0)
             assert f"row {R - 1}" in str(e.value)
+    for bad, why in [(0.5, "is not an integer"), (-1.0, r"is out of range \[0, 1\)"),
+                     (1.0, r"is out of range \[0, 1\)"), (np.nan, "is not an integer")]:
+        for R in (1, many):
+            rois = np.tile(np.array([[0, 0, 0, 2, 2]], np.float32), (R, 1))
+            rois[R - 1, 0] = bad
+            with pytest.raises(ort_roi.RoiOpError, match=f"row {R - 1} has batch index .*{why}"):
+                ops.roi_pooling(X, rois, pooled_h=1, pooled_w=1, spatial_scale=1.0)
     # a scale that overflows T, boxes at 0 (0 * inf): refused as before (the ops' attribute
     # check refuses it first; the multi-level ops pass their own scales)
     with pytest.raises(ort_roi.RoiOpError, match="row 0: the scaled box size overflows"), \

@@ -82,6 +82,8 @@ def check_boxes(op: str, name: str, boxes, X: np.ndarray, cols: int) -> np.ndarr
 
 def batch_from_column(op: str, name: str, col: np.ndarray, n: int) -> np.ndarray:
     """Batch indices given as the first column of rois: integer values in [0, N)."""
+    if col.size <= FEW_VALUES and all(0 <= v < n and v == int(v) for v in col.tolist()):
+        return col.astype(np.intp)  # a few, each an index (NaN fails 0 <= v): no more to check
     b = col.astype(np.intp)  # a non-integer or huge value does not survive the round trip
     bad = (b != col) | (b.view(np.uintp) >= n)  # negatives wrap to huge unsigned values
     if bad.any():
