@@ -23,6 +23,10 @@ POOLED = {"box": 7, "mask": 14}
 #: the nodes of each native graph and of its converted form (the rois and the levels' nodes
 #: stay, a Cast of the rois and the fused node come)
 NODES = {11: (174, 67), 16: (193, 69)}
+#: at opset 11 shape inference cannot tell the rois' width (their batch column comes from a
+#: OneHot / Tile): the fused node reads columns 0..4 through a Slice (3 Constants + Slice),
+#: as the native RoiAligns Gather them
+SLICED = {11: 4, 16: 0}
 IMAGE = (160, 224)
 #: box sides on either side of detectron2's level borders: floor(4 + log2(side / 224 + 1e-8))
 #: 3 (level 1 of P2..P5) from 112, 4 from 224, 5 from 448, 2 below 112 (and clipped to 2)
@@ -69,7 +73,7 @@ def test_the_stage_is_one_node_aligned_as_the_graph_says(kind, opset):
     assert [n.op_type for n in fused] == ["PyramidRoIAlign_L4"]
     left = {op for _, op in op_types(conv)}
     assert not left & {"RoiAlign", "ScatterND", "NonZero", "Equal", "ConstantOfShape"}, left
-    assert (len(native.graph.node), len(conv.graph.node)) == NODES[opset]  # rois, levels stay
+    assert (len(native.graph.node), len(conv.graph.node) - SLICED[opset]) == NODES[opset]
     assert done.moved[0][1] == f"ScatterND-merged RoI stage ({NODES[opset][0] - NODES[opset][1] + 2} nodes)"
     a = {x.name: helper.get_attribute_value(x) for x in fused[0].attribute}
     assert a == dict(output_height=POOLED[kind], output_width=POOLED[kind], sampling_ratio=0,

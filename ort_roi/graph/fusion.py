@@ -35,7 +35,7 @@ from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
 from ..spec import DOMAIN, MAX_LEVELS
 from .nodes import given_attrs, opset
 from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs, indexed,
-                      level_roi_align, merge_chain,
+                      level_roi_align, merge_chain, selected_level,
                       splice)
 
 @dataclass
@@ -123,10 +123,7 @@ def _level_of(g: GraphIndex, sel: str, levels: str | None) -> tuple[int, str]:
     for a, b in ((eq.input[0], eq.input[1]), (eq.input[1], eq.input[0])):
         v = g.const(b)
         if v is not None and v.size == 1 and v.dtype.kind in "iu":
-            if levels is not None and a != levels:
-                raise NoMatch(f"level {int(v.ravel()[0])} is selected from {a!r}, the others "
-                              f"from {levels!r}")
-            return int(v.ravel()[0]), a
+            return selected_level(g, eq, v, a, levels)
     raise NoMatch(f"Equal {node_label(eq)!r} does not compare with a constant integer level")
 
 
@@ -225,14 +222,15 @@ def fuse(model: onnx.ModelProto, g: GraphIndex | None = None
         spec = PYRAMID_SPECS[len(st.feats)]
         prefix = st.merge.name.rsplit("/", 1)[0] if "/" in st.merge.name else st.merge.name
         name = f"{prefix}/{spec.name}" if prefix else spec.name
-        inputs = [st.rois, st.levels, *st.feats]
+        new, rois = indexed(model, "torch.onnx", g).first_columns(st.rois, 5, name)
+        inputs = [rois, st.levels, *st.feats]
         out = st.merge.output[0] if st.cast is None else f"{name}_output"
-        new = [helper.make_node(spec.name, inputs, [out], name=name, domain=DOMAIN,
-                                **{k: st.attrs[k] for k in sorted(st.attrs)})]
+        new.append(helper.make_node(spec.name, inputs, [out], name=name, domain=DOMAIN,
+                                    **{k: st.attrs[k] for k in sorted(st.attrs)}))
         if st.cast is not None:  # the levels' Cast, once (onnxruntime drops it when a no-op)
             new.append(helper.make_node("Cast", [out], [st.merge.output[0]],
                                         name=f"{name}/Cast", to=st.cast))
-        done.append((name, splice(model, st.merge, new, inputs)))
+        done.append((name, splice(model, st.merge, new, [st.rois, st.levels, *st.feats])))
     return done, notes
 
 

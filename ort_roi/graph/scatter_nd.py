@@ -47,6 +47,7 @@ from .toolkit import (
     check_attrs,
     level_roi_align,
     merge_chain,
+    selected_level,
     declared_attrs,
     indexed,
     is_default,
@@ -159,10 +160,7 @@ def _level_of(g: GraphIndex, sel: str, levels: str | None) -> tuple[int, str]:
     for a, b in ((eq.input[0], eq.input[1]), (eq.input[1], eq.input[0])):
         v = g.const(b)
         if v is not None and v.size == 1 and v.dtype in (np.int32, np.int64):
-            if levels is not None and a != levels:
-                raise NoMatch(f"level {int(v.ravel()[0])} is selected from {a!r}, the others "
-                              f"from {levels!r}")
-            return int(v.ravel()[0]), a
+            return selected_level(g, eq, v, a, levels)
     raise NoMatch(f"Equal {node_label(eq)!r} does not compare with a constant int32 / int64 "
                   f"level")
 
@@ -353,11 +351,11 @@ def fuse(model: onnx.ModelProto, g: GraphIndex | None = None
         spec = PYRAMID_SPECS[len(st.feats)]
         prefix = st.merge.name.rsplit("/", 1)[0] if "/" in st.merge.name else st.merge.name
         name = f"{prefix}/{spec.name}" if prefix else spec.name
-        new, rois = [], st.rois
+        new, rois = indexed(model, "torch.onnx", g).first_columns(st.rois, 5, name)
         if st.cast is not None:  # Cast(Gather(rois, sel)) = Gather(Cast(rois), sel)
-            rois = f"{name}/rois"
-            new.append(helper.make_node("Cast", [st.rois], [rois], name=f"{name}/Cast",
+            new.append(helper.make_node("Cast", [rois], [f"{name}/rois"], name=f"{name}/Cast",
                                         to=st.cast))
+            rois = f"{name}/rois"
         if st.offsets is not None:  # each row's boxes plus its level's offset
             new += pad.shifted(f"{name}/shifted", rois, st.levels, st.offsets)
             rois = f"{name}/shifted"

@@ -119,18 +119,54 @@ def without_weights(model: onnx.ModelProto, small: int = SMALL) -> onnx.ModelPro
     a protobuf."""
     work = onnx.ModelProto()
     _copy_fields(model, work, skip="graph")
-    _copy_fields(model.graph, work.graph, skip="initializer")  # the weights are not copied
-    g = work.graph
-    inputs = {i.name for i in g.input}
-    for t in model.graph.initializer:
+    _weightless(model.graph, work.graph, small)
+    return work
+
+
+def _weightless(graph: onnx.GraphProto, into: onnx.GraphProto, small: int) -> None:
+    """``graph`` copied into ``into`` with its initializers of more than ``small`` elements as
+    typed graph inputs (``without_weights``)."""
+    _copy_fields(graph, into, skip="initializer")  # the weights are not copied
+    inputs = {i.name for i in into.input}
+    for t in graph.initializer:
         n = 1
         for d in t.dims:
             n *= d
         if n <= small:
-            g.initializer.add().CopyFrom(t)
+            into.initializer.add().CopyFrom(t)
         elif t.name not in inputs:
-            g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    return work
+            into.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type,
+                                                                 list(t.dims)))
+
+
+def inferred_shapes(graph: onnx.GraphProto, onnx_opset: int | None
+                    ) -> dict[str, tuple[int | None, ...]]:
+    """The shape of each tensor of ``graph`` that onnx's shape inference (not strict: it goes
+    on past ops it cannot infer) tells, its weights not read (``without_weights``); {} where
+    inference fails.
+
+    Args:
+        graph: a main graph.
+        onnx_opset: the model's ONNX opset (None: the newest).
+
+    Returns:
+        {tensor name: its dims, None for a dim inference does not know} for the tensors whose
+        rank inference knows.
+    """
+    work = onnx.ModelProto(ir_version=10)
+    work.opset_import.add(domain="", version=onnx_opset or onnx.defs.onnx_opset_version())
+    for d in sorted({n.domain for n in graph.node} - {"", "ai.onnx"}):
+        work.opset_import.add(domain=d, version=1)
+    _weightless(graph, work.graph, SMALL)
+    try:  # data_prop: Shape -> Concat -> ConstantOfShape, as exporters build rows, is known
+        inferred = shape_inference.infer_shapes(work, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - what inference cannot tell is unknown
+        return {}
+    g = inferred.graph
+    return {v.name: tuple(d.dim_value if d.HasField("dim_value") else None
+                          for d in v.type.tensor_type.shape.dim)
+            for v in list(g.input) + list(g.value_info) + list(g.output)
+            if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
 
 
 def _copy_fields(src, dst, skip: str) -> None:

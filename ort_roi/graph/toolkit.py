@@ -15,6 +15,7 @@ from onnx import numpy_helper
 
 from ..errors import RoiOpError, node_label
 from .nodes import attribute_value, given_attrs, opset
+from .shapes import inferred_shapes
 
 class NoMatch(Exception):
     """The subgraph is not the form the recogniser looks for, exactly: why."""
@@ -101,6 +102,7 @@ class GraphIndex:
                 self.consumers.setdefault(i, []).append(n)
         self.outputs = {o.name for o in graph.output}
         self.inits = {t.name: t for t in graph.initializer}
+        self._shapes: list[dict] = []  # the inferred shapes, once (its views share it)
 
     def seen_by(self, exporter: str) -> GraphIndex:
         """This index, not rebuilt, naming ``exporter`` in its NoMatch messages (the one
@@ -152,6 +154,43 @@ class GraphIndex:
         n = self.made_by(name, op, **want)
         self.const_is(n, index, value)
         return n
+
+    def shape(self, name: str) -> tuple[int | None, ...] | None:
+        """The shape of tensor ``name`` as onnx's shape inference tells it (a dim it does not
+        know: None; computed once per index, ``shapes.inferred_shapes``), None where it
+        cannot tell the rank."""
+        if not self._shapes:
+            self._shapes.append(inferred_shapes(self.graph, self.opset))
+        return self._shapes[0].get(name)
+
+    def is_vector(self, name: str, what: str) -> None:
+        """Tensor ``name`` has rank 1 by shape inference; else NoMatch naming it as ``what``."""
+        shape = self.shape(name)
+        if shape is None or len(shape) != 1:
+            told = (f"has rank {len(shape)}" if shape is not None
+                    else "has a rank shape inference cannot tell")
+            raise NoMatch(f"{what} {name!r} {told}, not a vector")
+
+    def first_columns(self, name: str, cols: int, prefix: str
+                      ) -> tuple[list[onnx.NodeProto], str]:
+        """Columns 0 .. cols-1 of ``name`` [K, >= cols], as a node reading them by index (a
+        Gather of columns) sees them: ([], name) where shape inference says it has exactly
+        ``cols`` columns, else a Slice of them (nodes named from ``prefix``) and its output.
+        An exporter's graph that Gathers columns 0..4 of wider rows runs natively; the
+        fused op then reads the same five."""
+        shape = self.shape(name)
+        if shape is not None and len(shape) == 2 and shape[1] == cols:
+            return [], name
+        out = f"{prefix}/columns"
+        if self.opset is not None and self.opset < 10:  # Slice's bounds as attributes
+            return [onnx.helper.make_node("Slice", [name], [out], name=out, starts=[0],
+                                          ends=[cols], axes=[1])], out
+        bounds = [onnx.helper.make_node(
+            "Constant", [], [f"{out}/{k}"], name=f"{out}/{k}",
+            value=numpy_helper.from_array(np.array([v], np.int64)))
+            for k, v in (("starts", 0), ("ends", cols), ("axes", 1))]
+        return bounds + [onnx.helper.make_node(
+            "Slice", [name, *(b.output[0] for b in bounds)], [out], name=out)], out
 
 
 def indexed(model: onnx.ModelProto, exporter: str, g: GraphIndex | None = None) -> GraphIndex:
@@ -328,3 +367,28 @@ def merge_chain(g: "GraphIndex", first: onnx.NodeProto,
                 u.op_type not in also for u in others):
             return chain
         chain.append(nxt[0])
+
+
+def selected_level(g: GraphIndex, eq: onnx.NodeProto, level: np.ndarray, levels: str,
+                   known: str | None) -> tuple[int, str]:
+    """The level an ``Equal(levels, level)`` of a multi-level stage selects (torchvision's
+    and the ScatterND family's), checked to select rows: ``level`` a scalar or one-element
+    vector (a [1, 1] one would broadcast the comparison to a matrix, whose NonZero's first
+    column is no longer the row) and ``levels`` a vector by shape inference, the same tensor
+    as the other levels' (``known``; None for the first).
+
+    Returns:
+        (the level, the levels tensor).
+
+    Raises:
+        NoMatch: naming what differs.
+    """
+    value = int(level.ravel()[0])
+    if level.ndim > 1:
+        raise NoMatch(f"Equal {node_label(eq)!r} compares with level {value} of shape "
+                      f"{list(level.shape)}, which broadcasts the levels to a matrix")
+    if known is not None and levels != known:
+        raise NoMatch(f"level {value} is selected from {levels!r}, the others from {known!r}")
+    if known is None:
+        g.is_vector(levels, "the levels")
+    return value, levels

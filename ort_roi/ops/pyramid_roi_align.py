@@ -10,7 +10,7 @@ from ..definitions.torchvision import pyramid_roi_align_levels as definition
 from ..geometry import align_bins, level_scales, roi_align_geometry
 from ..kernels.checks import check_batch_rois, check_box_sizes, check_levels, check_output_size, \
     int_vector, level_node, quiet, resolve_levels
-from ..kernels.dispatch import compute, steps
+from ..kernels.dispatch import compute, host, steps
 from ..spec import BATCH_ROIS, MAX_LEVELS, Input, Op, OpSpec, Output, aligned_attr, level_forms, \
     level_inputs, level_scale_attrs, pooled_attrs, pyramid_layout, sampling_ratio_attr
 
@@ -22,7 +22,7 @@ def _spec(L: int) -> OpSpec:
                "ort_roi.torch_export)",
         doc=f"RoIAlign of each box [batch_id, x1, y1, x2, y2] from the one of the {L} feature "
             "maps its level names (levels[r], as the graph computes it; a level outside 0 .. "
-            "L-1 gives 0), at that map's spatial_scale; the output in the order of the rois. "
+            "L-1 gives 0, and that row is not read: NaN there is no error), at that map's spatial_scale; the output in the order of the rois. "
             "aligned 0 is torchvision's MultiScaleRoIAlign.",
         inputs=(BATCH_ROIS, Input("levels", "I", "[R]", "the feature map of each box"))
         + level_inputs(L),
@@ -38,6 +38,26 @@ def _spec(L: int) -> OpSpec:
 
 #: One spec per number of levels.
 SPECS = {L: _spec(L) for L in range(1, MAX_LEVELS + 1)}
+
+
+def _rows_no_level_unread(op: str, rois, levels, L: int):
+    """The rois with each row that no level selects (levels[r] outside 0 .. L-1) replaced by
+    the first selected row (or zeros): such a row is never pooled (its output is 0, as the
+    native multi-level stages leave it), so what it holds (NaN, inf, any batch index) is not
+    checked either. The rois as given when every row has a level, or when their shapes are
+    wrong (the checks after this say so)."""
+    rois, levels = host(rois), host(levels)
+    if not (isinstance(rois, np.ndarray) and isinstance(levels, np.ndarray)
+            and rois.ndim == 2 and levels.shape == rois.shape[:1]
+            and levels.dtype.kind in "iu"):
+        return rois
+    none = (levels < 0) | (levels >= L)
+    if not none.any():
+        return rois
+    rois = rois.copy()
+    some = np.flatnonzero(~none)
+    rois[none] = rois[some[0]] if some.size else 0
+    return rois
 
 
 @quiet
@@ -65,6 +85,7 @@ def pyramid_roi_align(rois, levels, *feats, output_height: int = 1, output_width
                                   sampling_ratio=sampling_ratio, aligned=aligned))
     op = spec.name
     X = check_levels(op, feats)
+    rois = _rows_no_level_unread(op, rois, levels, L)
     rois, batch, boxes = check_batch_rois(op, "rois", rois, X[0])
     level = int_vector(op, "levels", levels, rois.shape[0], "[R] = [{}] (one level per box)")
     scale = [a[f"spatial_scale_{i}"] for i in range(L)]
