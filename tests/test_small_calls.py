@@ -153,7 +153,7 @@ def test_a_few_boxes_fail_as_many_do():
                 ops.roi_align(X, boxes, np.array([R]), spatial_scale=1.0)
             assert f"row {R - 1}" in str(e.value)
     for bad, why in [(0.5, "is not an integer"), (-1.0, r"is out of range \[0, 1\)"),
-                     (1.0, r"is out of range \[0, 1\)"), (np.nan, "is not an integer")]:
+                     (1.0, r"is out of range \[0, 1\)"), (3e9, "is out of range")]:
         for R in (1, many):
             rois = np.tile(np.array([[0, 0, 0, 2, 2]], np.float32), (R, 1))
             rois[R - 1, 0] = bad
