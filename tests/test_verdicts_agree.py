@@ -98,3 +98,24 @@ def test_the_speed_line_never_recommends_convert_for_speed_it_did_not_show(capsy
     out = capsys.readouterr().out
     assert out.startswith("m.onnx: DIFFERS: ") and "ran 12.64x slower: convert it for what it " \
         "computes, not for speed; median" in out, out
+
+
+def test_convert_is_not_advised_where_what_it_writes_fails_too(tmp_path, capsys):
+    """An ort_roi::RoIAlign that omits 'aligned' (a plain session refuses it; convert writes
+    the default) and declares boxes [R, 3] (what convert writes fails the checker): the
+    advice says convert does not make it run, not 'run `ort-roi convert IN OUT`'."""
+    node = builders.roi_align("X", "boxes", "boxes_num", "Y", name="align", pooled_height=3,
+                              pooled_width=3, spatial_scale=0.25, sampling_ratio=2)
+    del node.attribute[[a.name for a in node.attribute].index("aligned")]
+    m = builders.make_model([node], [builders.tensor("X", "float32", [1, 4, 20, 24]),
+                                     builders.tensor("boxes", "float32", ["R", 3]),
+                                     builders.tensor("boxes_num", "int64", [1])],
+                            [builders.tensor("Y", "float32", ["R", 4, 3, 3])])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    assert cli.main(["validate", path]) == 1
+    out = capsys.readouterr().out
+    assert "run `ort-roi convert" not in out, out
+    assert ("`ort-roi convert` writes their defaults, but what it writes does not run either "
+            "(after `ort-roi convert`, below)") in out, out
+    assert "  after `ort-roi convert`: FAILED" in out, out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import re
 import sys
 import time
 import zipfile
@@ -33,6 +34,11 @@ from .verdicts import EXIT, Validation, print_validation
 ROWS = 64
 #: Seconds each node's comparison may take; past them it stops and says so (``--node-seconds``).
 NODE_SECONDS = 30.0
+#: The advice where convert makes a graph run, and its words where the converted graph
+#: fails too (the check of it follows: "after `ort-roi convert`").
+CONVERT = "run `ort-roi convert IN OUT` (or use ort_roi.InferenceSession)"
+CONVERT_FAILS = (r"`ort-roi convert` \1, but what it writes does not run either (after "
+                 r"`ort-roi convert`, below)")
 #: What convert does with an exporter's node of variable arity.
 FIXED_ARITY = "rewrites it as ort_roi's fixed-arity op"
 #: What validate asks for where it cannot make inputs the graph accepts (step "inputs").
@@ -120,6 +126,9 @@ def validate(model: onnx.ModelProto | str, r: int = 6, seed: int = 0, rows: int 
         v.after_convert = Validation(roi_nodes=v.roi_nodes, notes=list(done.notes))
         _check_and_run(c, v.after_convert, _feed(c, inputs, r, seed, v.after_convert), rows,
                        node_seconds, say)
+        if v.after_convert.verdict == "FAILED":  # advise convert only where it makes it run
+            v.problems = [(step, re.sub(re.escape(CONVERT) + r", which ([^;]*)", CONVERT_FAILS,
+                                        msg)) for step, msg in v.problems]
         return v
     # the inputs as the converted graph's RoI nodes read them (an exporter's form that only
     # convert recognises gets boxes and batch indices its framework would accept)
@@ -171,7 +180,7 @@ def plain_session_check(m: onnx.ModelProto, v: Validation) -> int:
 
     def fix(does: str) -> str:  # convert, where it makes the graph run; else what it lacks
         if not missing:
-            return f"run `ort-roi convert IN OUT` (or use ort_roi.InferenceSession), which {does}"
+            return f"{CONVERT}, which {does}"
         return (f"`ort-roi convert` {does}, but no runtime here runs {lack} (neither "
                 f"onnxruntime nor ort_roi, before or after convert): the graph needs the runtime "
                 f"it was exported for")
