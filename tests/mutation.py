@@ -171,7 +171,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 def judge(model: onnx.ModelProto, feeds: list[dict], fused: Callable[[onnx.ModelProto], int],
           only: Callable[[onnx.NodeProto], bool] | None = None,
-          repairs_differ: bool = True) -> Outcome:
+          repairs_differ: bool = True, native_ours: bool = False) -> Outcome:
     """Convert every mutant of ``model`` (``mutants``) and sort it (the module doc).
 
     Args:
@@ -183,6 +183,8 @@ def judge(model: onnx.ModelProto, feeds: list[dict], fused: Callable[[onnx.Model
         repairs_differ: a mutant convert repairs (its report's ``repairs``: the exporter's
             framework's arithmetic, told) is counted, not compared; False: compared too
             (mx2onnx's graphs at stamps <= 15, where MXNet's arithmetic is onnxruntime's).
+        native_ours: the native graph holds ort_roi's nodes (export-paddle's unfused stage):
+            run it in a session with ort_roi's ops.
 
     Returns:
         The outcome: counts of "invalid", "left with a note", "left, no longer the form",
@@ -193,7 +195,7 @@ def judge(model: onnx.ModelProto, feeds: list[dict], fused: Callable[[onnx.Model
     assert whole > 0, "the graph itself is not fused: nothing to mutate"
     for what, m in mutants(model, only):
         try:
-            native = _session(m, ours=False)
+            native = _session(m, ours=native_ours)
         except Exception:  # noqa: BLE001 - onnxruntime refuses the mutant: nothing to hold
             out.counts["invalid"] += 1
             continue
@@ -202,7 +204,9 @@ def judge(model: onnx.ModelProto, feeds: list[dict], fused: Callable[[onnx.Model
         except RoiOpError as e:  # a node's attributes outside its op's contract, named
             if not str(e).startswith(tuple(f"{n.op_type} (node " for n in m.graph.node)):
                 out.defects.append(f"{what}: convert refused without naming the node: {e}")
-            out.counts["refused by convert, naming the node"] += 1
+            runs = any(not isinstance(_run(native, f), str) for f in feeds)
+            out.counts["refused by convert, naming the node" + (
+                " (native runs: " + str(e).split(": ", 1)[-1] + ")" if runs else "")] += 1
             continue
         except Exception as e:  # noqa: BLE001 - any other failure of convert is a defect
             out.defects.append(f"{what}: convert raised {type(e).__name__}: {e}")

@@ -24,8 +24,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from tests import paddle_stage_cases
 from tests.graph_helpers import convert_quietly, op_types, run, set_constant
 from tests.mutation import judge
+from tests.test_paddle_stage import unfused_model
+from tests.versions import needs_shape_inference
 
 IMAGE = {"torchvision": (128, 160), "detectron2": (160, 224), "mmdeploy": (160, 224)}
 #: box sides reaching every level of the three rules (detectron2's and torchvision's
@@ -166,6 +169,28 @@ def test_every_mutant_of_an_mx2onnx_form_is_left_or_computes_as_native(case, cap
         print(f"\nmx2onnx {case}: {sum(out.counts.values())} mutants: {out}")
     assert not out.defects, "\n".join(out.defects[:20])
     assert sum(out.counts.values()) > 5 and out.counts["fused, equal"] > 2
+
+
+# --- export-paddle's FPN stage (ort_roi nodes unfused) into DistributeRoIAlign ------------
+
+@needs_shape_inference
+def test_every_mutant_of_the_paddle_stage_is_left_or_computes_as_unfused(capsys):
+    case = paddle_stage_cases.cases()[0]
+    model = unfused_model(case)
+    edge = dict(case["inputs"])
+    rois = edge["fpn_rois"].copy()
+    rois[[0, 1]] = rois[[0, 1], ::-1]  # reversed rows: a negative area
+    rois[2, 2:] = rois[2, :2]  # a zero-area row
+    edge["fpn_rois"] = rois
+
+    def fused(m):
+        return sum(op.startswith("DistributeRoIAlign") for _, op in op_types(m))
+
+    out = judge(model, [case["inputs"], edge], fused, native_ours=True)
+    with capsys.disabled():
+        print(f"\npaddle stage: {sum(out.counts.values())} mutants: {out}")
+    assert not out.defects, "\n".join(out.defects[:20])
+    assert out.counts["fused, equal"] > 10 and out.counts["left with a note"] > 10
 
 
 # --- single-node moves: ONNX RoiAlign and MaxRoiPool into ort_roi ------------------------
