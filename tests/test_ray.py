@@ -18,6 +18,7 @@ import http.server
 import json
 import os
 import pathlib
+import re
 import select
 import signal
 import socket
@@ -795,6 +796,74 @@ def test_the_cluster_listens_on_loopback_only_while_replicas_run(prod):
     assert port in {p for _, p, _, _ in listening}
     assert {ip for ip, _, _, _ in listening} <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}, \
         [x for x in listening if x[0] not in ("127.0.0.1", "::ffff:127.0.0.1")]
+
+
+def test_check_listening_names_a_socket_beyond_the_node_address():
+    """check_listening reads this process's listening sockets: one on 0.0.0.0 or [::] (every
+    interface) is refused naming its address and port; loopback and the node's address pass."""
+    if not os.path.exists("/proc/self/net/tcp"):
+        pytest.skip("reads Linux's /proc")
+    scale.check_listening("127.0.0.1")  # whatever this process holds is on loopback
+    for family, host in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        with socket.socket(family) as s:
+            s.bind((host, 0))
+            s.listen()
+            port = s.getsockname()[1]
+            shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            with pytest.raises(RuntimeError, match=rf"listens on .*{re.escape(shown)}.* "
+                                                   r"\(every interface\), beyond the node's "
+                                                   "address 127.0.0.1: refusing to serve"):
+                scale.check_listening("127.0.0.1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        scale.check_listening("127.0.0.1")
+
+
+def test_a_replica_that_listens_on_every_interface_refuses_to_serve(serve_port):
+    """A simulated drift of Ray (its replica module's helper back in place after the
+    constructor, as if Ray had renamed it or stopped calling ort_roi's: the replica's gRPC
+    server on [::]): the replica fails its first health check, which Serve runs before any
+    request, naming the address; ``serve.run`` raises instead of serving."""
+    from ray import serve
+
+    class Drifted(HttpPredictor):
+        def __init__(self, *args):
+            super().__init__(*args)
+            import ray.serve._private.replica as replica
+
+            replica.add_port_to_grpc_server = replica.add_port_to_grpc_server.ort_roi_bind
+
+    app = serve.deployment(Drifted, num_replicas=1, ray_actor_options={"num_cpus": 0},
+                           health_check_period_s=0.5).bind(MODEL)
+    try:
+        with pytest.raises(RuntimeError, match="Deploying application drift failed"):
+            serve.run(app, name="drift", route_prefix="/drift")
+        status = serve.status().applications["drift"]
+        says = status.deployments["Drifted"].message
+        assert status.status == "DEPLOY_FAILED"
+        assert re.search(r"listens on [^\n]*\[::\]:\d+ \(every interface\), beyond the node's "
+                         r"address 127.0.0.1: refusing to serve", says), says
+    finally:
+        serve.delete("drift")
+
+
+def test_application_refuses_replicas_the_cluster_cannot_hold(ray_cluster):
+    """On the 2-CPU test cluster, 3 replicas of 1 CPU (Serve waited for the third without a
+    word: serve.run blocked for 17 minutes and more) or 2 of 1.5 CPUs: a ValueError naming
+    them and what the cluster holds, before anything is deployed; what fits is built."""
+    for replicas, cpus, says in [(3, 1.0, "3 predictor replicas of 1 CPU each "
+                                          "(cpus_per_replica) need 3 CPUs, each replica's on "
+                                          "one node; the cluster's nodes hold 2 CPUs: room "
+                                          "for 2"),
+                                 (2, 1.5, "2 predictor replicas of 1.5 CPU each "
+                                          "(cpus_per_replica) need 3 CPUs, each replica's on "
+                                          "one node; the cluster's nodes hold 2 CPUs: room "
+                                          "for 1")]:
+        with pytest.raises(ValueError, match=re.escape(says)):
+            scale.application(MODEL, replicas=replicas, cpus_per_replica=cpus)
+    assert scale.application(MODEL, replicas=2) is not None
+    assert scale.application(MODEL, replicas=3, check_resources=False) is not None
 
 
 # --- serving that survives, serving under pressure (scale.application) ---------------------

@@ -40,10 +40,12 @@ from .limits import ERROR_HEADER, HttpError, Limits
 from .bodies import read_body
 from .replica import HttpPredictor
 from .serving import HttpIngress, application, http_options
-from .cluster import replica_grpc_on_node_address, start_local, worker_setup
+from .cluster import (check_listening, replica_grpc_on_node_address, start_local,
+                      worker_setup)
 from .client import Client, Reply
 
 __all__ = ["Runner", "BatchPredictor", "predict_batches", "Limits", "HttpError",
            "ERROR_HEADER", "read_body", "HttpPredictor", "HttpIngress", "application",
            "http_options", "start_local", "worker_setup", "replica_grpc_on_node_address",
+           "check_listening",
            "Client", "Reply"]

@@ -150,5 +150,85 @@ def replica_grpc_on_node_address() -> bool:
         return bind(server, address)
 
     add_port.ort_roi_host = host  # type: ignore[attr-defined]
+    add_port.ort_roi_bind = bind  # type: ignore[attr-defined]  # Ray's own
     replica.add_port_to_grpc_server = add_port
     return True
+
+
+#: addresses a server of the cluster may listen on besides the node's own
+_LOOPBACK = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
+
+
+def listening_sockets() -> list[tuple[str, int]] | None:
+    """The TCP sockets this process listens on, as (address, port), read from Linux's
+    ``/proc`` (what ``ss -ltnp`` lists for it); None where there is no ``/proc``.
+
+    Returns:
+        The (address, port) pairs (``0.0.0.0`` and ``::``: every interface), or None.
+    """
+    import socket
+
+    if not os.path.exists("/proc/self/net/tcp"):
+        return None
+    where: dict[str, tuple[str, int]] = {}
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        try:
+            with open(f"/proc/self/net/{table}") as f:
+                lines = list(f)[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if len(cols) < 10 or cols[3] != "0A":  # LISTEN
+                continue
+            ip, port = cols[1].split(":")
+            raw = bytes.fromhex(ip)
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            where[cols[9]] = (socket.inet_ntop(family, raw), int(port, 16))
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link[8:-1] in where:
+            found.append(where[link[8:-1]])
+    return sorted(set(found))
+
+
+def check_listening(node_address: str | None = None) -> None:
+    """Refuse to serve from a process that listens beyond its node's address: check the
+    guarantee that [`replica_grpc_on_node_address`][ort_roi.scale.replica_grpc_on_node_address]
+    only arranges (Ray could rename the helper it wraps, stop calling it or bind another
+    literal, and the replica's gRPC server would listen on every interface again).
+    [`HttpPredictor`][ort_roi.scale.HttpPredictor] and [`HttpIngress`][ort_roi.scale.HttpIngress]
+    call it from ``check_health``; Serve runs that once the replica's servers have started and
+    before it is given a request, so a replica that fails it never serves (``serve.run``
+    raises with this message once Serve gives up on the deployment).
+
+    Args:
+        node_address: the node's address (default: ``ray.util.get_node_ip_address()``).
+            Loopback addresses are allowed too; a wildcard (``0.0.0.0``, ``::``) never.
+
+    Raises:
+        RuntimeError: naming each address and port listened on beyond those.
+    """
+    found = listening_sockets()
+    if found is None:
+        return  # no /proc: nothing to read (docs/scaling.md says where this holds)
+    if node_address is None:
+        import ray
+
+        node_address = ray.util.get_node_ip_address()
+    allowed = {*_LOOPBACK, node_address, f"::ffff:{node_address}"}
+    exposed = [(ip, port) for ip, port in found if ip not in allowed]
+    if exposed:
+        where = ", ".join(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+                          for ip, port in exposed)
+        every = any(ip in ("0.0.0.0", "::") for ip, _ in exposed)
+        raise RuntimeError(
+            f"ort_roi: process {os.getpid()} listens on {where}"
+            f"{' (every interface)' if every else ''}, beyond the node's address "
+            f"{node_address}: refusing to serve. Ray's replica gRPC server was not rebound "
+            "(replica_grpc_on_node_address: Ray renamed or stopped calling the helper it "
+            "wraps, or binds another address; ort_roi is tested with Ray 2.60.0)")

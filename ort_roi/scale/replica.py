@@ -16,7 +16,7 @@ import onnx
 from ..errors import RoiOpError
 from ..graph.inputs import generate_inputs, roles
 from .bodies import loads, read_body
-from .cluster import replica_grpc_on_node_address
+from .cluster import check_listening, replica_grpc_on_node_address
 from .limits import HttpError, Limits, as_limits, bad_request, response
 from .runner import Runner
 
@@ -81,6 +81,7 @@ class HttpPredictor(Runner):
             arrays = 2 + sum(math.prod(sizes[:i]) for i in range(len(sizes)))
             self.most = (self.most[0] + arrays,
                          self.most[1] + math.prod(sizes) + arrays + len(sizes) + 2)
+        self._listening_checked = False
         self._probe: dict[str, np.ndarray] | None = None
         self._probe_out: dict[str, np.ndarray] | None = None
         if proto is not None:
@@ -96,9 +97,17 @@ class HttpPredictor(Runner):
         the answer it gave when the replica started, bit for bit; a frozen or broken replica
         fails it (or times out) and Serve replaces it.
 
+        The first check (Serve's, before the replica is given a request) also checks that
+        the process listens on its node's address and loopback only
+        ([`check_listening`][ort_roi.scale.check_listening]).
+
         Raises:
-            RuntimeError: the probe's outputs changed.
+            RuntimeError: the probe's outputs changed, or the process listens beyond its
+                node's address (naming it).
         """
+        if not self._listening_checked:
+            check_listening()
+            self._listening_checked = True
         if self._probe is None:
             return
         outs = self.run(self._probe)

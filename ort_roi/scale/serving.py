@@ -12,7 +12,7 @@ import random
 from typing import Any, Mapping
 
 from .bodies import read_body
-from .cluster import replica_grpc_on_node_address
+from .cluster import check_listening, replica_grpc_on_node_address
 from .limits import ERROR_HEADER, HttpError, Limits, as_limits, response
 from .replica import HttpPredictor
 
@@ -44,6 +44,16 @@ class HttpIngress:
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.retry_after_s = retry_after_s
+
+    def check_health(self) -> None:
+        """Ray Serve's health check: the process listens on its node's address and loopback
+        only ([`check_listening`][ort_roi.scale.check_listening]); Serve runs it before the
+        replica is given a request.
+
+        Raises:
+            RuntimeError: naming the address listened on beyond those.
+        """
+        check_listening()
 
     async def forward(self, body: bytes) -> tuple[int, str, dict]:
         """Have a predictor replica answer ``body``, retrying where the replica was lost.
@@ -124,7 +134,8 @@ def application(model: str | os.PathLike | bytes, *, replicas: int = 2,
                 limits: Limits | Mapping[str, Any] | None = None,
                 max_ongoing_requests: int = 2, max_queued_requests: int = 16,
                 health_check_period_s: float = 2.0, health_check_timeout_s: float = 2.0,
-                attempts: int = 4, retry_after_s: float = 1.0, ingress: bool = True) -> Any:
+                attempts: int = 4, retry_after_s: float = 1.0, ingress: bool = True,
+                check_resources: bool = True) -> Any:
     """The production form of the Serve recipe: an [`HttpIngress`][ort_roi.scale.HttpIngress] in
     front of ``replicas`` [`HttpPredictor`][ort_roi.scale.HttpPredictor] replicas;
     ``serve.run(application(...))``.
@@ -156,13 +167,24 @@ def application(model: str | os.PathLike | bytes, *, replicas: int = 2,
         retry_after_s: the ``Retry-After`` of the 503s.
         ingress: put the [`HttpIngress`][ort_roi.scale.HttpIngress] in front (else the predictors
             take HTTP).
+        check_resources: where Ray is running, refuse replicas its nodes cannot all hold:
+            each replica's ``cpus_per_replica`` on one node, counted against each live
+            node's CPUs (Serve would wait for them without a word: ``serve.run`` blocked
+            for 17 minutes and more). CPUs that other work holds now are not counted
+            (their replicas start when those are free); off for a cluster that adds nodes.
 
     Returns:
         A bound Serve application.
+
+    Raises:
+        ValueError: ``check_resources`` and the cluster's nodes cannot hold ``replicas``
+            replicas of ``cpus_per_replica`` CPUs (naming both and what the nodes hold).
     """
     from ray import serve
     from ray.serve.config import BackpressureConfig
 
+    if check_resources:
+        _check_cpus(replicas, cpus_per_replica)
     limits = as_limits(limits)
     retry = BackpressureConfig(status_code=503, retry_after_s=retry_after_s)
     predictor = serve.deployment(
@@ -180,3 +202,22 @@ def application(model: str | os.PathLike | bytes, *, replicas: int = 2,
         max_queued_requests=512, backpressure_config=retry, graceful_shutdown_timeout_s=5,
     )
     return front.bind(predictor, limits, attempts, 0.05, retry_after_s)
+
+
+def _check_cpus(replicas: int, cpus: float) -> None:
+    """ValueError where Ray runs and its live nodes cannot each hold whole replicas of
+    ``cpus`` CPUs, ``replicas`` of them in all."""
+    import ray
+
+    if not ray.is_initialized() or cpus <= 0:
+        return
+    nodes = [float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+    room = sum(int(n / cpus + 1e-9) for n in nodes)
+    if room < replicas:
+        held = " + ".join(f"{n:g}" for n in nodes) or "0"
+        raise ValueError(
+            f"ort_roi: application: {replicas} predictor replicas of {cpus:g} CPU each "
+            f"(cpus_per_replica) need {replicas * cpus:g} CPUs, each replica's on one node; "
+            f"the cluster's nodes hold {held} CPUs: room for {room}. Lower replicas or "
+            "cpus_per_replica, or start the cluster with more (start_local(num_cpus=...)); "
+            "check_resources=False for a cluster that adds nodes")
