@@ -90,12 +90,13 @@ def main(args: argparse.Namespace) -> int:
     # passive, each runner starts with the cores free. Set before the peers load OpenMP.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if args.small:
-        rows = bench_small.run(args.repeat)
+        rows = bench_small.run(args.repeat, cpu_time=args.cpu_time)
         print()
         print(bench_small.markdown(rows))
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({**machine(), "repeat": args.repeat, "small": rows}, f, indent=1)
+                json.dump({**machine(), "repeat": args.repeat, "cpu_time": args.cpu_time,
+                           "small": rows}, f, indent=1)
         return 0
     try:
         results = run(args.workloads, args.repeat, args.scaling)
@@ -178,6 +179,9 @@ def add_command(sub) -> None:
                    help="instead, small calls (W6 and a few boxes of each op family): "
                    "onnxruntime's native op, the bridge alone and ort_roi, and where "
                    "ort_roi's time goes (checks, geometry, kernel, bridge)")
+    p.add_argument("--cpu-time", action="store_true",
+                   help="with --small: time the CPU time of the process instead of wall time "
+                   "(on a machine shared with other jobs)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--plot", help="write a PNG bar chart here")
     p.set_defaults(fn=main)

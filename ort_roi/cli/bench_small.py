@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import cProfile
 import pstats
+import time
 from typing import Callable
 
 import numpy as np
@@ -164,7 +165,7 @@ def breakdown(fn: Callable[[], object], calls: int = 2000) -> dict[str, float]:
     return {p: seconds[p] / total for p in PARTS}
 
 
-def run(repeat: int = 7, log=print, calls: int = 2000) -> list[dict]:
+def run(repeat: int = 7, log=print, calls: int = 2000, cpu_time: bool = False) -> list[dict]:
     """Time every row (``cases``) round by round, native, bridge alone and ort_roi in turn,
     and break ort_roi's time down (``breakdown`` of ``calls`` calls); log a line per row.
 
@@ -172,6 +173,8 @@ def run(repeat: int = 7, log=print, calls: int = 2000) -> list[dict]:
         repeat: the timed rounds (each time their median).
         log: where the lines go.
         calls: the profiled calls of each row.
+        cpu_time: time the CPU time of the process (``time.process_time``) instead of wall
+            time: on a machine shared with other jobs, not the time spent waiting for a core.
 
     Returns:
         The JSON-able rows: case, op, the three times (seconds), ort_roi / bridge per round
@@ -179,13 +182,15 @@ def run(repeat: int = 7, log=print, calls: int = 2000) -> list[dict]:
     """
     out = []
     log("small calls: onnxruntime's native op, the bridge alone (a kernel that returns at "
-        "once) and ort_roi, back to back in each round; 'ort_roi / bridge' per round; "
-        "ort_roi's time by part (profiled: checks, geometry, kernel, bridge)")
+        "once) and ort_roi, back to back in each round" + (", CPU time of the process"
+        if cpu_time else "") + "; 'ort_roi / bridge' per round; ort_roi's time by part "
+        "(profiled: checks, geometry, kernel, bridge)")
     for label, ours, native in cases():
         y = ours()
         fns = {"native": native} if native is not None else {}
         fns.update({"bridge": ours.floor(y), "ort_roi": ours})
-        times = time_together(fns, repeat)
+        times = time_together(fns, repeat, clock=time.process_time if cpu_time else
+                              time.perf_counter)
         t_ours, _, rounds = times["ort_roi"]
         t_floor, _, floor_rounds = times["bridge"]
         t_native = times["native"][0] if native is not None else None

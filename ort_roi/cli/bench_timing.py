@@ -20,7 +20,8 @@ Runner = Callable[[], np.ndarray]
 
 def time_together(fns: dict[str, Runner], repeat: int, min_sample_s: float = 0.02, *,
                   shuffle: int | None = None, warmup: bool = True,
-                  settle_s: float = 0.0) -> dict[str, tuple[float, np.ndarray, list[float]]]:
+                  settle_s: float = 0.0, clock: Callable[[], float] = time.perf_counter
+                  ) -> dict[str, tuple[float, np.ndarray, list[float]]]:
     """Per runner: median seconds per call over ``repeat`` rounds after a warm-up, its last
     output and the seconds of each round. Every round times each runner once, in turn, so a
     slow spell of the machine falls on all of them alike; a fast call is timed in loops of
@@ -39,6 +40,9 @@ def time_together(fns: dict[str, Runner], repeat: int, min_sample_s: float = 0.0
             from whatever runs next: a pause longer than that (0.1 s) starts every runner
             on quiet cores, as one session alone would be; 0: back to back, each runner
             meets the previous one's spinning threads.
+        clock: what is timed: wall time (``time.perf_counter``, the default) or, on a machine
+            shared with other jobs, the CPU time of this process (``time.process_time``: the
+            time its threads ran, not the time they waited for a core).
 
     Returns:
         name -> (median seconds per call, its last output, the seconds of each round).
@@ -47,9 +51,9 @@ def time_together(fns: dict[str, Runner], repeat: int, min_sample_s: float = 0.0
 
     loops, ys, ts = {}, {}, {name: [] for name in fns}
     for name, fn in fns.items():
-        t = time.perf_counter()
+        t = clock()
         ys[name] = fn() if warmup else None
-        took = time.perf_counter() - t if warmup else min_sample_s
+        took = clock() - t if warmup else min_sample_s
         loops[name] = max(1, min(10000, int(min_sample_s / max(took, 1e-7))))
     rng = random.Random(shuffle) if shuffle is not None else None
     for _ in range(repeat):
@@ -58,10 +62,10 @@ def time_together(fns: dict[str, Runner], repeat: int, min_sample_s: float = 0.0
             rng.shuffle(order)
         for name in order:
             fn = fns[name]
-            t = time.perf_counter()
+            t = clock()
             for _ in range(loops[name]):
                 ys[name] = fn()
-            ts[name].append((time.perf_counter() - t) / loops[name])
+            ts[name].append((clock() - t) / loops[name])
             if settle_s:
                 time.sleep(settle_s)
     return {name: (statistics.median(ts[name]), ys[name], ts[name]) for name in fns}

@@ -341,10 +341,9 @@ def _small_weights_few(start, bin_size, grid, P: int, size: tuple[int, int], dty
                     A[row + low] += float(t(1.0 - frac)) if low == 0 else 1.0 - frac
                     A[row + low + 1] += frac
     # / max(grid, 1) in float64, then to T (np.array casts each as astype does)
-    per_axis = P * S
-    for i, g in enumerate(max(g, 1) for box in gs for g in box):
-        for j in range(i * per_axis, (i + 1) * per_axis):
-            A[j] /= g
+    n = P * S
+    A = [v / g for i, g in enumerate(max(g, 1) for box in gs for g in box)
+         for v in A[i * n:(i + 1) * n]]
     return np.array(A, dtype).reshape(R, 2, P, S)
 
 
