@@ -848,6 +848,42 @@ def test_a_replica_that_listens_on_every_interface_refuses_to_serve(serve_port):
         serve.delete("drift")
 
 
+def test_an_upload_aborted_early_never_reaches_a_replica(serve_port):
+    """200 uploads that send their headers (Content-Length 100000) and 1000 bytes, then
+    close: Serve's proxy, set up by worker_setup, hands a request on once its body (or 64
+    KiB of it) has come, so none of them reaches the deployment: a valid request after them
+    is its first call, its body whole (before, each was routed to a replica and cancelled:
+    1000 of them kept the service busy for 5 s)."""
+    from ray import serve
+    from starlette.responses import Response
+
+    class Counting:
+        def __init__(self):
+            self.calls = 0
+
+        async def __call__(self, request):
+            self.calls += 1
+            body = await scale.read_body(request)
+            return Response(json.dumps({"calls": self.calls, "bytes": len(body)}),
+                            media_type="application/json")
+
+    serve.run(serve.deployment(Counting, ray_actor_options={"num_cpus": 0}).bind(),
+              name="abort", route_prefix="/abort")
+    try:
+        for _ in range(200):
+            with socket.create_connection(("127.0.0.1", serve_port), timeout=30) as s:
+                s.sendall(b"POST /abort HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                          b"application/json\r\nContent-Length: 100000\r\n\r\n" + b" " * 1000)
+        body = _body(_good(0))
+        url = f"http://127.0.0.1:{serve_port}/abort"
+        status, _, text = _raw(url, body)
+        assert status == 200 and json.loads(text) == {"calls": 1, "bytes": len(body)}
+        status, _, text = _raw(url, body)
+        assert status == 200 and json.loads(text) == {"calls": 2, "bytes": len(body)}
+    finally:
+        serve.delete("abort")
+
+
 def test_application_refuses_replicas_the_cluster_cannot_hold(ray_cluster):
     """On the 2-CPU test cluster, 3 replicas of 1 CPU (Serve waited for the third without a
     word: serve.run blocked for 17 minutes and more) or 2 of 1.5 CPUs: a ValueError naming

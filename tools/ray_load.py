@@ -5,6 +5,8 @@
     python -m tools.ray_load --fault kill      # SIGKILL one replica mid-run
     python -m tools.ray_load --fault stop      # SIGSTOP one replica mid-run (frozen)
     python -m tools.ray_load --clients 32 64   # overload: 32, then 64 clients at once
+    python -m tools.ray_load --aborted 1000    # aborted uploads, then a valid request
+    python -m tools.ray_load --big 25          # requests of 10,000 boxes: replicas' RSS
 
 Starts a local Ray cluster of --cpus CPUs on 127.0.0.1 only (``scale.start_local``), deploys
 the model as ``scale.application`` (an ingress and --replicas predictor replicas; --single:
@@ -124,6 +126,14 @@ def main() -> int:
                     help="overload runs: this many clients at once, one run each")
     ap.add_argument("--duration", type=float, default=40.0,
                     help="seconds of load at most per run (overload runs: exactly)")
+    ap.add_argument("--aborted", type=int, default=0,
+                    help="this many uploads that send headers (Content-Length 100000) and "
+                         "1000 bytes, then close; then one valid request timed (and as many "
+                         "bare connect-close first, to compare)")
+    ap.add_argument("--big", type=int, default=0,
+                    help="this many requests of --big-boxes boxes; the predictor replicas' "
+                         "RSS before, after and 5 s idle")
+    ap.add_argument("--big-boxes", type=int, default=10000)
     ap.add_argument("--json", help="write the figures to this file")
     a = ap.parse_args()
 
@@ -175,7 +185,11 @@ def main() -> int:
         with ThreadPoolExecutor(a.concurrency) as pool:
             list(pool.map(lambda i: one(once, i), range(2 * a.concurrency)))  # warm-up
 
-        if not a.fault and not a.clients:
+        if a.aborted:
+            ok &= aborted(a, fig, port, once, bodies, expected)
+        if a.big:
+            ok &= big(a, fig, once, model, runner)
+        if not a.fault and not a.clients and not a.aborted and not a.big:
             ok &= plain(a, fig, once, one, bad_body, bad_message, bodies, expected)
         if a.fault:
             ok &= fault(a, fig, url, one)
@@ -231,6 +245,81 @@ def plain(a, fig, once, one, bad_body, bad_message, bodies, expected) -> bool:
     print(f"(the model alone in this process, one thread, no HTTP: "
           f"{fig['in_process_runs_per_s']} runs/s)")
     return errors == 0 and equal == done and bad_ok and after_ok
+
+
+def _timed_valid(once, bodies, expected) -> tuple[float, bool]:
+    t = time.monotonic()
+    r = once.post(bodies[2])
+    return time.monotonic() - t, r.status == 200 and _equal(r.text, expected[2])
+
+
+def aborted(a, fig, port, once, bodies, expected) -> bool:
+    """--aborted N: N bare connect-close, a valid request timed; N aborted uploads (headers
+    saying 100000 bytes, 1000 sent, closed), a valid request timed."""
+    base, base_ok = _timed_valid(once, bodies, expected)
+    out = {"n": a.aborted, "valid_idle_s": round(base, 3)}
+    for kind in ("connect_close", "aborted_upload"):
+        t = time.monotonic()
+        for _ in range(a.aborted):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            if kind == "aborted_upload":
+                s.sendall(b"POST /roi HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                          b"application/json\r\nContent-Length: 100000\r\n\r\n" +
+                          b" " * 1000)
+            s.close()
+        sent = time.monotonic() - t
+        waits = []
+        for _ in range(20):  # the stall may come once the proxy has taken them all in
+            dt, good = _timed_valid(once, bodies, expected)
+            waits.append(dt)
+            base_ok &= good
+        out[kind] = {"send_s": round(sent, 2), "valid_after_s": round(waits[0], 2),
+                     "valid_slowest_of_20_s": round(max(waits), 2),
+                     "twenty_valid_s": round(sum(waits), 2), "valid_exact": base_ok}
+        time.sleep(2.0)  # let the service settle before the next kind
+    fig["aborted"] = out
+    for kind in ("connect_close", "aborted_upload"):
+        k = out[kind]
+        print(f"--aborted {a.aborted}: {kind.replace('_', ' ')} x {a.aborted} (sent in "
+              f"{k['send_s']} s), then 20 valid requests one after another: the first "
+              f"{k['valid_after_s']} s, the slowest {k['valid_slowest_of_20_s']} s, all 20 "
+              f"{k['twenty_valid_s']} s (one alone, idle: {out['valid_idle_s']} s)")
+    print(f"answers exact: {base_ok}")
+    return base_ok
+
+
+def _rss_mb(pids: list[int]) -> list[float]:
+    out = []
+    for pid in pids:
+        try:
+            for line in open(f"/proc/{pid}/status"):
+                if line.startswith("VmRSS:"):
+                    out.append(round(int(line.split()[1]) / 1024, 1))
+        except OSError:
+            out.append(-1.0)
+    return out
+
+
+def big(a, fig, once, model, runner) -> bool:
+    """--big N: N requests of --big-boxes boxes, one at a time; the predictors' RSS."""
+    feed = generate_inputs(model, r=a.big_boxes, seed=99)
+    want = runner.run(feed)
+    body = json.dumps({k: v.tolist() for k, v in feed.items()}).encode()
+    pids = predictor_pids()
+    before = _rss_mb(pids)
+    good = 0
+    for _ in range(a.big):
+        r = once.post(body)
+        good += r.status == 200 and _equal(r.text, want)
+    after = _rss_mb(pids)
+    time.sleep(5.0)
+    idle = _rss_mb(pids)
+    fig["big"] = {"requests": a.big, "boxes": a.big_boxes, "body_bytes": len(body),
+                  "rss_before_mb": before, "rss_after_mb": after, "rss_idle_mb": idle,
+                  "exact": good}
+    print(f"--big {a.big}: {a.big_boxes} boxes ({len(body) // 1024} KiB a request), {good} "
+          f"exact; predictor RSS MB before {before}, after {after}, 5 s idle {idle}")
+    return good == a.big
 
 
 def fault(a, fig, url, one) -> bool:
