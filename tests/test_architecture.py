@@ -361,8 +361,8 @@ def test_the_exporters_passes_run_from_one_table():
     it imports none of them, and every recogniser module has its passes in the table."""
     from ort_roi.graph import exporters
 
-    recognisers = {f"ort_roi.graph.{m}" for m in ("fusion", "loops", "mxnet", "paddle",
-                                                   "scatter_nd", "tensorflow")}
+    recognisers = {f"ort_roi.graph.{m}" for m in ("aligned_note", "fusion", "loops", "mxnet",
+                                                   "paddle", "scatter_nd", "tensorflow")}
     inside = {m for m in MODULES if m.rsplit(".", 1)[0] in recognisers}  # a package's modules
     edges = _graph()
     for m in ("ort_roi.graph.rewrite", "ort_roi.runtime.session", "ort_roi.cli.validate"):

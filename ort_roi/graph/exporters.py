@@ -30,7 +30,7 @@ from typing import Callable
 import onnx
 
 from ..spec import DOMAIN, MAX_LEVELS
-from . import fusion, loops, mxnet, paddle, scatter_nd, tensorflow
+from . import aligned_note, fusion, loops, mxnet, paddle, scatter_nd, tensorflow
 from .nodes import iter_nodes, opset
 from .toolkit import GraphIndex
 
@@ -183,7 +183,7 @@ EXPORTERS: tuple[Exporter, ...] = (
     )),
     Exporter("torch.onnx", _torch, (
         Pass("torch.onnx's RoiAlign below opset 16 (aligned=True lost)",
-             scatter_nd.torch_aligned_note, frozenset({"RoiAlign"}), fusion=False),
+             aligned_note.torch_aligned_note, frozenset({"RoiAlign"}), fusion=False),
         Pass("the ScatterND family of RoI stages (detectron2's ROIPooler, MMDeploy's)", _scatter_nd_stages,
              frozenset({"ScatterND"})),
         Pass("torchvision's MultiScaleRoIAlign stage", _torchvision_stages,

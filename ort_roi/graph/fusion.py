@@ -24,7 +24,6 @@ note says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import onnx
@@ -34,32 +33,20 @@ from ..errors import node_label
 from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
 from ..spec import DOMAIN, MAX_LEVELS
 from .nodes import given_attrs, opset
-from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs, indexed,
-                      level_roi_align, merge_chain, selected_level,
-                      splice)
+from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs,
+                      fused_name, indexed, is_positive_zero, level_roi_align, matched_or_noted, merge_chain,
+                      pooled_by_roi_align, selected_level, splice)
 
 @dataclass
 class Stage:
     """A matched MultiScaleRoIAlign stage."""
 
-    merge: onnx.NodeProto  # the last ScatterElements: its output is the stage's
+    last: onnx.NodeProto  # the last ScatterElements: its output is the stage's
     rois: str  # rois [K, 5]
     levels: str  # the level of each box (int)
     feats: list[str]  # the feature map of each level, level 0 first
     attrs: dict
     cast: int | None = None  # the type every level's result is Cast to, if it is
-
-
-def _pooled_update(g: GraphIndex, name: str) -> tuple[onnx.NodeProto | None, onnx.NodeProto | None]:
-    """What a merge scatters: (the RoiAlign, the Cast after it or None); (None, None) when it
-    is not a RoiAlign's result."""
-    n = g.producer.get(name)
-    cast = n if n is not None and n.op_type == "Cast" and n.domain in ("", "ai.onnx") else None
-    if cast is not None:
-        n = g.producer.get(cast.input[0])
-    if n is None or n.op_type != "RoiAlign" or n.domain not in ("", "ai.onnx"):
-        return None, None
-    return n, cast
 
 
 def _zeros_producer(g: GraphIndex, name: str) -> onnx.NodeProto | None:
@@ -81,7 +68,8 @@ def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
     for node in model.graph.node:
         if node.domain not in ("", "ai.onnx"):
             continue
-        if node.op_type == "ScatterND" and _pooled_update(g, node.input[2])[0] is not None:
+        if node.op_type == "ScatterND" \
+                and pooled_by_roi_align(g, node.input[2], "Cast")[0] is not None:
             before = g.producer.get(node.input[0])
             if before is None or before.op_type != "ScatterND":  # the first of a chain
                 notes.append(
@@ -93,14 +81,14 @@ def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
         if node.op_type != "ScatterElements" or _zeros_producer(g, node.input[0]) is None:
             continue  # not the first merge of a chain
         chain = merge_chain(g, node)
-        if not any(_pooled_update(g, s.input[2])[0] is not None for s in chain):
+        if not any(pooled_by_roi_align(g, s.input[2], "Cast")[0] is not None for s in chain):
             continue  # a scatter of something else: none of our business
-        try:
-            stages.append(_match(g, chain))
-        except NoMatch as e:
-            notes.append(f"node {node_label(node)!r} (ScatterElements) starts like torchvision's "
-                         f"MultiScaleRoIAlign merge but does not match it exactly ({e}); left "
-                         f"as it is")
+        stage = matched_or_noted(
+            lambda: _match(g, chain), notes,
+            lambda why: f"node {node_label(node)!r} (ScatterElements) starts like "
+                        f"torchvision's MultiScaleRoIAlign merge but does not match it exactly "
+                        f"({why}); left as it is")
+        stages += [stage] if stage is not None else []
     return stages, notes
 
 
@@ -135,7 +123,7 @@ def _rows_of(g: GraphIndex, name: str, cols: list[int]) -> tuple[str, str]:
     return rows.input[0], rows.input[1]
 
 
-def _zeros(g: GraphIndex, name: str, levels: str, pooled: str) -> None:
+def _check_zeros(g: GraphIndex, name: str, levels: str, pooled: str) -> None:
     """name = torch.zeros(levels.shape[0], *pooled.shape[1:]) as torch.onnx writes it (and
     unfuse: then CastLike'd to ``pooled``)."""
     n = g.producer.get(name)
@@ -145,7 +133,7 @@ def _zeros(g: GraphIndex, name: str, levels: str, pooled: str) -> None:
             raise NoMatch(f"CastLike {node_label(n)!r} casts the zeros like {n.input[1]!r}, not "
                           f"like the pooled {pooled!r}")
         name = n.input[0]
-    cos = g.made_by(name, "ConstantOfShape", value=_zero)
+    cos = g.made_by(name, "ConstantOfShape", value=is_positive_zero)
     concat = g.made_by(cos.input[0], "Concat", axis=0)
     if len(concat.input) != 4:
         raise NoMatch(f"Concat {node_label(concat)!r} makes a shape of {len(concat.input)} "
@@ -159,21 +147,13 @@ def _zeros(g: GraphIndex, name: str, levels: str, pooled: str) -> None:
                           f"{of!r}")
 
 
-def _zero(value: Any) -> bool:
-    """ConstantOfShape's value: absent (float 0) or one element equal to +0."""
-    if value is None:
-        return True
-    a = numpy_helper.to_array(value)
-    return a.size == 1 and a.ravel()[0] == 0 and not np.signbit(a.ravel()[0])
-
-
 def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> Stage:
     if not 1 < len(chain) <= MAX_LEVELS:
         raise NoMatch(f"{len(chain)} levels merged: ort_roi fuses 2 to {MAX_LEVELS}")
     levels, rois, found, attrs, casts = None, None, {}, None, set()
     for s in chain:
         check_attrs(s, g.opset, g.exporter, axis=0, reduction="none")
-        ra, cast = _pooled_update(g, s.input[2])
+        ra, cast = pooled_by_roi_align(g, s.input[2], "Cast")
         if ra is None:
             raise NoMatch(f"ScatterElements {node_label(s)!r} scatters {s.input[2]!r}, not a "
                           f"RoiAlign's result")
@@ -205,7 +185,7 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> Stage:
         raise NoMatch(f"levels {sorted(found)} are not 0 .. {len(chain) - 1}")
     if len(casts) != 1:
         raise NoMatch(f"the levels' pooled results are cast differently ({sorted(casts, key=str)})")
-    _zeros(g, chain[0].input[0], levels, chain[0].input[2])
+    _check_zeros(g, chain[0].input[0], levels, chain[0].input[2])
     feats = [found[i][0] for i in range(len(chain))]
     attrs.update({f"spatial_scale_{i}": found[i][1] for i in range(len(chain))})
     return Stage(chain[-1], rois, levels, feats, attrs, casts.pop())
@@ -220,17 +200,16 @@ def fuse(model: onnx.ModelProto, g: GraphIndex | None = None
     done = []
     for st in stages:
         spec = PYRAMID_SPECS[len(st.feats)]
-        prefix = st.merge.name.rsplit("/", 1)[0] if "/" in st.merge.name else st.merge.name
-        name = f"{prefix}/{spec.name}" if prefix else spec.name
+        name = fused_name(st.last, spec.name)
         new, rois = indexed(model, "torch.onnx", g).first_columns(st.rois, 5, name)
         inputs = [rois, st.levels, *st.feats]
-        out = st.merge.output[0] if st.cast is None else f"{name}_output"
+        out = st.last.output[0] if st.cast is None else f"{name}_output"
         new.append(helper.make_node(spec.name, inputs, [out], name=name, domain=DOMAIN,
                                     **{k: st.attrs[k] for k in sorted(st.attrs)}))
         if st.cast is not None:  # the levels' Cast, once (onnxruntime drops it when a no-op)
-            new.append(helper.make_node("Cast", [out], [st.merge.output[0]],
+            new.append(helper.make_node("Cast", [out], [st.last.output[0]],
                                         name=f"{name}/Cast", to=st.cast))
-        done.append((name, splice(model, st.merge, new, [st.rois, st.levels, *st.feats])))
+        done.append((name, splice(model, st.last, new, [st.rois, st.levels, *st.feats])))
     return done, notes
 
 

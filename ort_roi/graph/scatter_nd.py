@@ -21,10 +21,6 @@ graph's RoiAligns say (coordinate_transformation_mode half_pixel: aligned=1; out
 the only mode before opset 16: aligned=0). A chain that starts like the family (RoiAlign
 results scattered into zeros) but differs is left as it is, with a note naming its first
 ScatterND and the part that differed.
-
-``torch_aligned_note``: torch.onnx writes RoIAlign's ``aligned=True`` (detectron2's
-ROIAlignV2, torchvision's ``roi_align(aligned=True)``) as plain RoiAlign below opset 16, where
-ONNX has no half-pixel mode: the exported graph computes aligned=False; a note says so.
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from ..errors import node_label
 from ..ops import form
@@ -51,6 +47,10 @@ from .toolkit import (
     declared_attrs,
     indexed,
     is_default,
+    fused_name,
+    is_positive_zero,
+    matched_or_noted,
+    pooled_by_roi_align,
     splice,
 )
 
@@ -63,7 +63,7 @@ FAMILY = ("the ScatterND family of RoI stages (detectron2's ROIPooler, MMDeploy'
 class NdStage:
     """A matched stage of the ScatterND family."""
 
-    merge: onnx.NodeProto  # the last ScatterND (MMDeploy's: the Slice after it): the stage's
+    last: onnx.NodeProto  # the last ScatterND (MMDeploy's: the Slice after it): the stage's
     rois: str  # rois [K, 5], before the Cast (if any) every level's rows go through
     cast: int | None  # that Cast's type
     levels: str  # the level of each row (int32 / int64)
@@ -77,14 +77,6 @@ def _producer(g: GraphIndex, name: str, *ops: str) -> onnx.NodeProto | None:
     return n if n is not None and n.op_type in ops and is_default(n) else None
 
 
-def _pooled(g: GraphIndex, updates: str) -> tuple[onnx.NodeProto | None, onnx.NodeProto | None]:
-    """What a ScatterND writes: (the RoiAlign, the Reshape between or None); (None, None) when
-    it is not a RoiAlign's result."""
-    reshape = _producer(g, updates, "Reshape")
-    ra = _producer(g, reshape.input[0] if reshape is not None else updates, "RoiAlign")
-    return (ra, reshape) if ra is not None else (None, None)
-
-
 def _other_roi(g: GraphIndex, updates: str) -> onnx.NodeProto | None:
     """A RoI node of another form than ONNX RoiAlign whose result (through a Reshape or not) a
     ScatterND writes, else None."""
@@ -94,8 +86,19 @@ def _other_roi(g: GraphIndex, updates: str) -> onnx.NodeProto | None:
     return n if n is not None and form(n.domain, n.op_type) is not None else None
 
 
-def _zeros_node(g: GraphIndex, name: str) -> onnx.NodeProto | None:
-    return _producer(g, name, "ConstantOfShape")
+def _other_roi_merge_note(g: GraphIndex, first: onnx.NodeProto,
+                          chain: list[onnx.NodeProto]) -> list[str]:
+    """A note where a ScatterND chain merges the results of a RoI node of another form than
+    ONNX RoiAlign (MMDeploy's PPLNN export: mmcv::MMCVRoiAlign merged the same way), else
+    none."""
+    other = [n for n in (_other_roi(g, s.input[2]) for s in chain) if n is not None]
+    if not other:
+        return []
+    op = f"{other[0].domain}::{other[0].op_type}"
+    return [f"node {node_label(first)!r} (ScatterND) merges the results of {op} "
+            f"({node_label(other[0])!r}) as {FAMILY} merges RoiAligns; ort_roi fuses that form "
+            f"only over ONNX RoiAlign: left node by node (each {other[0].op_type} runs on "
+            f"ort_roi's kernel)"]
 
 
 def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
@@ -110,23 +113,18 @@ def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
                 or _producer(g, node.input[0], "ScatterND") is not None:
             continue  # not the first merge of a chain
         chain = merge_chain(g, node, also=frozenset({"Shape"}))  # the next Reshape's shape
-        if not any(_pooled(g, s.input[2])[0] is not None for s in chain):
-            other = [n for n in map(lambda s: _other_roi(g, s.input[2]), chain) if n is not None]
-            if other:  # MMDeploy's PPLNN export: mmcv::MMCVRoiAlign merged the same way
-                notes.append(f"node {node_label(node)!r} (ScatterND) merges the results of "
-                             f"{other[0].domain}::{other[0].op_type} ({node_label(other[0])!r}) "
-                             f"as {FAMILY} merges RoiAligns; ort_roi fuses that form only over "
-                             f"ONNX RoiAlign: left node by node (each "
-                             f"{other[0].op_type} runs on ort_roi's kernel)")
+        if not any(pooled_by_roi_align(g, s.input[2], "Reshape")[0] is not None for s in chain):
+            notes += _other_roi_merge_note(g, node, chain)
             continue  # a scatter of something else: none of our business
-        if _zeros_node(g, node.input[0]) is None and _producer(g, node.input[2], "RoiAlign"):
+        if _producer(g, node.input[0], "ConstantOfShape") is None \
+                and _producer(g, node.input[2], "RoiAlign"):
             continue  # torch.onnx's dynamo form of torchvision's stage: fusion.py's note
-        try:
-            stages.append(_match(g, chain))
-        except NoMatch as e:
-            notes.append(f"node {node_label(node)!r} (ScatterND) merges RoiAlign results into "
-                         f"zeros as {FAMILY} does, but does not match it exactly ({e}); left "
-                         f"node by node (each RoiAlign still moved)")
+        stage = matched_or_noted(
+            lambda: _match(g, chain), notes,
+            lambda why: f"node {node_label(node)!r} (ScatterND) merges RoiAlign results into "
+                        f"zeros as {FAMILY} does, but does not match it exactly ({why}); left "
+                        f"node by node (each RoiAlign still moved)")
+        stages += [stage] if stage is not None else []
     return stages, notes
 
 
@@ -199,7 +197,7 @@ def _pooled_rows(g: GraphIndex, ra: onnx.NodeProto) -> tuple[str, int | None, st
     """The rows a RoiAlign pools: boxes columns 1..4 (plus a constant: MMDeploy's offset) and
     batch indices Cast(int64) of Squeeze(column [0], [1]) of the same selected rows. Returns
     (rois, cast, sel, the offset or None)."""
-    boxes, shift = pad.offset(g, ra.input[1])
+    boxes, shift = pad.boxes_plus_offset(g, ra.input[1])
     rows = _columns(g, boxes, [1, 2, 3, 4])
     batch = g.made_by(ra.input[2], "Cast", to=onnx.TensorProto.INT64)
     squeeze = g.operand(batch.input[0], "Squeeze", "axes", 1, [1])
@@ -232,12 +230,12 @@ def _channels(g: GraphIndex, feat: str) -> int | None:
     return int(w.shape[0]) if w is not None and w.ndim == 4 else None
 
 
-def _zeros(g: GraphIndex, name: str, rows: set[str], pooled: set[str], attrs: dict,
+def _check_zeros(g: GraphIndex, name: str, rows: set[str], pooled: set[str], attrs: dict,
            feats: list[str]) -> None:
     """name = zeros [rows, C, H, W] of float 0: ConstantOfShape(Concat(dims)), dim 0 that of
     the rois or the levels, the others those of a pooled result or constants equal to them
     (C: the maps' channels, as the graph declares them)."""
-    cos = g.made_by(name, "ConstantOfShape", value=_zero)
+    cos = g.made_by(name, "ConstantOfShape", value=is_positive_zero)
     concat = g.made_by(cos.input[0], "Concat", axis=0)
     if len(concat.input) != 4:
         raise NoMatch(f"Concat {node_label(concat)!r} makes a shape of {len(concat.input)} "
@@ -255,15 +253,6 @@ def _zeros(g: GraphIndex, name: str, rows: set[str], pooled: set[str], attrs: di
             what = (f"{role} (which the graph does not declare)" if want is None
                     else f"{want} ({role})")
             raise NoMatch(f"the zeros' dimension {k} is the constant {v.tolist()}, not {what}")
-
-
-def _zero(value) -> bool:
-    """ConstantOfShape's value: absent (float 0) or one float32 element equal to +0."""
-    if value is None:
-        return True
-    a = numpy_helper.to_array(value)
-    return a.size == 1 and a.dtype == np.float32 and a.ravel()[0] == 0 \
-        and not np.signbit(a.ravel()[0])
 
 
 def _reshape_is_identity(g: GraphIndex, reshape: onnx.NodeProto, sel: str,
@@ -300,7 +289,7 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> NdStage:
     merged = {chain[0].input[0]}
     for s in chain:
         check_attrs(s, g.opset, g.exporter, reduction="none")
-        ra, reshape = _pooled(g, s.input[2])
+        ra, reshape = pooled_by_roi_align(g, s.input[2], "Reshape")
         if ra is None:
             raise NoMatch(f"ScatterND {node_label(s)!r} scatters {s.input[2]!r}, not a "
                           f"RoiAlign's result")
@@ -329,10 +318,10 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> NdStage:
         raise NoMatch(f"the levels' rows are cast differently ({sorted(casts, key=str)})")
     feats = [found[i][0] for i in range(len(chain))]
     zeros, out = chain[0].input[0], chain[-1]
-    unpadded = pad.unpad(g, zeros, rois, levels, out, _zero)
+    unpadded = pad.unpad(g, zeros, rois, levels, out, is_positive_zero)
     if unpadded is not None:
         zeros, rois, levels, out = unpadded
-    _zeros(g, zeros, {rois, levels}, pooled, attrs, feats)
+    _check_zeros(g, zeros, {rois, levels}, pooled, attrs, feats)
     attrs.update({f"spatial_scale_{i}": found[i][1] for i in range(len(chain))})
     shifts = [offsets[i] for i in range(len(chain))]
     return NdStage(out, rois, casts.pop(), levels, feats, attrs,
@@ -349,8 +338,7 @@ def fuse(model: onnx.ModelProto, g: GraphIndex | None = None
     done = []
     for st in stages:
         spec = PYRAMID_SPECS[len(st.feats)]
-        prefix = st.merge.name.rsplit("/", 1)[0] if "/" in st.merge.name else st.merge.name
-        name = f"{prefix}/{spec.name}" if prefix else spec.name
+        name = fused_name(st.last, spec.name)
         new, rois = indexed(model, "torch.onnx", g).first_columns(st.rois, 5, name)
         if st.cast is not None:  # Cast(Gather(rois, sel)) = Gather(Cast(rois), sel)
             new.append(helper.make_node("Cast", [rois], [f"{name}/rois"], name=f"{name}/Cast",
@@ -360,42 +348,7 @@ def fuse(model: onnx.ModelProto, g: GraphIndex | None = None
             new += pad.shifted(f"{name}/shifted", rois, st.levels, st.offsets)
             rois = f"{name}/shifted"
         inputs = [rois, st.levels, *st.feats]
-        new.append(helper.make_node(spec.name, inputs, [st.merge.output[0]], name=name,
+        new.append(helper.make_node(spec.name, inputs, [st.last.output[0]], name=name,
                                     domain=DOMAIN, **{k: st.attrs[k] for k in sorted(st.attrs)}))
-        done.append((name, splice(model, st.merge, new, [st.rois, st.levels, *st.feats])))
+        done.append((name, splice(model, st.last, new, [st.rois, st.levels, *st.feats])))
     return done, notes
-
-
-def _torchvision_merged(g: GraphIndex, ra: onnx.NodeProto) -> bool:
-    """The RoiAlign's result goes only into torchvision's ScatterElements merge (through a
-    Cast; Shapes and unfuse's CastLike read it too): torchvision's MultiScaleRoIAlign, which
-    pools with aligned=False."""
-    users = g.consumers.get(ra.output[0], [])
-    users = [v for u in users for v in (g.consumers.get(u.output[0], []) if u.op_type == "Cast"
-                                        else [u])]
-    return any(u.op_type == "ScatterElements" for u in users) and all(
-        u.op_type in ("ScatterElements", "Shape", "CastLike") for u in users)
-
-
-def torch_aligned_note(model: onnx.ModelProto, g: GraphIndex | None = None
-                       ) -> tuple[list, list[str]]:
-    """A note where torch.onnx (producer_name "pytorch") wrote RoiAligns below opset 16 (other
-    than torchvision's MultiScaleRoIAlign's, aligned=False by design): RoIAlign's aligned=True
-    is lost there. Returns ([], notes); changes nothing."""
-    g = indexed(model, "torch.onnx", g)
-    if model.producer_name != "pytorch" or g.opset is None or g.opset >= 16:
-        return [], []
-    ras = [n for n in model.graph.node if n.op_type == "RoiAlign" and is_default(n)
-           and not _torchvision_merged(g, n) and not pad.offset_aligned(g, n)]
-    if not ras:
-        return [], []
-    shown = ", ".join(repr(node_label(n)) for n in ras[:4])
-    shown += ", ..." if len(ras) > 4 else ""
-    note = (f"{len(ras)} RoiAlign node(s) ({shown}): torch.onnx wrote this model at opset "
-            f"{g.opset}, where ONNX RoiAlign has no half-pixel mode, and exports RoIAlign's "
-            f"aligned=True (detectron2's ROIAlignV2, torchvision's roi_align(aligned=True)) "
-            f"there as aligned=False: if the model pools with aligned=True, this graph "
-            f"computes otherwise than PyTorch (ort_roi computes what the graph says); "
-            f"exporting at opset_version >= 16 keeps aligned=True "
-            f"(coordinate_transformation_mode half_pixel)")
-    return [], [note]

@@ -105,8 +105,10 @@ def unpad(g: GraphIndex, base: str, rois: str, levels: str, last: onnx.NodeProto
     return zeros, rois0, levels0, sl
 
 
-def offset(g: GraphIndex, name: str) -> tuple[str, np.ndarray | None]:
-    """name = Add(x, c) (either order) with c one float constant: (x, c); else (name, None)."""
+def boxes_plus_offset(g: GraphIndex, name: str) -> tuple[str, np.ndarray | None]:
+    """The boxes a RoiAlign reads, and what was added to them: name = Add(x, c) (either order)
+    with c one float constant (MMDeploy's aligned=True written out at opset 11): (x, c); else
+    (name, None) (detectron2's, and MMDeploy's at opset 16)."""
     n = g.producer.get(name)
     if n is None or n.op_type != "Add" or not is_default(n):
         return name, None
@@ -121,7 +123,7 @@ def offset(g: GraphIndex, name: str) -> tuple[str, np.ndarray | None]:
 def offset_aligned(g: GraphIndex, ra: onnx.NodeProto) -> bool:
     """The RoiAlign's boxes are offset by -0.5 / spatial_scale: aligned=True written out."""
     try:
-        _, c = offset(g, ra.input[1])
+        _, c = boxes_plus_offset(g, ra.input[1])
     except NoMatch:
         return False
     scale = next((a.f for a in ra.attribute if a.name == "spatial_scale"), 1.0)

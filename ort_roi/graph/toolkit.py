@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import heapq
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -392,3 +392,45 @@ def selected_level(g: GraphIndex, eq: onnx.NodeProto, level: np.ndarray, levels:
     if known is None:
         g.is_vector(levels, "the levels")
     return value, levels
+
+
+def is_positive_zero(value: Any) -> bool:
+    """A ConstantOfShape's ``value`` makes +0 (the zeros a multi-level stage merges into):
+    absent (float 0) or one element equal to +0, of any type (a type other than the pooled
+    one fails to load, or is Cast to it)."""
+    if value is None:
+        return True
+    a = numpy_helper.to_array(value)
+    return a.size == 1 and a.ravel()[0] == 0 and not np.signbit(a.ravel()[0])
+
+
+def pooled_by_roi_align(g: GraphIndex, name: str, through: str
+                        ) -> tuple[onnx.NodeProto | None, onnx.NodeProto | None]:
+    """What a multi-level stage's merge writes: (the ONNX RoiAlign computing ``name``, the
+    node of op ``through`` between them or None: torchvision's Cast, the ScatterND family's
+    Reshape); (None, None) when ``name`` is not a RoiAlign's result."""
+    n = g.producer.get(name)
+    between = n if n is not None and n.op_type == through and is_default(n) else None
+    if between is not None:
+        n = g.producer.get(between.input[0])
+    if n is None or n.op_type != "RoiAlign" or not is_default(n):
+        return None, None
+    return n, between
+
+
+def matched_or_noted(match: Callable[[], Any], notes: list[str], note: Callable[[str], str]):
+    """``match()``'s stage; where it raises NoMatch, None and ``note(why)`` added to
+    ``notes`` (the loop every recogniser of a multi-level stage runs over its candidates)."""
+    try:
+        return match()
+    except NoMatch as e:
+        notes.append(note(str(e)))
+        return None
+
+
+def fused_name(last: onnx.NodeProto, op_type: str) -> str:
+    """The name of the node that replaces a stage whose output ``last`` computes: ``op_type``
+    under ``last``'s scope ("/roi_heads/box_pooler/ScatterND_3" ->
+    "/roi_heads/box_pooler/PyramidRoIAlign_L4")."""
+    prefix = last.name.rsplit("/", 1)[0] if "/" in last.name else last.name
+    return f"{prefix}/{op_type}" if prefix else op_type
