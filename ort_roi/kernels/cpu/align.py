@@ -51,12 +51,15 @@ def align(X: np.ndarray, batch: np.ndarray, start: np.ndarray, bin_size: np.ndar
     N, C, H, W = X.shape
     R = start.shape[0]
     grid = sampling_grid(bin_size, sampling_ratio)
+    if R and C and strategies.align_is_small(R, C, H, W, ph, pw, int(grid.max())):
+        small = _align_small(X, batch, start, bin_size, grid, ph, pw)  # a new [R, C, ph, pw]
+        if out is None:
+            return small
+        out[rows] = small
+        return out
     if out is None:
         out, rows = workspace.output((R, C, ph, pw), X.dtype), np.arange(R)
     if R == 0 or C == 0:
-        return out
-    if strategies.align_is_small(R, C, H, W, ph, pw, int(grid.max())):
-        out[rows] = _align_small(X, batch, start, bin_size, grid, ph, pw)
         return out
     if strategies.align_by_planes(sampling_ratio, bin_size, ph, pw, H, W):
         _align_planes(X, batch, start, bin_size, grid, ph, pw, out, rows)
