@@ -79,24 +79,73 @@ def test_the_caller_does_what_no_worker_got_to_and_waits_for_none(workers):
     assert returned_while_blocked  # the blocked worker was not waited for
 
 
+class _WaitedFor:
+    """An executor whose futures note when the caller waits for them (``result()``):
+    ``waited`` is set then, before the wait."""
+
+    def __init__(self, pool: ThreadPoolExecutor):
+        self.pool, self.waited = pool, threading.Event()
+
+    def submit(self, fn, *args):
+        """Submit ``fn`` to the pool.
+
+        Args:
+            fn: the callable, as ``ThreadPoolExecutor.submit`` takes it.
+            *args: its arguments.
+
+        Returns:
+            A future whose ``result()`` sets ``waited``, then waits.
+        """
+        future, waited = self.pool.submit(fn, *args), self.waited
+
+        class Future:
+            cancel, done = future.cancel, future.done
+
+            @staticmethod
+            def result(timeout=None):
+                waited.set()
+                return future.result(timeout)
+
+        return Future()
+
+
 def test_an_error_stops_the_chunks_waits_for_those_running_then_raises(workers):
+    """The caller's chunk raises while a worker is inside its chunk: for_ranges waits for
+    that chunk to end, takes no other, then raises. In order, without sleeps: the caller
+    raises only once a worker is inside a chunk (``entered``); the worker's chunk ends only
+    once the caller waits for it (``waited``: its future's result()), so a caller that raised
+    without waiting leaves it unfinished (the 60 s waits are hang guards: the events are set
+    by then, or the test fails anyway)."""
     if workers == 1:
         pytest.skip("one thread")
-    done = []
+    pool = _WaitedFor(ThreadPoolExecutor(workers - 1))
+    entered, done, lock = [], [], threading.Lock()
+    worker_in = threading.Event()
+    callers = []
 
     def fn(a, b):
-        if a == 0:
-            time.sleep(0.01)  # a worker has started its chunk by then
+        if threading.current_thread() is threading.main_thread():
+            callers.append(a)
+            assert worker_in.wait(60)  # hang guard: a worker takes a chunk while we wait
             raise ValueError("first chunk")
-        time.sleep(0.05)
-        done.append(a)
+        with lock:
+            entered.append(a)
+        worker_in.set()
+        pool.waited.wait(60)  # hang guard: set when the caller waits for this chunk
+        with lock:
+            done.append(a)
 
-    with pytest.raises(ValueError, match="first chunk"):
-        _parallel.for_ranges(64, fn, min_chunk=1)
-    finished = len(done)
-    time.sleep(0.2)
-    assert len(done) == finished  # every chunk that ran was done before the caller raised
-    assert finished < 63  # and the rest were not taken
+    try:
+        with mock.patch.object(_parallel, "_executor", lambda: pool):
+            with pytest.raises(ValueError, match="first chunk"):
+                _parallel.for_ranges(64, fn, min_chunk=1)
+            finished = sorted(done)
+    finally:
+        pool.waited.set()
+        pool.pool.shutdown()
+    assert callers and entered  # the caller's chunk raised while a worker's ran
+    assert finished == sorted(entered)  # every chunk that ran ended before the caller raised
+    assert len(callers) == 1 and len(entered) <= workers - 1  # and no other was taken
 
     def worker_fails(a, b):
         if a > 0:
