@@ -15,7 +15,9 @@ from onnx import helper
 
 import ort_roi
 from ort_roi import builders
+from ort_roi.kernels.checks import check_output_size
 from ort_roi.kernels.cpu import parallel
+from ort_roi.spec import OpSpec
 from tests.work import python_lines
 
 #: How long a wait on a child process or a thread may last before the test calls it a hang:
@@ -558,7 +560,8 @@ def test_huge_attributes_are_refused_at_creation_naming_them(form, name, limit):
                 a.i = value
         tracemalloc.start()
         try:
-            with python_lines(5000), pytest.raises(ort_roi.RoiOpError) as e:
+            with python_lines(5000, entered=OpSpec.resolve), \
+                    pytest.raises(ort_roi.RoiOpError) as e:
                 ort_roi.InferenceSession(m)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
@@ -633,7 +636,7 @@ def test_an_output_too_large_for_its_boxes_and_channels_is_refused_before_alloca
     ort_roi.InferenceSession(good)  # the ops registered, outside the measurement
     tracemalloc.start()
     try:
-        with python_lines(30000):
+        with python_lines(30000, entered=check_output_size):
             with pytest.raises(ort_roi.RoiOpError) as e:
                 sess = ort_roi.InferenceSession(m)
                 sess.run(None, dict(zip(_names(sess), feed)))

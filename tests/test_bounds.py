@@ -74,7 +74,7 @@ def test_million_pixel_box_with_adaptive_sampling_is_cheap():
     X = np.random.default_rng(0).standard_normal((1, 4, 32, 32)).astype(np.float32)
     boxes = np.array([[-5e5, -5e5, 5e5, 5e5], [0, 0, 1e6, 1e6]], np.float32)
     counts = np.array([2])
-    with python_lines(5000):
+    with python_lines(5000, entered=ops.roi_align):
         extra = _peak_extra(lambda: ops.roi_align(X, boxes, counts, pooled_height=7,
                                                       pooled_width=7, sampling_ratio=-1))
     y = ops.roi_align(X, boxes, counts, pooled_height=7, pooled_width=7, sampling_ratio=-1)
@@ -252,16 +252,18 @@ def test_roialign_max_of_a_huge_box_is_bounded_and_exact(op):
     a = dict(output_height=7, output_width=7)
     reading = "onnxruntime" if op.endswith("onnx_max") else "mmcv"
     if op.startswith("MMCVRoiAlign"):
+        kernel = ops.mmcv_roi_align
         run = lambda: ops.mmcv_roi_align(X, rois, mode="max", **a)  # noqa: E731
     elif op.startswith("RoiAlign"):
-        mode = op.split()[1]
+        mode, kernel = op.split()[1], ops.onnx_roi_align
         run = lambda: ops.onnx_roi_align(X, rois[:, 1:], np.zeros(1, np.int64),  # noqa: E731
                                              mode=mode, **a)
     else:  # one level of stride 1 (finest_scale 1: the box is on it)
+        kernel = ops.multi_level_roi_align
         run = lambda: ops.multi_level_roi_align(rois, X, pool_mode=0,  # noqa: E731
                                                     featmap_strides=(1.0,), **a)
     run()
-    with python_lines(20000):
+    with python_lines(20000, entered=kernel):
         extra = _peak_extra(run)
     got = run()
     want = literal.align_max_every_sample(X, rois, reading=reading, **a)

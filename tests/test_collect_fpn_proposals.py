@@ -202,7 +202,7 @@ def test_many_rois_are_vectorised():
     one argsort: 369 lines of ort_roi's Python here, whatever the count (a loop over the
     20,000 rois would run one at least each)."""
     case = P.collect("big", [[2000, 2000]] * 5, 2000, ties=True, seed=3)
-    with python_lines(2000):
+    with python_lines(2000, entered=ops.collect_fpn_proposals):
         got = _kernel(case)
     assert got[0].shape == (2000, 4) and int(got[1].sum()) == 2000
 
