@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 
 from ..errors import RoiOpError
 from ..graph.inputs import generate_inputs, roles
@@ -30,6 +31,32 @@ def _model_proto(model: Any) -> onnx.ModelProto | None:
         return onnx.load(os.fspath(model), load_external_data=False)
     except Exception:  # noqa: BLE001 - the session loaded it; the probe is optional
         return None
+
+
+#: boxes in a request over which its run returns onnxruntime's memory arena to what it held
+#: before (``memory.enable_memory_arena_shrinkage``): the arena grows to a run's peak and
+#: keeps it (10,000 boxes: a replica kept about 200 MB more, 86 MB with the shrinkage)
+SHRINK_BOXES = 1000
+
+
+def _trim() -> None:
+    """Give the C heap's free memory back to the system (glibc's ``malloc_trim``, every
+    thread's arena; nothing elsewhere)."""
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC.malloc_trim  # noqa: B018 - glibc has it; musl, macOS do not
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
+_LIBC: Any = None
 
 
 class HttpPredictor(Runner):
@@ -82,6 +109,8 @@ class HttpPredictor(Runner):
             self.most = (self.most[0] + arrays,
                          self.most[1] + math.prod(sizes) + arrays + len(sizes) + 2)
         self._listening_checked = False
+        self._shrink = ort.RunOptions()
+        self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
         self._probe: dict[str, np.ndarray] | None = None
         self._probe_out: dict[str, np.ndarray] | None = None
         if proto is not None:
@@ -214,17 +243,25 @@ class HttpPredictor(Runner):
         Returns:
             (HTTP status, body): 200 and the outputs as JSON; 400 and the error message (a
             bad request, or the cap it is over); 500 and the message of an error of the
-            model itself. Never raises.
+            model itself. Never raises. A run of more than ``SHRINK_BOXES`` boxes gives
+            onnxruntime's arena back its growth afterwards.
         """
         try:
             feed = self.parse(body)
             expected = self._output_bytes(feed)
             if expected is not None:
                 self._check_output_bytes(expected, "as declared, before the run")
-            outs = self.run(feed, cast=True)
+            boxes = max((len(feed[n]) for n in self.box_inputs if np.ndim(feed.get(n)) > 0),
+                        default=0)
+            outs = self.run(feed, cast=True,
+                            run_options=self._shrink if boxes > SHRINK_BOXES else None)
             if expected is None:
                 self._check_output_bytes(sum(v.nbytes for v in outs.values()), "as run")
-            return 200, json.dumps({k: v.tolist() for k, v in outs.items()})
+            text = json.dumps({k: v.tolist() for k, v in outs.items()})
+            if boxes > SHRINK_BOXES:
+                del feed, outs
+                _trim()
+            return 200, text
         except HttpError as e:
             return e.status, e.message
         except RoiOpError as e:

@@ -66,7 +66,8 @@ class Runner:
         self.empty: dict[str, np.ndarray] = {o.name: _empty(o.type, o.shape)
                                              for o in self.session.get_outputs()}
 
-    def run(self, feed: Mapping[str, Any], cast: bool = False) -> dict[str, np.ndarray]:
+    def run(self, feed: Mapping[str, Any], cast: bool = False,
+            run_options: ort.RunOptions | None = None) -> dict[str, np.ndarray]:
         """Run the model on one feed.
 
         Args:
@@ -76,6 +77,7 @@ class Runner:
                 whole block); refused, not truncated or wrapped: floats for an integer
                 input, booleans, integers outside the dtype's range, finite values beyond
                 float32's.
+            run_options: onnxruntime's ``RunOptions`` for this run (None: the defaults).
 
         Returns:
             Graph output name -> NumPy array, as the session returns it (of the output's
@@ -86,7 +88,7 @@ class Runner:
                 message), or (``check_finite``) inputs or outputs holding NaN or Inf.
         """
         arrays = {name: self._array(name, feed, cast) for name in self.inputs}
-        outs = dict(zip(self.outputs, self.session.run(None, arrays)))
+        outs = dict(zip(self.outputs, self.session.run(None, arrays, run_options)))
         if self.check_finite:
             _check_finite(arrays, outs)
         return outs
