@@ -51,7 +51,7 @@ def torch_export(model, args: tuple = (), f=None, **kwargs):
             kept (yours win over ort_roi's).
 
     Returns:
-        What ``torch.onnx.export`` returns: its ``ONNXProgram`` with dynamo, else None.
+        What ``torch.onnx.export`` returns, its ``ONNXProgram`` with dynamo, else None.
 
     Raises:
         ImportError: torch or torchvision is not installed.

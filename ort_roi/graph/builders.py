@@ -199,7 +199,7 @@ def make_model(nodes: Iterable[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoP
         doc: the graph's doc string.
 
     Returns:
-        The ``onnx.ModelProto`` (not checked: ``onnx.checker`` is the caller's choice).
+        The ``onnx.ModelProto``, not checked (``onnx.checker`` is the caller's choice).
     """
     nodes = list(nodes)
     graph = helper.make_graph(nodes, name, list(inputs), list(outputs),

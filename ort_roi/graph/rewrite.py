@@ -150,11 +150,11 @@ def convert(model: onnx.ModelProto, to: str = "ort_roi", *, roialign_max: str = 
         report: also return what was done.
 
     Returns:
-        The converted copy; with ``report=True``, ``(copy, Rewrite)``: ``Rewrite.moved`` the
-        nodes rewritten (label, from, to), ``Rewrite.notes`` what is worth knowing (a max that
-        differs from onnxruntime's, a stage or Loop left unfused and why, a node that cannot
-        go back, an exporter's form left as ONNX reads it, RoiAligns torch.onnx wrote below opset
-        16, where aligned=True is lost), ``Rewrite.exporter`` and
+        The converted copy; with ``report=True``, ``(copy, Rewrite)``, where ``Rewrite.moved``
+        holds the nodes rewritten (label, from, to), ``Rewrite.notes`` what is worth knowing (a
+        max that differs from onnxruntime's, a stage or Loop left unfused and why, a node that
+        cannot go back, an exporter's form left as ONNX reads it, RoiAligns torch.onnx wrote
+        below opset 16, where aligned=True is lost), ``Rewrite.exporter`` and
         ``Rewrite.evidence`` the exporter taken and why, ``Rewrite.summary()`` one line. The
         notes are also issued as warnings.
 

@@ -84,9 +84,9 @@ def kernel(spec: OpSpec | tuple[str, str]) -> Callable[..., Any]:
         spec: one of the op's specs, or a spec's key ``(domain, name)``.
 
     Returns:
-        The op's public kernel (``ort_roi.ops.roi_align``, ...): called with the node's
+        The op's public kernel (``ort_roi.ops.roi_align``, ...), which, called with the node's
         inputs (NumPy arrays; a CuPy feature map computes on the GPU) and its attributes as
-        keyword arguments, it returns the output array(s).
+        keyword arguments, returns the output array(s).
 
     Raises:
         KeyError: no op has that spec.

@@ -131,7 +131,7 @@ def prepare_model(model: onnx.ModelProto, tokens: attributes.FloatTokens | None 
         exporter: who wrote the model (as ``ort_roi.convert``; None: told from the model).
 
     Returns:
-        What the rewrite did (``graph.rewrite.Rewrite``: the nodes moved, the notes).
+        What the rewrite did, a ``graph.rewrite.Rewrite`` (the nodes moved, the notes).
 
     Raises:
         RoiOpError: naming a node it cannot take.
@@ -199,7 +199,7 @@ class InferenceSession:
     ``ort_roi.convert`` does (``roialign_max``, ``fuse`` and ``exporter`` as there; what is
     worth knowing is issued as a warning naming the node), omitted optional attributes take
     their defaults, float attributes reach the kernels exactly, and a bad input raises
-    [`ort_roi.RoiOpError`][ort_roi.RoiOpError] (a ValueError) naming op, node, input and
+    ``ort_roi.RoiOpError`` (a ValueError) naming op, node, input and
     tensor, from ``run`` instead of returning NaN, whatever other threads run meanwhile.
     ort_roi's ops are registered on ``sess_options`` (once, as ``session_options`` does, its
     intra-op threads' spinning off unless set); nothing else of it is changed, but the
