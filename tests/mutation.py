@@ -214,7 +214,7 @@ def judge(model: onnx.ModelProto, feeds: list[dict], fused: Callable[[onnx.Model
         if fused(conv) < whole:
             out.counts["left with a note" if report.notes else "left, no longer the form"] += 1
             continue
-        if report.repairs and repairs_differ:  # told: the exporter's framework's arithmetic, on purpose
+        if report.repairs and repairs_differ:  # told: the framework's arithmetic, on purpose
             out.counts["repaired, told"] += 1
             continue
         ran, defects = 0, len(out.defects)

@@ -107,8 +107,8 @@ def test_every_mutant_of_a_stage_is_left_or_computes_as_native(name, capsys):
 def _slice_for_split(model: onnx.ModelProto, level: int) -> None:
     """Level ``level``'s "column 0 of NonZero's transpose" written as Slice(x, 0:1, axis 1)
     instead of Split(x, [1], axis 1), a form the recogniser also accepts."""
-    split = next(n for n in model.graph.node
-                 if n.op_type == "Split" and n.name.endswith(f"Split_{level}" if level else "Split"))
+    name = f"Split_{level}" if level else "Split"
+    split = next(n for n in model.graph.node if n.op_type == "Split" and n.name.endswith(name))
     names = [f"{split.name}/{k}" for k in ("starts", "ends", "axes")]
     consts = [helper.make_node("Constant", [], [n], value=helper.make_tensor(
         n, TensorProto.INT64, [1], [v])) for n, v in zip(names, (0, 1, 1))]

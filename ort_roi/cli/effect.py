@@ -127,36 +127,10 @@ def convert_effect(model: onnx.ModelProto, converted: onnx.ModelProto, done: Rew
     """
     effect = Effect(done)
     say = progress or (lambda msg: None)
-    handler, logger = OpErrors(), logging.getLogger("ort_roi")
-    logger.addHandler(handler)
-    try:
-        native, ours = plain_session(model), plain_session(converted)
-        names = [o.name for o in native.get_outputs()]
-        start = time.perf_counter()
-        a = native.run(None, feed)
-        middle = time.perf_counter()
-        logged = len(handler.messages)
-        b = ours.run(names, feed)
-        first = time.perf_counter() - start
-        if len(handler.messages) > logged:
-            effect.error = f"the converted graph's ort_roi node failed: {handler.messages[logged]}"
-            return effect
-        rounds = min(rounds, max(1, int(BUDGET_S / max(first, 1e-9)))) if rounds else 0
-        say(f"both graphs ran once ({middle - start:.1f} s as it is, {first - middle + start:.1f}"
-            f" s converted, untimed: a first run pays for its setup); timing {rounds} "
-            f"interleaved round(s)")
-        if rounds:
-            t = time_together({"native": lambda: native.run(None, feed),
-                               "converted": lambda: ours.run(names, feed)}, rounds,
-                              min_sample_s=0, warmup=False)
-            effect.native_s, effect.converted_s = t["native"][0], t["converted"][0]
-            effect.rounds = rounds
-    except Exception as e:  # noqa: BLE001 - onnxruntime's refusal is the finding
-        effect.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
+    ran = _run_and_time(model, converted, feed, rounds, effect, say)
+    if ran is None:
         return effect
-    finally:
-        logger.removeHandler(handler)
-    for name, x, y in zip(names, a, b):
+    for name, x, y in zip(*ran):
         line, worst = _diff(name, x, y)
         effect.max_diff = max(effect.max_diff, worst)
         if line is not None:
@@ -169,6 +143,48 @@ def convert_effect(model: onnx.ModelProto, converted: onnx.ModelProto, done: Rew
             logging.getLogger("ort_roi").debug("trace failed", exc_info=True)
             effect.untraced = [f"the trace failed: {type(e).__name__}: {first_line(e)}"]
     return effect
+
+
+def _run_and_time(model: onnx.ModelProto, converted: onnx.ModelProto,
+                  feed: dict[str, np.ndarray], rounds: int, effect: Effect,
+                  say: Callable[[str], None]
+                  ) -> tuple[list[str], list[np.ndarray], list[np.ndarray]] | None:
+    """Run both graphs once, then time them in interleaved rounds (``effect``'s times).
+
+    Returns:
+        (the output names, the outputs as it is, converted); None where the converted graph
+        (or onnxruntime) failed, ``effect.error`` saying how.
+    """
+    handler, logger = OpErrors(), logging.getLogger("ort_roi")
+    logger.addHandler(handler)
+    try:
+        native, converted_s = plain_session(model), plain_session(converted)
+        names = [o.name for o in native.get_outputs()]
+        start = time.perf_counter()
+        a = native.run(None, feed)
+        middle = time.perf_counter()
+        logged = len(handler.messages)
+        b = converted_s.run(names, feed)
+        first = time.perf_counter() - start
+        if len(handler.messages) > logged:
+            effect.error = f"the converted graph's ort_roi node failed: {handler.messages[logged]}"
+            return None
+        rounds = min(rounds, max(1, int(BUDGET_S / max(first, 1e-9)))) if rounds else 0
+        say(f"both graphs ran once ({middle - start:.1f} s as it is, {first - middle + start:.1f}"
+            f" s converted, untimed: a first run pays for its setup); timing {rounds} "
+            f"interleaved round(s)")
+        if rounds:
+            t = time_together({"native": lambda: native.run(None, feed),
+                               "converted": lambda: converted_s.run(names, feed)}, rounds,
+                              min_sample_s=0, warmup=False)
+            effect.native_s, effect.converted_s = t["native"][0], t["converted"][0]
+            effect.rounds = rounds
+    except Exception as e:  # noqa: BLE001 - onnxruntime's refusal is the finding
+        effect.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
+        return None
+    finally:
+        logger.removeHandler(handler)
+    return names, a, b
 
 
 def trace(model: onnx.ModelProto, converted: onnx.ModelProto,
@@ -194,14 +210,14 @@ def trace(model: onnx.ModelProto, converted: onnx.ModelProto,
         the words saying every node agrees to rounding (None unless every node was judged
         and none differs), one line per node not judged, saying why).
     """
-    ours = [n for n in converted.graph.node if n.domain == DOMAIN]
+    rewritten = [n for n in converted.graph.node if n.domain == DOMAIN]
     known = ({o for n in model.graph.node for o in n.output} | set(feed)
              | {i.name for i in model.graph.initializer})
     weights = {i.name: i for i in converted.graph.initializer}
-    ahead = _ahead(converted, known - set(feed))
+    originals_reached = _leads_to(converted, known - set(feed))
     parts, untraced = [], []
-    for node in ours:
-        outs = ahead([o for o in node.output if o])
+    for node in rewritten:
+        outs = originals_reached([o for o in node.output if o])
         part = _part(converted, node, outs or [], known, weights) if outs else \
             "its output reaches no tensor of the original graph but through another rewritten node"
         if isinstance(part, str):
@@ -228,16 +244,16 @@ def trace(model: onnx.ModelProto, converted: onnx.ModelProto,
             if not ok:
                 beyond.append(f"{what}, fed what the original graph fed it, output "
                               f"{name!r} {how}")
-            elif d * max(worst[1], 1e-300) >= worst[0] * max(v, 1e-300):  # the largest d / v
+            elif _relative(d, v) >= _relative(*worst):
                 worst = (d, v)
     if beyond or untraced:
         return beyond, None, untraced
     picks = Counter(n.op_type for n in iter_nodes(converted.graph)
                     if n.domain != DOMAIN and n.op_type in SELECTIONS)
     which = ", ".join(f"{op} x{k}" for op, k in sorted(picks.items()))
-    return [], (f"every rewritten node ({len(ours)} of {len(ours)}), fed what the original "
-                f"graph fed it, computes what the graph did to rounding: largest |diff| "
-                f"{worst[0]:.3g} on values up to {worst[1]:.3g}, within {ROUNDING:g} of them; "
+    k = len(rewritten)
+    return [], (f"every rewritten node ({k} of {k}), fed what the original graph fed it, "
+                f"computes what the graph did to rounding: largest |diff| {worst[0]:.3g} on values up to {worst[1]:.3g}, within {ROUNDING:g} of them; "
                 + (f"the other nodes are onnxruntime's, and where a value moved by rounding "
                    f"this graph's selections ({which}) may pick otherwise"
                    if picks else "the other nodes are onnxruntime's (the graph has no "
@@ -293,10 +309,10 @@ def _typed(sub: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelPro
 MAX_WALK = 256
 
 
-def _ahead(g: onnx.ModelProto, made: set[str]):
-    """A function: tensor names of ``g`` -> the tensors of ``made`` they lead to through
-    onnxruntime's nodes of ``g`` alone (not through another rewritten node); None where the
-    walk passes ``MAX_WALK`` tensors."""
+def _leads_to(g: onnx.ModelProto, original: set[str]):
+    """A function: tensor names of ``g`` -> the tensors of ``original`` (the original graph
+    computes them) they lead to through onnxruntime's nodes of ``g`` alone (not through
+    another rewritten node); None where the walk passes ``MAX_WALK`` tensors."""
     step: dict[str, list[str]] = {}
     for n in g.graph.node:
         if n.domain != DOMAIN:
@@ -310,7 +326,7 @@ def _ahead(g: onnx.ModelProto, made: set[str]):
             if t in seen:
                 continue
             seen.add(t)
-            if t in made:
+            if t in original:
                 found.add(t)
                 continue
             if len(seen) > MAX_WALK:
@@ -319,6 +335,11 @@ def _ahead(g: onnx.ModelProto, made: set[str]):
         return sorted(found)
 
     return walk
+
+
+def _relative(diff: float, scale: float) -> float:
+    """|diff| relative to the values' scale (a zero scale: 0 for no diff, else inf)."""
+    return diff / scale if scale > 0 else (float("inf") if diff > 0 else 0.0)
 
 
 def _has_subgraphs(n: onnx.NodeProto) -> bool:

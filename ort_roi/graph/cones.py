@@ -40,7 +40,7 @@ def per_image(r: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return counts, np.repeat(np.arange(n), counts)
 
 
-def invalid(kind: str, y: np.ndarray, n: int | None, r: int | None) -> str | None:
+def why_invalid(kind: str, y: np.ndarray, n: int | None, r: int | None) -> str | None:
     """Why counts (``kind`` "counts": [N], >= 0, summing to R) or batch indices ("batch":
     [R], each in [0, N)) are not valid for N images and R boxes (None: unknown, not
     checked), or None where they are."""
@@ -87,44 +87,70 @@ def runner(model: onnx.ModelProto, nodes: list[onnx.NodeProto],
     return lambda feed: sess.run(None, {k: feed[k] for k in names})
 
 
-def choose(run: Callable[[dict], np.ndarray], feed: dict, vi: onnx.ValueInfoProto, kind: str,
-           n: int, r: int, check: Callable[[np.ndarray], str | None]) -> str | None:
-    """Set ``feed[vi.name]`` to the first candidate whose value through ``run`` passes
-    ``check``: the counts and the batch indices of r boxes over n images (``kind`` first),
-    shaped as ``vi`` declares, each also corrected by what the nodes added to it (x + (want -
-    run(x))); then the value ``linear`` solves for nodes linear in it. Returns why the first
-    candidate (the counts or batch indices themselves) failed, or None once one passes."""
+def why_no_value_fits(run: Callable[[dict], np.ndarray], feed: dict, vi: onnx.ValueInfoProto,
+                      kind: str, n: int, r: int, check: Callable[[np.ndarray], str | None]
+                      ) -> str | None:
+    """Set ``feed[vi.name]`` to a value whose result through ``run`` passes ``check``: a
+    candidate (``_candidates``), else the value ``linear`` solves for nodes linear in it.
+
+    Returns:
+        None once a value fits (``feed`` holds it); else why the first candidate (the counts
+        or batch indices themselves) failed.
+    """
+    whys = [f"its declared shape {dims(vi)} holds no candidate"]
+    if _candidates(run, feed, vi, kind, n, r, check, whys) or _solved(run, feed, vi, kind, n,
+                                                                      r, check, whys):
+        return None
+    return whys[min(1, len(whys) - 1)]
+
+
+def _candidates(run: Callable[[dict], np.ndarray], feed: dict, vi: onnx.ValueInfoProto,
+                kind: str, n: int, r: int, check: Callable[[np.ndarray], str | None],
+                whys: list[str]) -> bool:
+    """Try the counts and the batch indices of r boxes over n images (``kind`` first), shaped
+    as ``vi`` declares, each also corrected by what the nodes added to it (x + (want -
+    run(x))): True once one passes ``check`` (set in ``feed``); why each failed added to
+    ``whys``."""
     dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
     want = dict(zip(("counts", "batch"), per_image(r, n)))
-    whys = [f"its declared shape {dims(vi)} holds no candidate"]
     for base in (want[kind], want["batch" if kind == "counts" else "counts"]):
-        for shape in fits(dims(vi), base.size):
-            x = base.reshape(shape).astype(dtype)
-            for _ in range(2):
-                feed[vi.name] = x
-                try:
-                    y = run(feed)
-                except Exception as e:  # noqa: BLE001 - onnxruntime refused the candidate
-                    whys.append(f"with {vi.name} = {x.tolist()[:8]}: {first_line(e)}")
-                    break
-                bad = check(y)
-                if bad is None:
-                    return None
-                whys.append(f"with {vi.name} = {x.tolist()[:8]}, it {bad}")
-                if y.size != want[kind].size or x.size != y.size:
-                    break
-                x = (x + (want[kind] - y.ravel()).reshape(x.shape)).astype(dtype)
+        shape = fitting_shape(dims(vi), base.size)
+        if shape is None:
+            continue
+        x = base.reshape(shape).astype(dtype)
+        for _ in range(2):
+            feed[vi.name] = x
+            try:
+                y = run(feed)
+            except Exception as e:  # noqa: BLE001 - onnxruntime refused the candidate
+                whys.append(f"with {vi.name} = {x.tolist()[:8]}: {first_line(e)}")
+                break
+            bad = check(y)
+            if bad is None:
+                return True
+            whys.append(f"with {vi.name} = {x.tolist()[:8]}, it {bad}")
+            if y.size != want[kind].size or x.size != y.size:
+                break
+            x = (x + (want[kind] - y.ravel()).reshape(x.shape)).astype(dtype)
+    return False
+
+
+def _solved(run: Callable[[dict], np.ndarray], feed: dict, vi: onnx.ValueInfoProto, kind: str,
+            n: int, r: int, check: Callable[[np.ndarray], str | None], whys: list[str]) -> bool:
+    """Try the value ``linear`` solves for: True once it passes ``check`` (set in ``feed``);
+    why it failed added to ``whys``."""
     try:
         x = linear(lambda f: np.asarray(run(f)).ravel().astype(np.float64), feed, vi, kind, n, r)
-        if x is not None:
-            feed[vi.name] = x
-            bad = check(run(feed))
-            if bad is None:
-                return None
-            whys.append(f"with {vi.name} = {x.tolist()[:8]}, it {bad}")
+        if x is None:
+            return False
+        feed[vi.name] = x
+        bad = check(run(feed))
+        if bad is None:
+            return True
+        whys.append(f"with {vi.name} = {x.tolist()[:8]}, it {bad}")
     except Exception as e:  # noqa: BLE001 - onnxruntime refused a probe
         whys.append(f"probing it: {first_line(e)}")
-    return whys[min(1, len(whys) - 1)]
+    return False
 
 
 def linear(run: Callable[[dict], np.ndarray], feed: dict, vi: onnx.ValueInfoProto, kind: str,
@@ -138,8 +164,8 @@ def linear(run: Callable[[dict], np.ndarray], feed: dict, vi: onnx.ValueInfoProt
     dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
 
     def zeros(m: int) -> np.ndarray | None:
-        shape = fits(dims(vi), m)
-        return np.zeros(shape[0], dtype) if shape else None
+        shape = fitting_shape(dims(vi), m)
+        return np.zeros(shape, dtype) if shape is not None else None
 
     def at(x: np.ndarray) -> np.ndarray:
         feed[vi.name] = x
@@ -172,17 +198,17 @@ def linear(run: Callable[[dict], np.ndarray], feed: dict, vi: onnx.ValueInfoProt
     return np.rint(x).astype(dtype).reshape(z.shape)
 
 
-def fits(d: list | None, size: int) -> list[tuple[int, ...]]:
+def fitting_shape(d: list | None, size: int) -> tuple[int, ...] | None:
     """The shape of ``size`` elements that declared sizes ``d`` allow (open sizes 1 but the
-    last), as a list of none or one."""
+    last), or None where none does."""
     if d is None:
-        return [(size,)]
+        return (size,)
     open_ = [i for i, v in enumerate(d) if v is None]
     fixed = int(np.prod([v for v in d if v is not None]))
     if not open_:
-        return [tuple(d)] if fixed == size else []
+        return tuple(d) if fixed == size else None
     if fixed == 0 or size % fixed:
-        return []
+        return None
     shape = [1 if v is None else v for v in d]
     shape[open_[-1]] = size // fixed
-    return [tuple(shape)]
+    return tuple(shape)

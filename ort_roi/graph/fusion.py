@@ -34,7 +34,8 @@ from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
 from ..spec import DOMAIN, MAX_LEVELS
 from .nodes import given_attrs, opset
 from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs,
-                      fused_name, indexed, is_positive_zero, level_roi_align, matched_or_noted, merge_chain,
+                      fused_name, indexed, is_positive_zero, level_roi_align,
+                      matched_or_noted, merge_chain,
                       pooled_by_roi_align, selected_level, splice)
 
 @dataclass
@@ -157,7 +158,8 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> Stage:
         if ra is None:
             raise NoMatch(f"ScatterElements {node_label(s)!r} scatters {s.input[2]!r}, not a "
                           f"RoiAlign's result")
-        casts.add(None if cast is None else check_attrs(cast, g.opset, g.exporter, to=anything)["to"])
+        casts.add(None if cast is None
+                  else check_attrs(cast, g.opset, g.exporter, to=anything)["to"])
         attrs, scale = level_roi_align(g, ra, attrs)
         # the scatter's index: the selection, one per pooled row, over [k, C, H, W]; onnxruntime
         # requires the index's shape to be the pooled one's, so Expand's shape is that

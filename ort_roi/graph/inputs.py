@@ -36,7 +36,7 @@ from onnx import helper
 from ..errors import node_label
 from ..ops import form
 from ..spec import DOMAIN, Input, OpSpec
-from .cones import choose, cone, dims, invalid, per_image, runner, sources
+from .cones import cone, dims, per_image, runner, sources, why_invalid, why_no_value_fits
 from . import pyramid
 from .nodes import given_attrs, iter_nodes, opset, plain
 from .tensorflow.forms import EXPORTER, match_loop, reads_like_loop
@@ -351,9 +351,9 @@ def _through_nodes(model: onnx.ModelProto, g: GraphIndex, feed: dict, role: dict
         maps = None if spec.per_box or first == spec.boxes_input else names[first]
         n_at = None if maps is None else feed[maps].shape[0] if maps in feed else n
         rows = _rows(model, g, feed, declared, names[spec.boxes_input])
-        why = choose(lambda f: run(f)[0], feed, declared[chosen[0]], rl.kind, n_at or n,
-                     r if rows is None else rows,
-                     lambda y: invalid(rl.kind, y, n_at, rows))  # noqa: B023 - called here
+        why = why_no_value_fits(lambda f: run(f)[0], feed, declared[chosen[0]], rl.kind,
+                                n_at or n, r if rows is None else rows,
+                                lambda y: why_invalid(rl.kind, y, n_at, rows))  # noqa: B023
         if why is not None:
             raise InputsUnsatisfied(
                 f"node {rl.node!r}'s input {rl.input.name!r} (tensor {name!r}) comes from "
@@ -409,7 +409,7 @@ def feed_problems(model: onnx.ModelProto, seen: dict[str, np.ndarray],
         maps = None if spec.per_box or first == spec.boxes_input else seen.get(node.input[first])
         if y is None or boxes is None:
             continue
-        why = invalid(kind, np.asarray(y), None if maps is None else maps.shape[0], len(boxes))
+        why = why_invalid(kind, np.asarray(y), None if maps is None else maps.shape[0], len(boxes))
         srcs = [name] if name in generated else sources(cone(g, [name]) or [], generated)
         if why is not None and srcs:
             found.append(f"node {node_label(node)!r}: input {spec.inputs[i].name!r} (tensor "

@@ -22,7 +22,8 @@ def _spec(L: int) -> OpSpec:
                "ort_roi.torch_export)",
         doc=f"RoIAlign of each box [batch_id, x1, y1, x2, y2] from the one of the {L} feature "
             "maps its level names (levels[r], as the graph computes it; a level outside 0 .. "
-            "L-1 gives 0, and that row is not read: NaN there is no error), at that map's spatial_scale; the output in the order of the rois. "
+            "L-1 gives 0, and that row is not read: NaN there is no error), at that map's "
+            "spatial_scale; the output in the order of the rois. "
             "aligned 0 is torchvision's MultiScaleRoIAlign.",
         inputs=(BATCH_ROIS, Input("levels", "I", "[R]", "the feature map of each box"))
         + level_inputs(L),
