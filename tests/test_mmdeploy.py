@@ -368,7 +368,7 @@ def test_mmdeploy_info_names_the_stage_left_and_why(tmp_path, capsys):
 def test_a_scatter_nd_merge_of_mmcv_roi_align_is_named_not_fused(tmp_path, capsys):
     """MMDeploy's PPLNN export merges mmcv::MMCVRoiAlign results with ScatterND as its
     onnxruntime export merges RoiAligns: convert leaves that stage node by node and says so,
-    naming the merge and the node (before, neither convert nor info said anything)."""
+    naming the merge and the node."""
     from ort_roi.cli import main as cli
 
     pool = helper.make_node("MMCVRoiAlign", ["feat", "rois"], ["pooled"], domain="mmcv",

@@ -96,7 +96,7 @@ def test_mx2onnx_roi_align_differs_by_what_mxnet_computes(tmp_path, capsys, mx):
     out = capsys.readouterr().out
     assert "changes what it computes: 1 x MXNet's contrib.ROIAlign as mx2onnx writes it" in out
     # the generated boxes lie on the declared [2, 3, 10, 12] map (its size over spatial_scale
-    # 0.5): every value differs (before, boxes in a 384 x 512 image pooled zeros either way)
+    # 0.5), so every pooled value is read from the map and every one differs
     assert "on these inputs the converted graph's outputs differ: y: 882 of 882 values" in out
     v = validate(path, inputs=feed(mx))
     assert v.verdict == "DIFFERS" and v.effect.differs, v.effect
