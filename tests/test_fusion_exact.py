@@ -7,7 +7,6 @@ output; it says what it did not do (dynamo's ScatterND merges, ort_roi nodes tha
 The stage tests read ort_roi/data/torchvision_stage_7.onnx (torch.onnx, opset 17); the Loop,
 round-trip-at-other-opsets and dynamo tests need torch (pip install '.[torchvision]')."""
 
-import io
 import warnings
 from importlib import resources
 
@@ -17,7 +16,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import ort_roi
-from tests.graph_helpers import nodes, op_types, run, set_attr
+from tests.graph_helpers import convert_quietly, nodes, op_types, run, set_attr
 from ort_roi.graph.builders import single_op_model
 from ort_roi.graph.toolkit import GraphIndex
 
@@ -136,7 +135,7 @@ STAGE_MUTATIONS = [_reduction_mul, _reduction_add, _zeros_value, _zeros_shape, _
 def test_a_stage_differing_in_one_attribute_is_not_fused_and_said_why(mutate):
     native = _stage()
     where, what = mutate(native)
-    conv, done = ort_roi.convert(native, report=True, roialign_max="onnx")
+    conv, done = convert_quietly(native, roialign_max="onnx")
     assert ("ort_roi", "PyramidRoIAlign_L4") not in op_types(conv)
     assert ("", "ScatterElements") in op_types(conv)
     note = next(n for n in done.notes if "MultiScaleRoIAlign" in n)
@@ -152,7 +151,7 @@ def test_a_stage_differing_in_one_attribute_is_not_fused_and_said_why(mutate):
 def test_the_unmutated_stage_is_fused_and_equal():
     """(the mutations' control: the same graph and feed, fused)"""
     native = _stage()
-    conv, done = ort_roi.convert(native, report=True)
+    conv, done = convert_quietly(native)
     assert op_types(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1 and not done.notes
     feed = _stage_feed()
     np.testing.assert_allclose(run(conv, feed)[0], run(native, feed, ours=False)[0],
@@ -168,7 +167,7 @@ def test_reduction_mul_was_fused_as_an_assignment_before():
     plain = run(_stage(), feed, ours=False)[0]
     mul = run(native, feed, ours=False)[0]
     assert np.abs(plain - mul).max() > 0.5  # a fused (assigning) graph would be this wrong
-    np.testing.assert_allclose(run(ort_roi.convert(native, roialign_max="onnx"), feed)[0],
+    np.testing.assert_allclose(run(convert_quietly(native, roialign_max="onnx")[0], feed)[0],
                                mul, rtol=1e-5, atol=1e-5)
 
 
@@ -182,7 +181,7 @@ def test_results_cast_to_another_type_are_fused_with_that_cast():
                if _consumers(native, n.output[0])[0].op_type == "ScatterElements")
     set_attr(cos, "value", numpy_helper.from_array(np.array([0.0], np.float64)))
     native.graph.output[0].type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
-    conv, done = ort_roi.convert(native, report=True)
+    conv, done = convert_quietly(native)
     assert op_types(conv).count(("ort_roi", "PyramidRoIAlign_L4")) == 1, done.notes
     feed = _stage_feed()
     want, got = run(native, feed, ours=False)[0], run(conv, feed)[0]
@@ -291,7 +290,7 @@ def test_a_loop_differing_in_one_attribute_is_not_fused_and_said_why(build, muta
     pytest.importorskip("torch", reason="needs torchvision: pip install '.[torchvision]'")
     native, feed = build()
     where, what = mutate(native)
-    conv, done = ort_roi.convert(native, report=True)
+    conv, done = convert_quietly(native)
     assert ("", "Loop") in op_types(conv)
     assert not any(d == "ort_roi" for d, _ in op_types(conv))
     note = next(n for n in done.notes if "(Loop) reads like" in n)
@@ -315,7 +314,7 @@ def test_a_dynamo_exported_stage_is_left_with_a_note():
                                    input_names=["f0", "f1", "f2", "f3", "boxes_a", "boxes_b"],
                                    verbose=False).model_proto
     assert ("", "ScatterND") in op_types(native)
-    conv, done = ort_roi.convert(native, report=True)
+    conv, done = convert_quietly(native)
     notes = [n for n in done.notes if "ScatterND" in n]
     assert len(notes) == 1 and "dynamo" in notes[0] and "RoiAlign" in notes[0], done.notes
     assert ("", "ScatterND") in op_types(conv) and ("ort_roi", "RoiAlign") in op_types(conv)
@@ -338,7 +337,7 @@ def test_convert_returns_its_summary_when_asked():
     native = _stage()
     plain = ort_roi.convert(native)  # as before: the model alone
     assert isinstance(plain, onnx.ModelProto)
-    conv, done = ort_roi.convert(native, report=True)
+    conv, done = convert_quietly(native)
     assert conv == plain
     assert done.exporter == "torch.onnx" and "graph name 'main_graph'" in done.evidence
     assert done.summary() == f"exporter: torch.onnx ({done.evidence}); 1 x torchvision " \
