@@ -4,6 +4,7 @@
     python -m tools.ray_load [--requests 300 --concurrency 8 --replicas 2 --cpus 2]
     python -m tools.ray_load --fault kill      # SIGKILL one replica mid-run
     python -m tools.ray_load --fault stop      # SIGSTOP one replica mid-run (frozen)
+    python -m tools.ray_load --fault kill-ingress   # SIGKILL one ingress replica mid-run
     python -m tools.ray_load --clients 32 64   # overload: 32, then 64 clients at once
     python -m tools.ray_load --aborted 1000    # aborted uploads, then a valid request
     python -m tools.ray_load --big 25          # requests of 10,000 boxes: replicas' RSS
@@ -17,8 +18,9 @@ requests (a dozen different images of --boxes boxes each).
   (no retry); the throughput, p50 / p99 latency, the errors and whether every answer equals
   the model run in this process (bit for bit). Then one bad request (a NaN box) must get a
   400 with the RoiOpError message, and a good one after it a 200.
-- --fault kill|stop: the same load through ``scale.Client`` (the documented client: bounded
-  retries of 503 / 408 / Serve's own 5xx); --fault-at seconds in, one predictor replica's
+- --fault kill|stop|kill-ingress: the same load through ``scale.Client`` (the documented
+  client: bounded retries of 503 / 408 / Serve's own 5xx); --fault-at seconds in, one
+  predictor replica's (kill-ingress: one ingress replica's)
   worker process gets SIGKILL or SIGSTOP. Reports the requests lost (no exact 200 after the
   client's retries), the answers the clients retried, the time until Serve runs --replicas
   healthy replicas again (the faulted one gone), and p50 / p99 of the requests sent meanwhile.
@@ -71,25 +73,25 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(v[min(len(v) - 1, int(q * len(v)))], 1) if v else None
 
 
-def predictor_pids(app: str = "roi") -> list[int]:
+def predictor_pids(app: str = "roi", deployment: str = "HttpPredictor") -> list[int]:
     """The pids of the live predictor replicas' worker processes (from Ray's actor table)."""
     import ray._private.state
 
-    names = {f"ServeReplica:{app}:HttpPredictor"}
+    names = {f"ServeReplica:{app}:{deployment}"}
     return sorted(a["Pid"] for a in ray._private.state.actors().values()
                   if a.get("ActorClassName") in names and a.get("State") == "ALIVE")
 
 
 def wait_recovered(replicas: int, gone: int, since: float, limit_s: float,
-                   app: str = "roi") -> float | None:
-    """Seconds from ``since`` until ``replicas`` predictor replicas run and ``gone`` is not
-    one of them; None if not within ``limit_s``."""
+                   deployment: str = "HttpPredictor", app: str = "roi") -> float | None:
+    """Seconds from ``since`` until ``replicas`` replicas of ``deployment`` run and ``gone``
+    is not one of them; None if not within ``limit_s``."""
     from ray import serve
 
     while time.monotonic() - since < limit_s:
-        pids = predictor_pids(app)
+        pids = predictor_pids(app, deployment)
         try:
-            states = serve.status().applications[app].deployments["HttpPredictor"] \
+            states = serve.status().applications[app].deployments[deployment] \
                 .replica_states
         except Exception:  # noqa: BLE001 - the controller is busy: poll again
             states = {}
@@ -120,7 +122,7 @@ def main() -> int:
     ap.add_argument("--health-timeout", type=float, default=2.0)
     ap.add_argument("--request-timeout", type=float, default=30.0,
                     help="Serve's request_timeout_s")
-    ap.add_argument("--fault", choices=("kill", "stop"))
+    ap.add_argument("--fault", choices=("kill", "stop", "kill-ingress"))
     ap.add_argument("--fault-at", type=float, default=3.0, help="seconds into the fault run")
     ap.add_argument("--clients", type=int, nargs="*", default=[],
                     help="overload runs: this many clients at once, one run each")
@@ -325,15 +327,18 @@ def big(a, fig, once, model, runner) -> bool:
 def fault(a, fig, url, one) -> bool:
     """The fault run: the documented client's load, one replica killed or stopped."""
     client = scale.Client(url, timeout_s=a.timeout, deadline_s=a.request_timeout * 2)
-    sig = signal.SIGKILL if a.fault == "kill" else signal.SIGSTOP
-    pids = predictor_pids()
+    sig = signal.SIGSTOP if a.fault == "stop" else signal.SIGKILL
+    deployment = "HttpIngress" if a.fault == "kill-ingress" else "HttpPredictor"
+    pids = predictor_pids(deployment=deployment)
     victim, hit, recovered = pids[0], {}, {}
 
     def injector() -> None:
         time.sleep(a.fault_at)
         hit["t"] = time.monotonic()
         os.kill(victim, sig)
-        recovered["s"] = wait_recovered(a.replicas, victim, hit["t"], a.duration + 60)
+        recovered["s"] = wait_recovered(
+            a.ingress_replicas if deployment == "HttpIngress" else a.replicas, victim,
+            hit["t"], a.duration + 60, deployment)
 
     th = threading.Thread(target=injector, daemon=True)
     t = time.monotonic()
@@ -366,7 +371,7 @@ def fault(a, fig, url, one) -> bool:
         "p99_all_ms": _pct(_ms(results, None), 0.99),
         "throughput_rps": round(done / wall, 1)}
     print(f"--fault {a.fault}: SIGKILL" if sig == signal.SIGKILL else "--fault stop: SIGSTOP",
-          f"one of {a.replicas} predictor replicas {a.fault_at} s into {done} requests "
+          f"one of the {deployment} replicas {a.fault_at} s into {done} requests "
           f"({a.concurrency} concurrent, scale.Client: bounded retries)")
     print(f"requests lost: {lost}; retried by the client: {retried} (failed tries: {seen}); "
           f"recovered ({a.replicas} replicas running, the faulted one gone) in "

@@ -69,14 +69,20 @@ def worker_setup() -> None:
 
     Also, the proxy hands a request on (routes it to a replica) once its body has come,
     or 64 KiB of it, or that many seconds have passed: a client that leaves before (an
-    upload aborted early) costs no replica anything.
+    upload aborted early) costs no replica anything. And where the proxy got no answer for
+    a request (the replica holding it was lost), it answers 503 with ``Retry-After: 1``
+    and ``X-Ort-Roi-Error: unavailable`` instead of uvicorn's bare 500.
     """
-    timeout = float(os.environ.get(HEADER_TIMEOUT_ENV, "10") or 0)
-    if timeout <= 0:
-        return
     try:
         from uvicorn.protocols.http import h11_impl, httptools_impl
     except ImportError:  # no Serve here
+        return
+    for module in (h11_impl, httptools_impl):
+        cycle = getattr(module, "RequestResponseCycle", None)
+        if cycle is not None and not getattr(cycle, "ort_roi_unavailable", False):
+            _unavailable(cycle)
+    timeout = float(os.environ.get(HEADER_TIMEOUT_ENV, "10") or 0)
+    if timeout <= 0:
         return
     for cls in (h11_impl.H11Protocol, getattr(httptools_impl, "HttpToolsProtocol", None)):
         if cls is not None and not getattr(cls, "ort_roi_header_timeout", None):
@@ -85,6 +91,31 @@ def worker_setup() -> None:
         cycle = getattr(module, "RequestResponseCycle", None)
         if cycle is not None and not getattr(cycle, "ort_roi_body_wait", None):
             _defer(cycle, timeout)
+
+
+#: the body of the 503 that replaces uvicorn's bare 500 (what ``worker_setup`` sets up)
+UNAVAILABLE = (b"ort_roi: unavailable: Serve's proxy got no answer for this request (the "
+               b"process holding it was lost); retry after 1 s")
+
+
+def _unavailable(cycle: type) -> None:
+    """Where the app gave no answer at all (Serve's proxy does so when the replica holding
+    the request was lost: uvicorn then sent a bare ``500 Internal Server Error``), answer
+    503 with ``Retry-After: 1`` and ``X-Ort-Roi-Error: unavailable``: inference is
+    idempotent, and a plain client can tell it may send the request again."""
+    from .limits import ERROR_HEADER
+
+    async def send_500_response(self: Any) -> None:
+        await self.send({"type": "http.response.start", "status": 503, "headers": [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", str(len(UNAVAILABLE)).encode()),
+            (b"retry-after", b"1"), (ERROR_HEADER.lower().encode(), b"unavailable"),
+            (b"connection", b"close")]})
+        await self.send({"type": "http.response.body", "body": UNAVAILABLE,
+                         "more_body": False})
+
+    cycle.send_500_response = send_500_response
+    cycle.ort_roi_unavailable = True
 
 
 def _defer(cycle: type, timeout: float) -> None:

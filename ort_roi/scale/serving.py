@@ -142,7 +142,8 @@ def application(model: str | os.PathLike | bytes, *, replicas: int = 2,
 
     ``ingress=False`` deploys the predictors alone, one Serve hop less (on a 2-core machine
     running everything, about 1.5 times the requests a second): then a request whose replica
-    is lost is Serve's own 500 (no ``X-Ort-Roi-Error``; [`Client`][ort_roi.scale.Client] retries it)
+    is lost gets no answer from Serve's proxy (a bare 500 from uvicorn; a 503 with ``Retry-After``
+    where ``worker_setup`` runs; [`Client`][ort_roi.scale.Client] retries either)
     and a slow client holds one of a predictor's ``max_ongoing_requests`` until ``read_timeout_s``.
 
     Args:
