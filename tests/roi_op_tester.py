@@ -99,7 +99,8 @@ def _as(inputs: dict, spec, dtype, count_dtype) -> list:
 def non_contiguous(a: np.ndarray) -> np.ndarray:
     """A view of a copy of ``a`` with ``a``'s values that is not C-contiguous (torchvision's
     non-contiguous case): a feature map [N, C, H, W] channels-last in memory, a matrix
-    Fortran-ordered, a vector every other element of a buffer twice its size.
+    Fortran-ordered, a vector (or what those leave contiguous: one channel, one row) every
+    other element along its last axis of a buffer twice its size.
 
     Args:
         a: an array.
@@ -108,10 +109,26 @@ def non_contiguous(a: np.ndarray) -> np.ndarray:
         An array equal to ``a``, not C-contiguous where ``a`` has more than one element.
     """
     if a.ndim == 4:
-        return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
-    if a.ndim == 2:
-        return np.asfortranarray(a) if min(a.shape) > 1 else np.repeat(a, 2, axis=0)[::2]
-    return np.repeat(a, 2, axis=0)[::2]
+        v = np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    elif a.ndim == 2:
+        v = np.asfortranarray(a)
+    else:
+        v = a
+    if v.flags.c_contiguous and a.ndim:  # one channel, one row, a vector: every other
+        v = np.repeat(a, 2, axis=-1)[..., ::2]
+    return v
+
+
+def outputs(y) -> list:
+    """A kernel's, a definition's or a session's output(s) as a list of arrays.
+
+    Args:
+        y: one array, or a tuple or list of them (an op of several outputs).
+
+    Returns:
+        The arrays, in the op's output order.
+    """
+    return [np.asarray(a) for a in y] if isinstance(y, (tuple, list)) else [np.asarray(y)]
 
 
 def assert_same(got, want) -> None:
@@ -208,10 +225,12 @@ class RoIOpTester:
         """The kernel as the definition, in both float types."""
         spec = self.spec(case)
         inputs = _as(case["inputs"], spec, dtype, COUNTS[-1])
-        got = self.kernel()(*inputs, **case["attrs"])
-        want = ops.define(spec, *inputs, **case["attrs"])
-        assert got.dtype == want.dtype == np.dtype(dtype) and got.shape == want.shape
-        np.testing.assert_allclose(got, want, **tolerance(spec.name, case["attrs"], dtype))
+        got = outputs(self.kernel()(*inputs, **case["attrs"]))
+        want = outputs(ops.define(spec, *inputs, **case["attrs"]))
+        assert len(got) == len(want) == len(spec.outputs)
+        for g, w, o in zip(got, want, spec.outputs):
+            assert g.dtype == w.dtype == o.dtype(dtype) and g.shape == w.shape, o.name
+            np.testing.assert_allclose(g, w, **tolerance(spec.name, case["attrs"], dtype))
 
     def test_the_bridge_computes_what_the_kernel_does(self, bridged, dtype, count_dtype):
         """Every registered node form, every float type with every count type through a
@@ -222,10 +241,12 @@ class RoIOpTester:
         inputs = _as(case["inputs"], spec, dtype, count_dtype)
         sess = _session(form.domain, form.op_type, json.dumps(case["attrs"], sort_keys=True),
                         np.dtype(dtype).name, np.dtype(count_dtype).name)
-        got = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], inputs)))[0]
-        want = self.kernel()(*inputs, **case["attrs"])
-        assert got.dtype == np.dtype(dtype)
-        assert_same(got, want)
+        got = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], inputs)))
+        want = outputs(self.kernel()(*inputs, **case["attrs"]))
+        assert len(got) == len(want) == len(spec.outputs)
+        for g, w, o in zip(got, want, spec.outputs):
+            assert g.dtype == o.dtype(dtype), o.name
+            assert_same(g, w)
 
     def test_boxes_of_the_other_float_type_are_refused(self, dtype):
         """Boxes (the spec's boxes input, wherever the op keeps them) must have X's dtype:
@@ -259,11 +280,13 @@ class RoIOpTester:
         sess = _session(form.domain, form.op_type, json.dumps(case["attrs"], sort_keys=True),
                         np.dtype(dtype).name, COUNTS[-1].__name__)
         names = [i.name for i in sess.get_inputs()]
-        assert_same(sess.run(None, dict(zip(names, views)))[0],
-                    sess.run(None, dict(zip(names, inputs)))[0])
-        want = self.kernel()(*inputs, **case["attrs"])
+        for g, w in zip(sess.run(None, dict(zip(names, views))),
+                        sess.run(None, dict(zip(names, inputs)))):
+            assert_same(g, w)
+        want = outputs(self.kernel()(*inputs, **case["attrs"]))
         try:
-            assert_same(self.kernel()(*views, **case["attrs"]), want)
+            for g, w in zip(outputs(self.kernel()(*views, **case["attrs"])), want):
+                assert_same(g, w)
         except AssertionError:
             if self.NON_CONTIGUOUS_KNOWN:
                 pytest.xfail(self.NON_CONTIGUOUS_KNOWN)
