@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""MMDetection 3.3.0's two-stage zoo through MMDeploy 1.3.1's onnxruntime export (issue 66):
+Cascade (Mask) R-CNN, HTC, Mask Scoring R-CNN, Libra R-CNN, Grid R-CNN, GRoIE, Sparse R-CNN,
+QueryInst, Double-Head R-CNN; and the RoI stages of the forms they add, cut into
+ort_roi/data/mmdeploy_zoo_*.onnx.
+
+The venv and the export are ``tools/mmdeploy_graphs.py``'s (its docstring holds the recipe:
+torch 2.4.1, mmcv-lite with two kernels stood in for by torchvision's, random init, seed 0,
+a 320 x 480 image, 800 x 1216 after mmdet's test pipeline and padding), with the model
+configs below and the box heads' score threshold 0 (``--score-threshold``), so that random
+weights still send 100 detections to the later heads::
+
+    /work/venv-mmdeploy/bin/python -m tools.mmdet_zoo export --keep DIR [--models ...]
+    python -m tools.mmdet_zoo report --keep DIR          # the project's venv
+    python -m tools.mmdet_zoo e2e --keep DIR [--repeat 3]
+    python -m tools.mmdet_zoo bench [--repeat 7]
+
+1. ``export`` (the mmdeploy venv): each model with MMDeploy's
+   ``detection_onnxruntime_dynamic`` (``instance-seg_onnxruntime_dynamic`` for the models
+   with masks) at opset 11, kept as ``DIR/{model}.onnx``; where MMDeploy cannot export one,
+   its error goes to ``DIR/export_errors.json`` and the next model is tried. Then the stage
+   graphs of the new forms are cut from the whole models (``cut``): no weights; the FPN maps
+   and rois in, as ``mmdeploy_graphs.cut_stage`` does.
+2. ``report`` (the project's venv): each whole model converted (``ort_roi.convert``): what
+   fused, what RoI nodes are left and the notes; native and converted run on the same input,
+   their outputs compared.
+3. ``e2e``: each whole model native against converted in interleaved settled rounds.
+4. ``bench``: each committed zoo stage native against fused (settled and back to back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "..", "ort_roi", "data")
+
+#: model: (its mmdet 3.3.0 config under .mim/configs, masks)
+ZOO = {
+    "cascade_rcnn": ("cascade_rcnn/cascade-rcnn_r50_fpn_1x_coco.py", False),
+    "cascade_mask_rcnn": ("cascade_rcnn/cascade-mask-rcnn_r50_fpn_1x_coco.py", True),
+    "htc": ("htc/htc_r50_fpn_1x_coco.py", True),
+    "ms_rcnn": ("ms_rcnn/ms-rcnn_r50_fpn_1x_coco.py", True),
+    "libra_rcnn": ("libra_rcnn/libra-faster-rcnn_r50_fpn_1x_coco.py", False),
+    "grid_rcnn": ("grid_rcnn/grid-rcnn_r50_fpn_gn-head_2x_coco.py", False),
+    "groie": ("groie/faste-rcnn_r50_fpn_groie_1x_coco.py", False),
+    "sparse_rcnn": ("sparse_rcnn/sparse-rcnn_r50_fpn_1x_coco.py", False),
+    "queryinst": ("queryinst/queryinst_r50_fpn_1x_coco.py", True),
+    "double_head": ("double_heads/dh-faster-rcnn_r50_fpn_1x_coco.py", False),
+}
+
+
+def _thresholds(test_cfg, thr: float) -> None:
+    """Every box head's score_thr (a cascade's one rcnn dict, or a list of them) set to thr."""
+    rcnn = test_cfg.get("rcnn") if test_cfg is not None else None
+    for d in (rcnn if isinstance(rcnn, (list, tuple)) else [rcnn]):
+        if d is not None and "score_thr" in d:
+            d["score_thr"] = thr
+
+
+def export_model(name: str, work: str, opset: int, thr: float) -> str:
+    """MMDeploy's onnxruntime export of the zoo's ``name``; the path."""
+    import numpy as np
+    import torch
+
+    from mmdeploy.apis import torch2onnx
+    from tools.mmdeploy_graphs import IMAGE_HW, deploy_config, model_config
+
+    cfg, masks = ZOO[name]
+    torch.manual_seed(0)
+    img = np.random.default_rng(0).integers(0, 256, (*IMAGE_HW, 3), dtype=np.uint8)
+    model = model_config(cfg)
+    _thresholds(model.model.get("test_cfg"), thr)
+    save = f"{name}.onnx"
+    torch2onnx(img, work, save, deploy_config(masks, opset), model, None, "cpu")
+    return os.path.join(work, save)
+
+
+def export(keep: str, models: list[str], opset: int, thr: float) -> None:
+    from tools import mmdeploy_graphs as mg
+
+    print("mmcv._ext stood in for:", mg.stub_mmcv_ext())
+    mg.DEPLOY["codebase_config"]["post_processing"]["score_threshold"] = thr
+    os.makedirs(keep, exist_ok=True)
+    log = os.path.join(keep, "export_errors.json")
+    errors = json.load(open(log)) if os.path.exists(log) else {}
+    for name in models:
+        try:
+            path = export_model(name, keep, opset, thr)
+            print("exported", name, path, os.path.getsize(path), flush=True)
+            errors.pop(name, None)
+        except Exception as e:  # MMDeploy's error, recorded; the next model is tried
+            tb = traceback.extract_tb(e.__traceback__)
+            where = next((f"{os.path.basename(f.filename)}:{f.lineno} {f.name}"
+                          for f in reversed(tb) if "site-packages" in f.filename), "")
+            errors[name] = f"{type(e).__name__}: {e} ({where})"
+            print("FAILED", name, errors[name], flush=True)
+        with open(log, "w") as f:
+            json.dump(errors, f, indent=1)
+
+
+def cut(whole: str, prefixes: list[str], opset: int, name: str):
+    """The nodes named under any of ``prefixes`` (and the Constants they read from outside
+    them) as a model of their own, no weights: the maps the RoiAligns read in as ``feat0``,
+    ``feat1`` .. (in the order the RoiAligns come; float [N, C, H, W]), the other tensors
+    the nodes read in under their own names with their declared or inferred rank (the rois:
+    ``rois``, [R, 5]), each tensor the rest of the graph reads out (``roi_feats`` for the
+    first, ``roi_feats_1`` ..). A Conv's weights (GRoIE's) are inputs too (``w_...``)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    m = onnx.load(whole)
+    g = m.graph
+    made = {o: n for n in g.node for o in n.output}
+    inits = {i.name: i for i in g.initializer}
+    stage = [n for n in g.node if n.name.startswith(tuple(prefixes))]
+    inside = {o for n in stage for o in n.output}
+    consts, maps, others = [], {}, {}
+    for n in stage:
+        for k, t in enumerate(n.input):
+            if not t or t in inside:
+                continue
+            if t in inits:
+                others.setdefault(t, f"w_{len(others)}")
+                continue
+            p = made.get(t)
+            if p is not None and p.op_type == "Constant":
+                if p not in consts:
+                    consts.append(p)
+            elif n.op_type == "RoiAlign" and k == 0:
+                maps.setdefault(t, f"feat{len(maps)}")
+            else:
+                others.setdefault(t, "rois" if "rois" not in others.values() else
+                                  f"in_{len(others)}")
+    names = {n.name for n in stage}
+    outside = [n for n in g.node if n.name not in names]
+    read = {t for n in outside for t in n.input} | {o.name for o in g.output}
+    outs = [o for n in stage for o in n.output if o in read]
+    rename = {**maps, **others,
+              **{o: "roi_feats" + (f"_{k}" if k else "") for k, o in enumerate(outs)}}
+    nodes = []
+    for n in consts + stage:
+        n2 = onnx.NodeProto()
+        n2.CopyFrom(n)
+        n2.input[:] = [rename.get(t, t) for t in n.input]
+        n2.output[:] = [rename.get(t, t) for t in n.output]
+        nodes.append(n2)
+    def channels(t):  # the Conv's (the FPN's, the semantic head's) that writes the map
+        w = inits.get(made[t].input[1]) if made[t].op_type == "Conv" else None
+        return int(w.dims[0]) if w is not None else None
+
+    ins = [helper.make_tensor_value_info(v, TensorProto.FLOAT, ["N", channels(t), f"H{v[4:]}",
+                                                                 f"W{v[4:]}"])
+           for t, v in maps.items()]
+    for t, v in others.items():
+        if t in inits:
+            ins.append(helper.make_tensor_value_info(v, inits[t].data_type, list(inits[t].dims)))
+        elif v == "rois":
+            ins.append(helper.make_tensor_value_info(v, TensorProto.FLOAT, ["R", 5]))
+        else:
+            raise SystemExit(f"{name}: a third input {t!r} besides the maps and the rois")
+    outv = [helper.make_tensor_value_info(rename[o], TensorProto.FLOAT, ["R", None, None, None])
+            for o in outs]
+    graph = helper.make_graph(nodes, name, ins, outv)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              ir_version=m.ir_version, producer_name=m.producer_name,
+                              producer_version=m.producer_version)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+#: the committed stage graphs of the zoo's new forms: file: (model, the node-name prefixes cut)
+STAGES = {
+    # a cascade's stages each their own SingleRoIExtractor (stage 1 of 3); in the whole graph
+    # the rois come out of a Reshape to a computed shape (their rank unknown to inference)
+    "mmdeploy_zoo_cascade_bbox_11.onnx": ("cascade_rcnn", ["/bbox_roi_extractor.1/"]),
+    # Double-Head: the same extractor called twice, the second on rois scaled by 1.3 and
+    # reading the first call's level selections
+    "mmdeploy_zoo_double_head_11.onnx": ("double_head", ["/bbox_roi_extractor/",
+                                                         "/bbox_roi_extractor_1/"]),
+    # HTC's semantic RoI extractor: one level (stride 8), a plain RoiAlign
+    "mmdeploy_zoo_htc_semantic_11.onnx": ("htc", ["/semantic_roi_extractor/roi_layers.0/"]),
+    # GRoIE: every roi pooled on every level (then convolved and summed: not cut)
+    "mmdeploy_zoo_groie_11.onnx": ("groie", ["/bbox_roi_extractor/roi_layers."]),
+}
+
+
+def cut_all(keep: str, out: str, only: list[str] | None = None) -> None:
+    import onnx
+
+    for fname, (model, prefixes) in STAGES.items():
+        if only and fname not in only:
+            continue
+        path = os.path.join(keep, f"{model}.onnx")
+        if not os.path.exists(path):
+            print("no", path)
+            continue
+        m = cut(path, prefixes, 11, fname[:-5])
+        dst = os.path.join(out, fname)
+        onnx.save(m, dst)
+        print("wrote", dst, os.path.getsize(dst), "bytes,", len(m.graph.node), "nodes,",
+              [i.name for i in m.graph.input], "->", [o.name for o in m.graph.output])
+
+
+ROI_OPS = ("RoiAlign", "ScatterND", "PyramidRoIAlign_L4", "PyramidRoIAlign_L1")
+
+
+def _roi_nodes(model) -> dict:
+    """The RoI-stage nodes of a graph by domain::op: its RoiAligns, ScatterNDs and fused
+    nodes."""
+    import collections
+
+    return dict(collections.Counter(f"{n.domain or 'ai.onnx'}::{n.op_type}"
+                                    for n in model.graph.node
+                                    if n.op_type.startswith(("RoiAlign", "ScatterND",
+                                                             "PyramidRoIAlign"))))
+
+
+def e2e(keep: str, models: list[str], repeat: int, hw=(800, 1216), tag: str = "") -> None:
+    """Each exported whole model native against converted: the stages fused (each named),
+    the RoI nodes left, convert's notes, the outputs compared, the seconds per input in
+    interleaved settled rounds (``repeat`` 0: one run each, no timing)."""
+    import numpy as np
+    import onnx
+
+    from ort_roi.cli.bench_timing import time_together
+    from tools.detectron2_graphs import SETTLE_S
+    from tools.mmdeploy_graphs import _sessions
+
+    feed = {"input": np.random.default_rng(0).standard_normal((1, 3, *hw)).astype(np.float32)}
+    rows = {}
+    for name in models:
+        path = os.path.join(keep, f"{name}.onnx")
+        if not os.path.exists(path):
+            continue
+        native = onnx.load(path)
+        a, b, conv, done = _sessions(native)
+        fused = [m[0] for m in done.moved if "PyramidRoIAlign" in m[2]]
+        if repeat:
+            t = time_together({"native": lambda: a.run(None, feed),
+                               "converted": lambda: b.run(None, feed)}, repeat, 0, shuffle=0,
+                              settle_s=SETTLE_S)
+            outs = t["native"][1], t["converted"][1]
+            ratios = sorted(x / y for x, y in zip(t["native"][2], t["converted"][2]))
+            times = (t["native"][0], t["converted"][0], ratios[len(ratios) // 2])
+        else:
+            outs, times = (a.run(None, feed), b.run(None, feed)), None
+        names = [o.name for o in a.get_outputs()]
+        same = {n: (x.shape == y.shape, float(np.max(np.abs(x.astype(np.float64) - y),
+                                                     initial=0)) if x.shape == y.shape else None)
+                for n, x, y in zip(names, *outs)}
+        row = dict(fused=fused, native_roi=_roi_nodes(native), converted_roi=_roi_nodes(conv),
+                   notes=done.notes, outputs={n: list(map(int, x.shape))
+                                              for n, x in zip(names, outs[0])},
+                   max_diff=same,
+                   labels_equal=bool(np.array_equal(outs[0][1], outs[1][1])))
+        if times:
+            row.update(native_s=times[0], converted_s=times[1], ratio=times[2], repeat=repeat)
+        rows[name] = row
+        print(name, json.dumps(row, indent=1), flush=True)
+    with open(os.path.join(keep, f"e2e{tag}_{repeat}.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=("export", "cut", "e2e", "bench"))
+    ap.add_argument("--out", default=OUT, help="where the stage graphs go (cut, bench)")
+    ap.add_argument("--keep", default="/tmp/mmdet_zoo")
+    ap.add_argument("--models", nargs="+", default=list(ZOO), choices=list(ZOO))
+    ap.add_argument("--opset", type=int, default=11)
+    ap.add_argument("--score-threshold", type=float, default=0.0)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--tag", default="", help="e2e: written to DIR/e2e{tag}_{repeat}.json")
+    args = ap.parse_args(argv)
+    if args.what == "export":
+        export(args.keep, args.models, args.opset, args.score_threshold)
+    elif args.what == "cut":
+        cut_all(args.keep, args.out)
+    elif args.what == "e2e":
+        e2e(args.keep, args.models, args.repeat, tag=args.tag)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
