@@ -1,7 +1,8 @@
 """Mutation of the graphs convert's recognisers read: each assumption a recogniser makes about
 a pattern's constants, attributes and wiring, tried by breaking it, one part at a time.
 
-``mutants(model)`` yields (what was changed, the changed model) for every node of the graph:
+``mutants(model)`` yields (what was changed, the changed model) for every node of the graph
+and of its subgraphs (a Loop's body):
 - each constant (a Constant node's value or an initializer): its value moved, its shape given
   one more leading dimension, its dtype changed (int64 <-> int32, float32 -> float64);
 - each attribute of a node: an int moved by one, a float doubled, a list's first element
@@ -86,52 +87,81 @@ def _attr_mutants(a: onnx.AttributeProto) -> Iterator[tuple[str, onnx.AttributeP
     yield "removed", None
 
 
+def _graphs(graph: onnx.GraphProto, path: tuple = ()
+            ) -> Iterator[tuple[tuple, onnx.GraphProto]]:
+    """``graph`` and every subgraph in it (a Loop's or an If's body), each with its path:
+    ((node index, attribute name), ...) from the main graph."""
+    yield path, graph
+    for k, node in enumerate(graph.node):
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(a.g, (*path, (k, a.name)))
+
+
+def _at(model: onnx.ModelProto, path: tuple) -> onnx.GraphProto:
+    g = model.graph
+    for k, name in path:
+        g = next(a.g for a in g.node[k].attribute if a.name == name)
+    return g
+
+
 def mutants(model: onnx.ModelProto, only: Callable[[onnx.NodeProto], bool] | None = None
             ) -> Iterator[tuple[str, onnx.ModelProto]]:
-    """Every one-part change of ``model``'s main graph (the module doc); ``only``: the nodes
-    to change (default every node). Yields (what changed, a changed copy)."""
-    graph_inputs = [i.name for i in model.graph.input]
-    for k, node in enumerate(model.graph.node):
-        if only is not None and not only(node):
-            continue
-        label = f"{node.op_type} {node.name or node.output[0]!r}"
-        if node.op_type == "Constant" and _const_value(node) is not None:
-            a = numpy_helper.to_array(_const_value(node).t)
+    """Every one-part change of ``model``'s graph and its subgraphs (the module doc);
+    ``only``: the nodes to change (default every node). Yields (what changed, a changed
+    copy)."""
+    for path, graph in _graphs(model.graph):
+        inputs = [i.name for i in graph.input]
+        inside = " (in a subgraph)" if path else ""
+        for k, node in enumerate(graph.node):
+            if only is None or only(node):
+                label = f"{node.op_type} {node.name or node.output[0]!r}{inside}"
+                yield from _node_mutants(model, path, k, node, label, inputs)
+        for t_index, t in enumerate(graph.initializer):
+            a = numpy_helper.to_array(t)
             for how, b in _tensor_mutants(a):
                 m = copy.deepcopy(model)
-                c = m.graph.node[k]
-                del c.attribute[:]
-                c.attribute.append(helper.make_attribute("value", numpy_helper.from_array(b)))
-                yield f"{label}: constant {how} {a.tolist() if a.size <= 8 else ''} -> " \
-                      f"{b.tolist() if b.size <= 8 else b.dtype}", m
-            continue
-        for j, a in enumerate(node.attribute):
-            for how, new in _attr_mutants(a):
-                m = copy.deepcopy(model)
-                attrs = m.graph.node[k].attribute
-                del attrs[j]
-                if new is not None:
-                    attrs.insert(j, new)
-                yield f"{label}: attribute {a.name} -> {how}", m
-        ins = list(node.input)
-        for i in range(len(ins)):
-            for j in range(i + 1, len(ins)):
-                if ins[i] and ins[j] and ins[i] != ins[j]:
-                    m = copy.deepcopy(model)
-                    n = m.graph.node[k]
-                    n.input[i], n.input[j] = ins[j], ins[i]
-                    yield f"{label}: inputs {i} and {j} swapped", m
-            for g in graph_inputs[:1] + graph_inputs[-1:]:
-                if ins[i] and ins[i] != g:
-                    m = copy.deepcopy(model)
-                    m.graph.node[k].input[i] = g
-                    yield f"{label}: input {i} read from graph input {g!r}", m
-    for t_index, t in enumerate(model.graph.initializer):
-        a = numpy_helper.to_array(t)
+                _at(m, path).initializer[t_index].CopyFrom(numpy_helper.from_array(b, t.name))
+                yield f"initializer {t.name!r}{inside}: {how}", m
+
+
+def _node_mutants(model: onnx.ModelProto, path: tuple, k: int, node: onnx.NodeProto,
+                  label: str, inputs: list[str]) -> Iterator[tuple[str, onnx.ModelProto]]:
+    """The changes of node ``k`` of the (sub)graph at ``path``: a Constant's value, else
+    each attribute, two inputs swapped, an input read from the graph's first or last
+    input."""
+    def changed():
+        m = copy.deepcopy(model)
+        return m, _at(m, path).node[k]
+
+    if node.op_type == "Constant" and _const_value(node) is not None:
+        a = numpy_helper.to_array(_const_value(node).t)
         for how, b in _tensor_mutants(a):
-            m = copy.deepcopy(model)
-            m.graph.initializer[t_index].CopyFrom(numpy_helper.from_array(b, t.name))
-            yield f"initializer {t.name!r}: {how}", m
+            m, c = changed()
+            del c.attribute[:]
+            c.attribute.append(helper.make_attribute("value", numpy_helper.from_array(b)))
+            yield f"{label}: constant {how} {a.tolist() if a.size <= 8 else ''} -> " \
+                  f"{b.tolist() if b.size <= 8 else b.dtype}", m
+        return
+    for j, a in enumerate(node.attribute):
+        for how, new in _attr_mutants(a):
+            m, n = changed()
+            del n.attribute[j]
+            if new is not None:
+                n.attribute.insert(j, new)
+            yield f"{label}: attribute {a.name} -> {how}", m
+    ins = list(node.input)
+    for i in range(len(ins)):
+        for j in range(i + 1, len(ins)):
+            if ins[i] and ins[j] and ins[i] != ins[j]:
+                m, n = changed()
+                n.input[i], n.input[j] = ins[j], ins[i]
+                yield f"{label}: inputs {i} and {j} swapped", m
+        for g in inputs[:1] + inputs[-1:]:
+            if ins[i] and ins[i] != g:
+                m, n = changed()
+                n.input[i] = g
+                yield f"{label}: input {i} read from graph input {g!r}", m
 
 
 @dataclass
@@ -181,7 +211,10 @@ def judge(model: onnx.ModelProto, feeds: list[dict], fused: Callable[[onnx.Model
             itself is what a mutant left as it is falls short of).
         only: the nodes to mutate (default every node).
         repairs_differ: a mutant convert repairs (its report's ``repairs``: the exporter's
-            framework's arithmetic, told) is counted, not compared; False: compared too
+            framework's arithmetic, told) is not compared with the native mutant, which
+            computes otherwise on purpose; it must not ignore what the mutant changed: where
+            the native mutant's outputs differ from the native graph's, the converted
+            mutant's must differ from the converted graph's. False: compared as any other
             (mx2onnx's graphs at stamps <= 15, where MXNet's arithmetic is onnxruntime's).
         native_ours: the native graph holds ort_roi's nodes (export-paddle's unfused stage):
             run it in a session with ort_roi's ops.
@@ -191,8 +224,11 @@ def judge(model: onnx.ModelProto, feeds: list[dict], fused: Callable[[onnx.Model
         "fused, equal", "fused, native fails on every feed"; and the defects.
     """
     out = Outcome()
-    whole = fused(_converted(model)[0])
+    original = _converted(model)[0]
+    whole = fused(original)
     assert whole > 0, "the graph itself is not fused: nothing to mutate"
+    before = [(_run(_session(model, native_ours), f), _run(_session(original, True), f))
+              for f in feeds]
     for what, m in mutants(model, only):
         try:
             native = _session(m, ours=native_ours)
@@ -215,7 +251,8 @@ def judge(model: onnx.ModelProto, feeds: list[dict], fused: Callable[[onnx.Model
             out.counts["left with a note" if report.notes else "left, no longer the form"] += 1
             continue
         if report.repairs and repairs_differ:  # told: the framework's arithmetic, on purpose
-            out.counts["repaired, told"] += 1
+            out.counts[_repaired(what, native, _session(conv, ours=True), feeds, before,
+                                 out.defects)] += 1
             continue
         ran, defects = 0, len(out.defects)
         ours = _session(conv, ours=True)
@@ -235,6 +272,29 @@ def judge(model: onnx.ModelProto, feeds: list[dict], fused: Callable[[onnx.Model
         out.counts["fused, different" if len(out.defects) > defects else "fused, equal"
                    if ran else "fused, native fails on every feed"] += 1
     return out
+
+
+def _outputs_same(a, b) -> bool:
+    return not isinstance(a, str) and not isinstance(b, str) and len(a) == len(b) and all(
+        _same(x, y) for x, y in zip(a, b))
+
+
+def _repaired(what: str, native: ort.InferenceSession, ours: ort.InferenceSession,
+              feeds: list[dict], before: list[tuple], defects: list[str]) -> str:
+    """How a repaired mutant ended: a feed on which the native mutant computes otherwise
+    than the native graph while the converted mutant gives what the converted graph gave is
+    a change the repair ignored (a defect)."""
+    changed = 0
+    for i, (feed, (native_was, converted_was)) in enumerate(zip(feeds, before)):
+        now = _run(native, feed)
+        if isinstance(now, str) or _outputs_same(now, native_was):
+            continue
+        changed += 1
+        if _outputs_same(_run(ours, feed), converted_was):
+            defects.append(f"{what}: feed {i}: repaired, and blind to what the mutant changes "
+                           f"(native's outputs moved, the converted graph's did not)")
+            return "repaired, blind to the change"
+    return "repaired, follows the change" if changed else "repaired, native unchanged"
 
 
 def _converted(model: onnx.ModelProto):

@@ -11,10 +11,14 @@ below, so a harness that stopped mutating would fail.
 Covered: torchvision's MultiScaleRoIAlign (fusion.py), the ScatterND family (detectron2's
 ROIPooler, MMDeploy's SingleRoIExtractor: scatter_nd.py, scatter_nd_pad.py), GluonCV's FPN
 stage and MXNet's ROIAlign / ROIPooling (mxnet.py, at the stamps where convert repairs
-nothing), and the single-node moves (ONNX RoiAlign, MaxRoiPool -> ort_roi). Not here: the
-repairs (tf2onnx's crop_and_resize, mx2onnx from stamp 16), which change what the graph
-computes on purpose (tests/test_tensorflow.py, tests/test_mxnet.py hold them to the
-framework), and the Paddle stage, whose graphs need paddle2onnx (tests/test_paddle_stage.py).
+nothing), export-paddle's FPN stage (paddle.py), the single-node moves (ONNX RoiAlign,
+MaxRoiPool -> ort_roi), and tf2onnx's crop_and_resize (tensorflow/), a repair: it computes
+TensorFlow's arithmetic on purpose (tests/test_tensorflow.py holds it to TensorFlow), so
+there a mutant must not be fused blind to what it changes: where the native mutant computes
+otherwise than the native graph, the converted mutant must too. The mutants reach into
+Loop bodies (tf2onnx's loop form). Not here: torchvision's keypoint and mask Loops
+(loops.py), whose graphs are exported by torch at test time (tests/test_fusion_exact.py
+breaks their bodies one attribute at a time).
 """
 
 from importlib import resources
@@ -262,3 +266,26 @@ def test_max_roi_pool_non_finite_rows_are_refused_by_name(caplog):
     assert np.isnan(got).all()
     assert "ROIPooling (node 'mrp'): input 'rois'" in caplog.text and "row 1" in caplog.text
     assert not np.isnan(run(model, feed, ours=False)[0]).any()
+
+
+# --- tf2onnx's crop_and_resize (a repair) ---------------------------------------------------
+
+TF = "tests/goldens/tf2onnx_crop_and_resize.npz"
+
+
+@pytest.mark.parametrize("form", ["loop", "contrib"])
+def test_every_mutant_of_a_tf2onnx_form_is_left_or_follows_the_change(form, capsys):
+    with np.load(TF) as d:
+        case = "outside_ext2.5"
+        model = onnx.load_from_string(d[f"{case}:{form}"].tobytes())
+        feeds = [{k: d[f"{c}:{k}"] for k in ("image", "boxes", "box_indices")}
+                 for c in (case, "flipped")]
+
+    def fused(m):
+        return sum(op == "CropAndResize" for _, op in op_types(m))
+
+    out = judge(model, feeds, fused)
+    with capsys.disabled():
+        print(f"\ntf2onnx {form}: {sum(out.counts.values())} mutants: {out}")
+    assert not out.defects, "\n".join(out.defects[:20])
+    assert out.counts["repaired, follows the change"] > 3
