@@ -285,8 +285,12 @@ def _small_weights(start, bin_size, grid, P: int, size: tuple[int, int], dtype):
     return (A / np.maximum(grid, 1)[:, :, None, None]).astype(dtype)
 
 
-#: _small_weights_few: at most this many samples (boxes x 2 axes x bins x grid) a call ...
-FEW_SAMPLES = 64
+#: _small_weights_few: at most this many samples (boxes x 2 axes x bins x grid) a call and
+#: weights (boxes x 2 axes x bins x map side): beyond, the arrays cost less (measured, CPU
+#: time: 8 samples 13-17 us against 41 us, 16 samples and 256 weights 34-38 against 45-46,
+#: 24 samples or 512 weights level, 64 samples 64 against 49) ...
+FEW_SAMPLES = 16
+FEW_WEIGHTS = 256
 #: ... and this many samples per bin side: with every nonzero weight >= 2**-24, a float64
 #: sum of at most 32 float32 weights in [2**-24, 1] is exact in any order (its terms are
 #: multiples of 2**-47 below 2**6: 53 bits), so it does not depend on NumPy's order of sums.
@@ -302,14 +306,15 @@ def _small_weights_few(start, bin_size, grid, P: int, size: tuple[int, int], dty
     the neighbours clamped as geometry.neighbours does, each sample's (1 - frac, frac) added
     to its low and high index in float64 (k in order), divided by the grid, then cast.
     Returns None (the caller takes _small_weights) for float64 (whose sums could round
-    otherwise in another order), more than FEW_SAMPLES samples, a grid over FEW_GRID_MAX, or
-    a weight under 2**-24 (a sample within 2**-24 past an index: sums could round)."""
+    otherwise in another order), more than FEW_SAMPLES samples or FEW_WEIGHTS weights, a
+    grid over FEW_GRID_MAX, or a weight under 2**-24 (a sample within 2**-24 past an index:
+    sums could round)."""
     if dtype != np.float32:
         return None
     R = start.shape[0]
     gs = grid.tolist()
     G = max(1, max(max(g) for g in gs))
-    if G > FEW_GRID_MAX or R * 2 * P * G > FEW_SAMPLES:
+    if G > FEW_GRID_MAX or R * 2 * P * G > FEW_SAMPLES or R * 2 * P * max(size) > FEW_WEIGHTS:
         return None
     t = np.float32
     ks = [t(k) + t(0.5) for k in range(G)]  # k + 0.5, in T
