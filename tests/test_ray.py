@@ -453,6 +453,47 @@ def test_ingress_retries_a_lost_replica_and_answers_what_it_cannot_503():
     assert status == 500 and calls == 1 and "model error" in text
 
 
+def test_ingress_sheds_before_reading_a_body_when_the_predictors_are_full():
+    """shed_at=2: while 2 requests wait on the predictors, a third is answered 503 with
+    Retry-After and the kind, its body unread (under overload each body cost the proxy and
+    the ingress seconds before the predictors' full queue refused it); once one is answered,
+    the next is read and forwarded."""
+    pytest.importorskip("ray.serve", reason="needs ray: pip install '.[ray]'")
+
+    class Waiting:
+        def __init__(self):
+            self.release, self.two, self.calls = asyncio.Event(), asyncio.Event(), 0
+            self.respond = self
+
+        def remote(self, body: bytes):
+            async def answer():
+                self.calls += 1
+                if self.calls == 2:
+                    self.two.set()
+                await self.release.wait()
+                return 200, "{}"
+            return answer()
+
+    async def scenario():
+        handle = Waiting()
+        ingress = scale.HttpIngress(handle, shed_at=2)
+        held = [asyncio.create_task(ingress(_Request(b"{}"))) for _ in range(2)]
+        await handle.two.wait()  # the two reached the predictors' handle
+        third = _Request(b'{"x": 1}')
+        shed = await ingress(third)
+        handle.release.set()
+        answered = [await t for t in held]
+        fourth = await ingress(_Request(b"{}"))
+        return shed, third.read, answered, fourth, handle.calls, ingress.waiting
+
+    shed, read, answered, fourth, calls, waiting = asyncio.run(scenario())
+    assert shed.status_code == 503 and read == 0 and calls == 3 and waiting == 0
+    assert shed.headers["retry-after"] == "1" and shed.headers[scale.ERROR_HEADER] == "overloaded"
+    assert b"2 requests wait on the model's replicas (shed_at=2); refused before its body " \
+        b"was read" in shed.body
+    assert [a.status_code for a in answered] == [200, 200] and fourth.status_code == 200
+
+
 class _Flaky(http.server.BaseHTTPRequestHandler):
     """Answers POSTs from a script: (status, headers) in turn, then 200."""
 

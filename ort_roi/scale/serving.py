@@ -34,16 +34,24 @@ class HttpIngress:
         attempts: tries per request on a lost replica (the first included).
         backoff_s: the wait before the second try, doubled for each later one (jittered).
         retry_after_s: the ``Retry-After`` of a 503.
+        shed_at: requests this replica may have waiting on the predictors (sent, not yet
+            answered); a request that comes while that many wait is answered 503 before its
+            body is read (its body would cost the proxy and this replica seconds under
+            overload, only to be refused by the predictors' full queue). None: never.
     """
 
     def __init__(self, predictor: Any, limits: Limits | Mapping[str, Any] | None = None,
-                 attempts: int = 4, backoff_s: float = 0.05, retry_after_s: float = 1.0):
+                 attempts: int = 4, backoff_s: float = 0.05, retry_after_s: float = 1.0,
+                 shed_at: int | None = None):
         replica_grpc_on_node_address()  # Ray would listen on every interface
         self.predictor = predictor
         self.limits = as_limits(limits)
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.retry_after_s = retry_after_s
+        self.shed_at = shed_at
+        #: requests sent to the predictors and not yet answered
+        self.waiting = 0
 
     def check_health(self) -> None:
         """Ray Serve's health check: the process listens on its node's address and loopback
@@ -97,11 +105,21 @@ class HttpIngress:
         Returns:
             A ``starlette.responses.Response``.
         """
+        if self.shed_at is not None and self.waiting >= self.shed_at:
+            after = str(max(1, math.ceil(self.retry_after_s)))
+            return response(503, f"ort_roi: overloaded: {self.waiting} requests wait on the "
+                            f"model's replicas (shed_at={self.shed_at}); refused before its "
+                            f"body was read; retry after {after} s",
+                            {"Retry-After": after, ERROR_HEADER: "overloaded"})
         try:
             body = await read_body(request, self.limits)
         except HttpError as e:
             return response(e.status, e.message, e.headers)
-        status, text, headers = await self.forward(body)
+        self.waiting += 1
+        try:
+            status, text, headers = await self.forward(body)
+        finally:
+            self.waiting -= 1
         return response(status, text, headers)
 
 
@@ -202,7 +220,10 @@ def application(model: str | os.PathLike | bytes, *, replicas: int = 2,
         ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256,
         max_queued_requests=512, backpressure_config=retry, graceful_shutdown_timeout_s=5,
     )
-    return front.bind(predictor, limits, attempts, 0.05, retry_after_s)
+    # what the predictors take from one ingress replica: their slots (shared) and its queue
+    shed_at = replicas * max_ongoing_requests + max(0, max_queued_requests)
+    return front.bind(predictor, limits, attempts, 0.05, retry_after_s,
+                      shed_at if max_queued_requests >= 0 else None)
 
 
 def _check_cpus(replicas: int, cpus: float) -> None:
