@@ -289,3 +289,26 @@ def test_every_mutant_of_a_tf2onnx_form_is_left_or_follows_the_change(form, caps
         print(f"\ntf2onnx {form}: {sum(out.counts.values())} mutants: {out}")
     assert not out.defects, "\n".join(out.defects[:20])
     assert out.counts["repaired, follows the change"] > 3
+
+
+# --- torchvision's keypoint and mask Loops (torch exports them here) ------------------------
+
+@pytest.mark.parametrize("which", ["keypoints", "masks"])
+def test_every_mutant_of_a_torchvision_loop_is_left_or_computes_as_native(which, capsys):
+    pytest.importorskip("torch", reason="needs torchvision: pip install '.[torchvision]'")
+    from tests.test_fusion_exact import _keypoints, _masks
+
+    model, feed = (_keypoints if which == "keypoints" else _masks)()
+    edge = {k: v.copy() for k, v in feed.items()}
+    boxes = edge["rois" if which == "keypoints" else "boxes"]
+    boxes[0] = boxes[0][[2, 3, 0, 1]]  # reversed
+    boxes[1, 2:] = boxes[1, :2]  # zero-area
+
+    def fused(m):
+        return sum(op in ("HeatmapsToKeypoints", "PasteMasks") for _, op in op_types(m))
+
+    out = judge(model, [feed, edge], fused)
+    with capsys.disabled():
+        print(f"\ntorchvision {which} Loop: {sum(out.counts.values())} mutants: {out}")
+    assert not out.defects, "\n".join(out.defects[:20])
+    assert out.counts["fused, equal"] > 5 and out.counts["left with a note"] > 20

@@ -312,14 +312,17 @@ def fuse_loops(model: onnx.ModelProto, g: GraphIndex | None = None
         form = next((f for f in LOOPS if f.reads_like(loop)), None)
         if form is None:
             continue
+        gi = indexed(model, "torch.onnx", g)
         try:
-            inputs, values = match(indexed(model, "torch.onnx", g), loop, form)
+            inputs, values = match(gi, loop, form)
         except NoMatch as e:
             notes.append(f"node {node_label(loop)!r} (Loop) reads like {form.what} but "
                          f"does not match it exactly ({e}); left as it is")
             continue
-        name, new = _replacement(loop, form, inputs, values)
-        splice(model, loop, new, inputs)
+        # the body reads columns 0..3 of the boxes: the op reads the same, of wider rows too
+        sliced, boxes = gi.first_columns(inputs[1], 4, f"{node_label(loop)}/boxes")
+        name, new = _replacement(loop, form, [inputs[0], boxes, *inputs[2:]], values)
+        splice(model, loop, sliced + new, inputs)
         g = None  # the graph changed: index it afresh
         done.append((name, f"{form.what} Loop", f"{DOMAIN}::{form.spec.name}"))
     return done, notes
