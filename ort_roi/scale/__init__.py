@@ -27,8 +27,9 @@ result.
 Its modules, one concern each: ``runner`` (a session and the checks of a run), ``data`` (Ray
 Data), ``limits`` (the caps and the error answers), ``bodies`` (reading a hostile body),
 ``replica`` (the Serve predictor), ``serving`` (the ingress and the application),
-``cluster`` (a loopback cluster, replicas' gRPC on the node's address), ``client`` (the retrying
-client). Everything public is here, as ``ort_roi.scale.<name>``.
+``cluster`` (a loopback cluster, replicas' gRPC on the node's address and the check that it
+holds, the proxy's setup), ``client`` (the retrying client). Everything public is here,
+as ``ort_roi.scale.<name>``.
 """
 
 from __future__ import annotations
