@@ -194,6 +194,8 @@ ALLOWED = {
     "geometry/rotated.py": "rotated boxes' cos / sin: RoIAlignRotated is held to a tolerance (bilinear "
                    "averages), not bit for bit",
     "cli/bench_workloads.py": "generates the benchmark's random boxes",
+    "graph/pyramid.py": "draws validate's random box sizes; each box's level is then the "
+                        "graph's own rule's, run on the boxes drawn",
 }
 
 

@@ -7,18 +7,12 @@ from tests import cases as C
 from tests import test_bad_inputs, test_goldens
 from tests.roi_op_tester import RoIOpTester, pytest_generate_tests  # noqa: F401 - the hook
 
-#: Reported (issue 64): ort_roi/kernels/cpu/align.py's _align_small multiplies X as it
-#: comes; a channels-last X (a transposed view) is summed in another order than its
-#: contiguous copy, 1 ulp apart (np.ascontiguousarray(X) first makes them equal).
-ALIGN_SMALL_LAYOUT = "align's small strategy: a channels-last X gives another rounding"
-
 
 class TestRoIAlign(RoIOpTester):
     MODULE = "roi_align"
     CASES = C.roi_align_cases(21)[::8]
     CATALOGUE_KEY = "RoIAlign"
     GOLDEN_SUITE = "roi_align"
-    NON_CONTIGUOUS_KNOWN = ALIGN_SMALL_LAYOUT
 
 
 class TestONNXRoiAlign(RoIOpTester):
@@ -26,20 +20,17 @@ class TestONNXRoiAlign(RoIOpTester):
     CASES = (C.onnx_roi_align_cases(22)[::8] + C.onnx_roi_align_cases(23, "max")[1::16]
              + C.onnx_roi_align_cases(24, "onnx_max")[2::16])
     CATALOGUE_KEY = "RoiAlign"
-    NON_CONTIGUOUS_KNOWN = ALIGN_SMALL_LAYOUT
 
 
 class TestMMCVRoiAlign(RoIOpTester):
     MODULE = "mmcv_roi_align"
     CASES = C.mmcv_cases(25)[::8] + C.mmcv_cases(26, "max")[3::16]
-    NON_CONTIGUOUS_KNOWN = ALIGN_SMALL_LAYOUT
 
 
 class TestCaffe2RoIAlign(RoIOpTester):
     MODULE = "caffe2_roi_align"
     CASES = C.caffe2_cases(27)[::8]
     CATALOGUE_KEY = "Caffe2 RoIAlign"
-    NON_CONTIGUOUS_KNOWN = ALIGN_SMALL_LAYOUT
 
 
 class TestMMCVRoIAlignRotated(RoIOpTester):

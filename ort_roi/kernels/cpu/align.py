@@ -260,7 +260,10 @@ def _align_planes(X, batch, start, bin_size, grid, ph: int, pw: int, out, rows):
 def _align_small(X, batch, start, bin_size, grid, ph: int, pw: int):
     """align() for a small problem: every sample's weights on every row / column at once
     (A [R, 2, max(ph, pw), max(H, W)], y then x: bin p's mean 1-D weights over the map's
-    rows and columns), then out[r] = Ay[r] @ X[b] @ Ax[r].T."""
+    rows and columns), then out[r] = Ay[r] @ X[b] @ Ax[r].T. X is made C-contiguous first:
+    OpenBLAS picks its routine by the operands' layout, and a channels-last view gave other
+    last bits than its contiguous copy (every map the bridge hands over is contiguous)."""
+    X = np.ascontiguousarray(X)
     N, C, H, W = X.shape
     A = _small_weights_few(start, bin_size, grid, max(ph, pw), (H, W), X.dtype)
     if A is None:
