@@ -32,6 +32,7 @@ import sys
 import numpy as np
 
 from . import bench_crop, bench_small
+from .args import POSITIVE_INT
 from .bench_cases import cases
 from .bench_peers import Ours
 from .bench_report import RATIO, markdown, ms, plot
@@ -172,7 +173,7 @@ def add_command(sub) -> None:
                        epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("workloads", nargs="*",
                    help="W1 W2 ... (default: all; listed below)")
-    p.add_argument("--repeat", type=int, default=5,
+    p.add_argument("--repeat", type=POSITIVE_INT, default=5,
                    help="timed rounds per row (default 5); each time is their median")
     p.add_argument("--scaling", action="store_true", help="also W2 with R = 100, 1000, 4000")
     p.add_argument("--small", action="store_true",

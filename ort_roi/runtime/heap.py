@@ -4,10 +4,9 @@ onnxruntime-extensions' Python-op bridge copies every input of a Python op into 
 array on every call. glibc serves a block above its mmap threshold (128 KiB at first,
 raised as such blocks are freed, to 32 MiB at most) with fresh pages from the kernel and
 gives them back when it is freed, so a map larger than that pays, on every call, a page
-fault and the kernel's zeroing for each of its pages before the copy itself: P2 of an
-800 x 1088 image (256 x 200 x 272 float32, 55.7 MB) copied into a fresh array took 17 ms,
-into reused memory 7 ms; MMDeploy's Mask R-CNN mask stage (four maps, 74 MB) spent 23 ms in
-the bridge before our kernel ran, 13 ms with this (docs/benchmarks.md).
+fault and the kernel's zeroing for each of its pages before the copy itself: for
+MMDeploy's mask stage, about twice the copy's time (docs/benchmarks.md, "Measurements
+behind design choices").
 
 Served from glibc's heap instead and kept there once freed, the next call's arrays land on
 pages already mapped. The cost is the process's: memory freed by anyone stays with the
@@ -34,7 +33,8 @@ def reuse_freed_memory() -> bool:
     Process-wide (glibc's ``mallopt``: no mmap of its own for large blocks, the heap
     trimmed only past ``TRIM_THRESHOLD``): the inputs onnxruntime-extensions copies for
     every call of an ort_roi op then reuse pages already mapped instead of fresh ones the
-    kernel must fault in and zero (module doc: 55.7 MB of map, 17 ms fresh, 7 ms reused).
+    kernel must fault in and zero (docs/benchmarks.md: a 55.7 MB map, 17 ms fresh, 7 ms
+    reused).
     The process keeps memory it frees rather than returning it to the system.
 
     Returns:

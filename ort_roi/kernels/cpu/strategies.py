@@ -188,12 +188,8 @@ def planes_rows_only(C: int, ph: int, pw: int, hc: int, wc: int) -> bool:
 
 #: RoIAlign's crops read in place (each channel's crop a strided matrix, two products per
 #: box, nothing copied) against from one NHWC copy of the whole map: in place wins while the
-#: crops on the map cover less than about this many times its area. Measured (kernel alone,
-#: 2 threads, 256 channels, 14 x 14 bins unless said; NHWC / in place, ms, at crops / map):
-#: MMDeploy's mask stage on 800 x 1088 P2..P5 20.3 / 8.6 (0.23), 3.95 / 2.29 (0.30),
-#: 2.22 / 1.88 (0.96), 0.82 / 0.73 (1.02); detectron2's on 480 x 640 10.5 / 7.1 (0.66),
-#: 2.7 / 1.9 (1.06); its Mask R-CNN's 100 detections on P2 15.9 / 9.4 (1.23); its box
-#: stage's 1000 proposals on P2 (7 x 7) 44 / 72 (10.9): the crossover near 3-4.
+#: crops on the map cover less than about this many times its area (measured on the mask and
+#: box stages: docs/benchmarks.md, "Measurements behind design choices").
 CROPS_IN_PLACE = 3.0
 
 
