@@ -32,7 +32,7 @@ from tests import paddle_stage_cases
 from tests.graph_helpers import convert_quietly, op_types, run, set_constant
 from tests.mutation import judge
 from tests.test_paddle_stage import unfused_model
-from tests.versions import needs_shape_inference
+from tests.versions import needs_bounded_roi_align, needs_shape_inference
 
 IMAGE = {"torchvision": (128, 160), "detectron2": (160, 224), "mmdeploy": (160, 224)}
 #: box sides reaching every level of the three rules (detectron2's and torchvision's
@@ -96,6 +96,7 @@ MUTATED = ["torchvision_stage_14", "detectron2_stage_box_11", "detectron2_stage_
            "mmdeploy_stage_bbox_11", "mmdeploy_stage_bbox_16"]
 
 
+@needs_bounded_roi_align
 @pytest.mark.parametrize("name", MUTATED)
 def test_every_mutant_of_a_stage_is_left_or_computes_as_native(name, capsys):
     model = _graph(name)
@@ -161,6 +162,7 @@ def _ours_count(model: onnx.ModelProto) -> int:
     return sum(d == "ort_roi" for d, _ in op_types(model))
 
 
+@needs_bounded_roi_align
 @pytest.mark.parametrize("case", ["fpn", "align7", "pool"])
 def test_every_mutant_of_an_mx2onnx_form_is_left_or_computes_as_native(case, capsys):
     model, feed = _mx(case)
@@ -178,6 +180,7 @@ def test_every_mutant_of_an_mx2onnx_form_is_left_or_computes_as_native(case, cap
 # --- export-paddle's FPN stage (ort_roi nodes unfused) into DistributeRoIAlign ------------
 
 @needs_shape_inference
+@needs_bounded_roi_align
 def test_every_mutant_of_the_paddle_stage_is_left_or_computes_as_unfused(capsys):
     case = paddle_stage_cases.cases()[0]
     model = unfused_model(case)
@@ -241,6 +244,7 @@ def _single_feeds(op: str) -> list[dict]:
                           spatial_scale=0.5, coordinate_transformation_mode="half_pixel")),
     ("MaxRoiPool", 12, dict(pooled_shape=[3, 2], spatial_scale=0.5)),
 ])
+@needs_bounded_roi_align
 def test_every_mutant_of_a_single_node_move_is_refused_or_computes_as_native(op, opset, attrs,
                                                                              capsys):
     model = _single(op, opset, **attrs)
@@ -273,6 +277,7 @@ def test_max_roi_pool_non_finite_rows_are_refused_by_name(caplog):
 TF = "tests/goldens/tf2onnx_crop_and_resize.npz"
 
 
+@needs_bounded_roi_align
 @pytest.mark.parametrize("form", ["loop", "contrib"])
 def test_every_mutant_of_a_tf2onnx_form_is_left_or_follows_the_change(form, capsys):
     with np.load(TF) as d:
@@ -293,6 +298,7 @@ def test_every_mutant_of_a_tf2onnx_form_is_left_or_follows_the_change(form, caps
 
 # --- torchvision's keypoint and mask Loops (torch exports them here) ------------------------
 
+@needs_bounded_roi_align
 @pytest.mark.parametrize("which", ["keypoints", "masks"])
 def test_every_mutant_of_a_torchvision_loop_is_left_or_computes_as_native(which, capsys):
     pytest.importorskip("torch", reason="needs torchvision: pip install '.[torchvision]'")
