@@ -15,8 +15,8 @@ the mutant no longer starts like a stage); refused by convert with an error nami
 (an attribute outside the op's contract: RoiAlign's output_height 0 on a level no box reaches
 loads in onnxruntime); or fused, in which case each feed the native graph runs must give the
 same outputs after convert (NaN where native has NaN), and a feed the native graph fails on
-may fail after convert too. A fused mutant that differs, or fails where native
-ran, is a defect of the recogniser: ``Outcome.defects`` names each.
+may fail after convert too. A fused mutant that differs, or fails where native ran, is a
+defect of the recogniser: ``Outcome.defects`` names each.
 """
 
 from __future__ import annotations
@@ -254,24 +254,33 @@ def judge(model: onnx.ModelProto, feeds: list[dict], fused: Callable[[onnx.Model
             out.counts[_repaired(what, native, _session(conv, ours=True), feeds, before,
                                  out.defects)] += 1
             continue
-        ran, defects = 0, len(out.defects)
-        ours = _session(conv, ours=True)
-        for i, feed in enumerate(feeds):
-            want = _run(native, feed)
-            if isinstance(want, str):
-                continue
-            ran += 1
-            got = _run(ours, feed)
-            if isinstance(got, str):
-                out.defects.append(f"{what}: feed {i}: native runs, converted fails: {got}")
-            elif not all(_same(a, b) for a, b in zip(want, got)):
-                diff = [np.nanmax(np.abs(a.astype(float) - b.astype(float)))
-                        if a.shape == b.shape and a.size else f"{a.shape} vs {b.shape}"
-                        for a, b in zip(want, got)]
-                out.defects.append(f"{what}: feed {i}: fused and different (max |diff| {diff})")
-        out.counts["fused, different" if len(out.defects) > defects else "fused, equal"
-                   if ran else "fused, native fails on every feed"] += 1
+        out.counts[_compared(what, native, _session(conv, ours=True), feeds,
+                             out.defects)] += 1
     return out
+
+
+def _compared(what: str, native: ort.InferenceSession, ours: ort.InferenceSession,
+              feeds: list[dict], defects: list[str]) -> str:
+    """How a fused mutant ended: each feed the native mutant runs, run converted too; a
+    converted output that differs (NaN where native has none: a kernel that refused) is a
+    defect."""
+    ran, found = 0, len(defects)
+    for i, feed in enumerate(feeds):
+        want = _run(native, feed)
+        if isinstance(want, str):
+            continue
+        ran += 1
+        got = _run(ours, feed)
+        if isinstance(got, str):
+            defects.append(f"{what}: feed {i}: native runs, converted fails: {got}")
+        elif not all(_same(a, b) for a, b in zip(want, got)):
+            diff = [np.nanmax(np.abs(a.astype(float) - b.astype(float)))
+                    if a.shape == b.shape and a.size else f"{a.shape} vs {b.shape}"
+                    for a, b in zip(want, got)]
+            defects.append(f"{what}: feed {i}: fused and different (max |diff| {diff})")
+    if len(defects) > found:
+        return "fused, different"
+    return "fused, equal" if ran else "fused, native fails on every feed"
 
 
 def _outputs_same(a, b) -> bool:
