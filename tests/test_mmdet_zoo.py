@@ -9,8 +9,8 @@ real onnxruntime sessions, native and converted, without MMDeploy.
   the levels' rank and convert leaves the stage with a note naming it.
 - double_head: Double-Head R-CNN's two calls of one extractor, the second on the rois scaled
   by 1.3 about their centres (``roi_rescale``) but pooled at the levels of the unscaled rois:
-  it reads the first call's selections. The first call fuses; the second is left with a note
-  (its zeros take their rows from the unscaled rois).
+  it reads the first call's selections. The first call fuses (in the whole model too); the
+  second is left with a note (its zeros take their rows from the unscaled rois).
 - htc_semantic: HTC's semantic RoI extractor, one level (stride 8): a plain RoiAlign, moved.
 - groie: GRoIE's GenericRoIExtractor: every roi pooled on every level (then convolved and
   summed, which is not cut): four RoiAligns on the same rois, each moved.

@@ -11,21 +11,26 @@ configs below and the box heads' score threshold 0 (``--score-threshold``), so t
 weights still send 100 detections to the later heads::
 
     /work/venv-mmdeploy/bin/python -m tools.mmdet_zoo export --keep DIR [--models ...]
-    python -m tools.mmdet_zoo report --keep DIR          # the project's venv
-    python -m tools.mmdet_zoo e2e --keep DIR [--repeat 3]
+    python -m tools.mmdet_zoo e2e --keep DIR [--repeat 3]     # the project's venv
+    python -m tools.mmdet_zoo cut --keep DIR                  # ort_roi/data/mmdeploy_zoo_*
     python -m tools.mmdet_zoo bench [--repeat 7]
+    python -m tools.mmdet_zoo profile --keep DIR --models ... [--repeat 2]
 
 1. ``export`` (the mmdeploy venv): each model with MMDeploy's
    ``detection_onnxruntime_dynamic`` (``instance-seg_onnxruntime_dynamic`` for the models
-   with masks) at opset 11, kept as ``DIR/{model}.onnx``; where MMDeploy cannot export one,
-   its error goes to ``DIR/export_errors.json`` and the next model is tried. Then the stage
-   graphs of the new forms are cut from the whole models (``cut``): no weights; the FPN maps
-   and rois in, as ``mmdeploy_graphs.cut_stage`` does.
-2. ``report`` (the project's venv): each whole model converted (``ort_roi.convert``): what
-   fused, what RoI nodes are left and the notes; native and converted run on the same input,
-   their outputs compared.
-3. ``e2e``: each whole model native against converted in interleaved settled rounds.
-4. ``bench``: each committed zoo stage native against fused (settled and back to back).
+   with masks) at opset 11, kept as ``DIR/{model}.onnx`` (``--static``: no dynamic axes,
+   ``DIR/{model}_static.onnx``); where MMDeploy cannot export one, its error goes to
+   ``DIR/export_errors.json`` and the next model is tried.
+2. ``e2e`` (the project's venv): each whole model converted (``ort_roi.convert``): the stages
+   fused, the RoI nodes left, convert's notes; native and converted on the same 800 x 1216
+   input, every output compared (the detections also as sets: rows of near-equal score may
+   swap); the seconds per input in interleaved settled rounds (``--repeat 0``: one run each);
+   ``DIR/e2e{--tag}_{repeat}.json``.
+3. ``cut``: the stage graphs of the new forms (``STAGES``) from the whole models, no weights:
+   the maps the RoiAligns read and the rois in, what the rest of the graph reads out.
+4. ``bench``: each committed zoo stage native against converted (settled and back to back).
+5. ``profile``: onnxruntime's profiler on whole models, native and converted: all nodes, the
+   RoI extractors' nodes, the op types that changed most.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ def _thresholds(test_cfg, thr: float) -> None:
             d["score_thr"] = thr
 
 
-def export_model(name: str, work: str, opset: int, thr: float) -> str:
+def export_model(name: str, work: str, opset: int, thr: float, static: bool = False) -> str:
     """MMDeploy's onnxruntime export of the zoo's ``name``; the path."""
     import numpy as np
     import torch
@@ -76,11 +81,16 @@ def export_model(name: str, work: str, opset: int, thr: float) -> str:
     model = model_config(cfg)
     _thresholds(model.model.get("test_cfg"), thr)
     save = f"{name}.onnx"
-    torch2onnx(img, work, save, deploy_config(masks, opset), model, None, "cpu")
+    deploy = deploy_config(masks, opset)
+    if static:  # MMDeploy's *_onnxruntime_static: no dynamic axes, every size a constant
+        deploy.onnx_config.pop("dynamic_axes")
+        save = f"{name}_static.onnx"
+    torch2onnx(img, work, save, deploy, model, None, "cpu")
     return os.path.join(work, save)
 
 
-def export(keep: str, models: list[str], opset: int, thr: float) -> None:
+def export(keep: str, models: list[str], opset: int, thr: float, static: bool = False
+           ) -> None:
     from tools import mmdeploy_graphs as mg
 
     print("mmcv._ext stood in for:", mg.stub_mmcv_ext())
@@ -88,17 +98,19 @@ def export(keep: str, models: list[str], opset: int, thr: float) -> None:
     os.makedirs(keep, exist_ok=True)
     log = os.path.join(keep, "export_errors.json")
     errors = json.load(open(log)) if os.path.exists(log) else {}
+    tag = "_static" if static else ""
     for name in models:
         try:
-            path = export_model(name, keep, opset, thr)
+            path = export_model(name, keep, opset, thr, static)
             print("exported", name, path, os.path.getsize(path), flush=True)
-            errors.pop(name, None)
+            errors.pop(name + tag, None)
         except Exception as e:  # MMDeploy's error, recorded; the next model is tried
             tb = traceback.extract_tb(e.__traceback__)
             where = next((f"{os.path.basename(f.filename)}:{f.lineno} {f.name}"
                           for f in reversed(tb) if "site-packages" in f.filename), "")
-            errors[name] = f"{type(e).__name__}: {e} ({where})"
-            print("FAILED", name, errors[name], flush=True)
+            first = (str(e).splitlines() or [""])[0]  # torch's trace errors run to pages
+            errors[name + tag] = f"{type(e).__name__}: {first[:300]} ({where})"
+            print("FAILED", name, errors[name + tag], flush=True)
         with open(log, "w") as f:
             json.dump(errors, f, indent=1)
 
@@ -246,7 +258,8 @@ def e2e(keep: str, models: list[str], repeat: int, hw=(800, 1216), tag: str = ""
                               settle_s=SETTLE_S)
             outs = t["native"][1], t["converted"][1]
             ratios = sorted(x / y for x, y in zip(t["native"][2], t["converted"][2]))
-            times = (t["native"][0], t["converted"][0], ratios[len(ratios) // 2])
+            times = (t["native"][0], t["converted"][0], ratios[len(ratios) // 2],
+                     (ratios[0], ratios[-1]))
         else:
             outs, times = (a.run(None, feed), b.run(None, feed)), None
         names = [o.name for o in a.get_outputs()]
@@ -258,29 +271,154 @@ def e2e(keep: str, models: list[str], repeat: int, hw=(800, 1216), tag: str = ""
                                               for n, x in zip(names, outs[0])},
                    max_diff=same,
                    labels_equal=bool(np.array_equal(outs[0][1], outs[1][1])))
+        d = np.abs(outs[0][0][0].astype(np.float64) - outs[1][0][0]).max(1)  # dets [100, 5]
+        row["dets_rows_differing"] = [  # (row, native score, converted score, max |diff|)
+            (int(r), float(outs[0][0][0, r, 4]), float(outs[1][0][0, r, 4]), float(d[r]))
+            for r in np.flatnonzero(d > 1e-3)]
+        row["dets_max_diff_other_rows"] = float(np.max(d[d <= 1e-3], initial=0))
+        if row["dets_rows_differing"]:  # the same detections in another order?
+            rows_ = [np.concatenate([o[0][0], o[1][0][:, None].astype(np.float32)], 1)
+                     for o in outs]
+            a_, b_ = (r[np.lexsort(np.round(r, 2).T[::-1])] for r in rows_)
+            row["dets_max_diff_as_sets"] = float(np.abs(a_.astype(np.float64) - b_).max())
         if times:
-            row.update(native_s=times[0], converted_s=times[1], ratio=times[2], repeat=repeat)
+            row.update(native_s=times[0], converted_s=times[1], ratio=times[2],
+                       ratios_range=times[3], repeat=repeat)
         rows[name] = row
         print(name, json.dumps(row, indent=1), flush=True)
     with open(os.path.join(keep, f"e2e{tag}_{repeat}.json"), "w") as f:
         json.dump(rows, f, indent=1)
 
 
+def stage_feed(model, rois: int = 1000, hw=(800, 1216), seed: int = 0) -> dict:
+    """A committed stage's inputs at the whole models' load: the maps of an 800 x 1216 input
+    at the graph's RoiAligns' scales (256 channels), ``rois`` rois with sides 8 to 800 px
+    log-uniform (every level)."""
+    import numpy as np
+    from onnx import helper
+
+    rng = np.random.default_rng(seed)
+    scales = {}
+    for n in model.graph.node:
+        if n.op_type == "RoiAlign":
+            a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
+            scales.setdefault(n.input[0], a["spatial_scale"])
+    feed = {}
+    for i in model.graph.input:
+        if i.name.startswith("feat"):
+            s = next(v for k, v in scales.items() if k == i.name)
+            feed[i.name] = rng.standard_normal((1, 256, int(hw[0] * s), int(hw[1] * s))
+                                               ).astype(np.float32)
+    xy = rng.uniform(0, 1000, (rois, 2))
+    side = np.exp(rng.uniform(np.log(8), np.log(800), (rois, 2)))
+    feed["rois"] = np.concatenate([np.zeros((rois, 1)), xy, xy + side], 1).astype(np.float32)
+    return feed
+
+
+def bench(out: str, repeat: int) -> None:
+    """Each committed zoo stage native against converted (``stage_rounds``: back to back and
+    settled), the outputs of a stage with several joined; the cascade's stage also as the
+    whole model has it (rois of a rank inference cannot tell: left unfused, RoiAligns
+    moved)."""
+    import numpy as np
+    import onnx
+
+    from tests.test_mmdet_zoo import _whole_model_rois
+    from tools.detectron2_graphs import stage_rounds
+    from tools.mmdeploy_graphs import _sessions
+
+    cases = [(k, onnx.load(os.path.join(out, k))) for k in STAGES]
+    cases.insert(1, ("mmdeploy_zoo_cascade_bbox_11.onnx, rois as in the whole model",
+                     _whole_model_rois(cases[0][1])))
+    for name, m in cases:
+        feed = stage_feed(m, 1000)
+        if "rois_shape" in {i.name for i in m.graph.input}:
+            feed["rois_shape"] = np.array(feed["rois"].shape, np.int64)
+        a, b, conv, done = _sessions(m)
+        ours = sorted(f"{n.op_type}" for n in conv.graph.node if n.domain == "ort_roi")
+
+        def joined(s):
+            return lambda: np.concatenate(s.run(None, feed), 0)
+        print(f"{name}, 1000 rois, converted: {ours}: "
+              + stage_rounds(joined(a), joined(b), repeat), flush=True)
+
+
+def profile(keep: str, models: list[str], runs: int = 2, hw=(800, 1216)) -> None:
+    """onnxruntime's profiler on each whole model, native and converted: the milliseconds per
+    run of all nodes, of the RoI extractors' nodes (named under ``/*roi_extractor*``) and of
+    the ten op types that changed most."""
+    import collections
+    import time
+    import warnings
+
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    import ort_roi
+    from tools.detectron2_graphs import SETTLE_S
+
+    feed = {"input": np.random.default_rng(0).standard_normal((1, 3, *hw)).astype(np.float32)}
+    for name in models:
+        path = os.path.join(keep, f"{name}.onnx")
+        if not os.path.exists(path):
+            continue
+        native = onnx.load(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            conv = ort_roi.convert(native)
+        row = {}
+        for kind, model, so in (("native", native, ort.SessionOptions()),
+                                ("converted", conv, ort_roi.session_options())):
+            so.enable_profiling = True
+            so.profile_file_prefix = os.path.join(keep, f"profile_{name}_{kind}")
+            sess = ort.InferenceSession(model.SerializeToString(), so,
+                                        providers=["CPUExecutionProvider"])
+            for _ in range(runs + 1):
+                sess.run(None, feed)
+                time.sleep(SETTLE_S)
+            with open(sess.end_profiling()) as f:
+                events = [e for e in json.load(f) if e.get("cat") == "Node"
+                          and e["name"].endswith("_kernel_time")]
+            per_run = len(events) // (runs + 1)
+            events = events[per_run:]  # the first run warms up
+            by_op = collections.Counter()
+            for e in events:
+                by_op[e["args"].get("op_name", "?")] += e["dur"] / runs / 1e3
+            row[kind] = dict(all=sum(e["dur"] for e in events) / runs / 1e3,
+                             roi=sum(e["dur"] for e in events if "roi_extractor" in e["name"])
+                             / runs / 1e3, by_op=by_op)
+        ops_ = set(row["native"]["by_op"]) | set(row["converted"]["by_op"])
+        delta = sorted(ops_, key=lambda o: -abs(row["converted"]["by_op"][o]
+                                                - row["native"]["by_op"][o]))[:10]
+        print(f"{name}: all nodes native {row['native']['all']:.0f} ms, converted "
+              f"{row['converted']['all']:.0f} ms; the RoI extractors' nodes "
+              f"{row['native']['roi']:.0f} / {row['converted']['roi']:.0f} ms; by op "
+              + ", ".join(f"{o} {row['native']['by_op'][o]:.0f} / "
+                          f"{row['converted']['by_op'][o]:.0f}" for o in delta), flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("export", "cut", "e2e", "bench"))
+    ap.add_argument("what", choices=("export", "cut", "e2e", "bench", "profile"))
     ap.add_argument("--out", default=OUT, help="where the stage graphs go (cut, bench)")
     ap.add_argument("--keep", default="/tmp/mmdet_zoo")
     ap.add_argument("--models", nargs="+", default=list(ZOO), choices=list(ZOO))
     ap.add_argument("--opset", type=int, default=11)
     ap.add_argument("--score-threshold", type=float, default=0.0)
+    ap.add_argument("--static", action="store_true", help="export: MMDeploy's static deploy "
+                    "config (no dynamic axes), saved as DIR/{model}_static.onnx")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tag", default="", help="e2e: written to DIR/e2e{tag}_{repeat}.json")
     args = ap.parse_args(argv)
     if args.what == "export":
-        export(args.keep, args.models, args.opset, args.score_threshold)
+        export(args.keep, args.models, args.opset, args.score_threshold, args.static)
     elif args.what == "cut":
         cut_all(args.keep, args.out)
+    elif args.what == "bench":
+        bench(args.out, args.repeat)
+    elif args.what == "profile":
+        profile(args.keep, args.models, args.repeat)
     elif args.what == "e2e":
         e2e(args.keep, args.models, args.repeat, tag=args.tag)
     return 0
