@@ -9,7 +9,7 @@ import sys
 from ..graph import exporters, shapes
 from ..graph.files import read_model, write_model
 from ..graph.rewrite import rewrite
-from .tried import declared_shape_errors
+from ..graph.shapes import declared_shape_errors
 
 
 def cmd_convert(args: argparse.Namespace) -> int:

@@ -1,66 +1,19 @@
 """What a plain onnxruntime session with ort_roi.session_options() does with a graph, tried
 rather than assumed, one answer for ``ort-roi info``, ``validate`` and ``convert``:
-``declared_shape_errors`` (ort_roi's nodes whose declared input shapes contradict their
-op, what onnx's checker and validate refuse) and ``tried_run`` (our attribute rules, those
-shapes, the session, then one run on generated inputs: "runs" only once it ran)."""
+``tried_run`` (our attribute rules, the declared shapes ``graph.shapes.declared_shape_errors``
+refuses, the session, then one run on generated inputs: "runs" only once it ran)."""
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
-from onnx import numpy_helper
 
-from ..errors import RoiOpError, first_line, node_label
+from ..errors import first_line
 from ..graph.inputs import feed_problems, generate_inputs
-from ..graph.nodes import node_attrs
-from ..graph.shapes import without_weights
+from ..graph.shapes import declared_shape_errors
 from ..ops import form
 from .compare import run_exposing
 from .validate import plain_session_check
 from .verdicts import Validation
-
-
-def _dims(t: onnx.TypeProto) -> list | None:
-    if not t.tensor_type.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-            for d in t.tensor_type.shape.dim]
-
-
-def declared_shape_errors(model: onnx.ModelProto) -> list[str]:
-    """ort_roi's nodes (top level) whose inputs' shapes, as declared or inferred, contradict
-    the op (boxes declared ``[R, 3]`` for an op that reads ``[R, 4]``): what onnx's checker
-    says of them with ort_roi's schemas, and what their kernel would refuse at every run.
-
-    Args:
-        model: the graph.
-
-    Returns:
-        one line per such node, naming it, its op, the input and the shape; empty where none.
-    """
-    nodes = [(n, form(n.domain, n.op_type)) for n in model.graph.node]
-    nodes = [(n, f) for n, f in nodes if f is not None and f.registered]
-    if not nodes:
-        return []
-    try:
-        inferred = onnx.shape_inference.infer_shapes(without_weights(model), strict_mode=False)
-    except Exception:  # noqa: BLE001 - what inference cannot tell stays unknown
-        inferred = model
-    g = inferred.graph
-    types = {v.name: v.type for v in [*g.input, *g.value_info, *g.output]}
-    weights = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer
-               if np.prod(i.dims) <= 1024}
-    found = []
-    for node, f in nodes:
-        spec = f.target(len(node.input)) or f.spec
-        try:
-            attrs = node_attrs(node, spec)
-            dims = [_dims(types[x]) if x in types else None for x in node.input]
-            values = {i: weights[x] for i, x in enumerate(node.input) if x in weights}
-            spec.output_shapes(dims, attrs, values)
-        except RoiOpError as e:
-            found.append(f"node {node_label(node)!r} ({f.domain}::{f.op_type}): {e}")
-    return found
 
 
 def tried_run(model: onnx.ModelProto, r: int = 6, seed: int = 0) -> tuple[bool | None, str]:

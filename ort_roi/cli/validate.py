@@ -223,11 +223,20 @@ def plain_session_check(m: onnx.ModelProto, v: Validation) -> int:
     return n
 
 
+def _declared_shapes(m: onnx.ModelProto) -> None:
+    """ort_roi's nodes whose declared input shapes contradict their op: the first raised (on
+    every onnx, as info and convert say it; onnx's checker says it only from 1.19, with
+    ort_roi's schemas)."""
+    errors = shapes.declared_shape_errors(m)
+    if errors:
+        raise ValueError(errors[0])
+
+
 def _check_and_run(m: onnx.ModelProto, v: Validation, feed: dict[str, np.ndarray] | None,
                    rows: int, node_seconds: float, say: Callable[[str], None]) -> None:
     if feed is None:  # (the generator's limit, in v.problems)
         return
-    steps = [("checker", lambda: _check(m, v.notes)),
+    steps = [("checker", lambda: (_declared_shapes(m), _check(m, v.notes))),
              ("shapes", lambda: onnx.shape_inference.infer_shapes(m, check_type=True,
                                                                   strict_mode=True))]
     for step, fn in steps:

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import numpy as np
 import onnx
-from onnx import shape_inference
+from onnx import numpy_helper, shape_inference
 
+from ..errors import RoiOpError, node_label
+from ..ops import form
 from . import schemas
-from .nodes import iter_nodes, spec_of
+from .nodes import iter_nodes, node_attrs, spec_of
 
 
 def _ours(node: onnx.NodeProto) -> bool:
@@ -180,3 +183,39 @@ def _copy_fields(src, dst, skip: str) -> None:
             getattr(dst, field.name).CopyFrom(value)
         else:
             setattr(dst, field.name, value)
+
+
+def declared_shape_errors(model: onnx.ModelProto) -> list[str]:
+    """ort_roi's nodes (top level) whose inputs' shapes, as declared or inferred, contradict
+    the op (boxes declared ``[R, 3]`` for an op that reads ``[R, 4]``): what onnx's checker
+    says of them with ort_roi's schemas, and what their kernel would refuse at every run.
+
+    Args:
+        model: the graph.
+
+    Returns:
+        one line per such node, naming it, its op, the input and the shape; empty where none.
+    """
+    nodes = [(n, form(n.domain, n.op_type)) for n in model.graph.node]
+    nodes = [(n, f) for n, f in nodes if f is not None and f.registered]
+    if not nodes:
+        return []
+    try:
+        inferred = onnx.shape_inference.infer_shapes(without_weights(model), strict_mode=False)
+    except Exception:  # noqa: BLE001 - what inference cannot tell stays unknown
+        inferred = model
+    g = inferred.graph
+    types = {v.name: v.type for v in [*g.input, *g.value_info, *g.output]}
+    weights = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer
+               if np.prod(i.dims) <= 1024}
+    found = []
+    for node, f in nodes:
+        spec = f.target(len(node.input)) or f.spec
+        try:
+            attrs = node_attrs(node, spec)
+            dims = [schemas._dims(types[x]) if x in types else None for x in node.input]
+            values = {i: weights[x] for i, x in enumerate(node.input) if x in weights}
+            spec.output_shapes(dims, attrs, values)
+        except RoiOpError as e:
+            found.append(f"node {node_label(node)!r} ({f.domain}::{f.op_type}): {e}")
+    return found
