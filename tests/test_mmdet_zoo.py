@@ -136,28 +136,18 @@ def test_cascade_stage_is_mmdeploys_and_fuses_into_one_node():
     np.testing.assert_allclose(got, _pooled(f, boxes, levels, 7), rtol=1e-5, atol=2e-6)
 
 
-def test_cascade_stage_of_the_whole_model_is_left_with_a_note_naming_the_levels_rank():
-    """In the whole exported cascade the rois' rank is not known to shape inference (they come
-    out of a Reshape to a computed shape): convert leaves the stage node by node, each RoiAlign
-    moved, with a note naming the levels; the outputs still equal native."""
+def test_cascade_stage_of_the_whole_model_fuses_and_computes_as_native():
+    """In the whole exported cascade shape inference cannot tell the rois' rank (they come out
+    of a Reshape to a computed shape); the levels are still a vector, Concat(axis 0) of
+    constant vectors and the levels (GraphIndex.rank): the stage fuses, and the fused node
+    reads the rois' columns 0..4 through a Slice; the outputs equal native."""
     m = _whole_model_rois(_graph("cascade_bbox"))
     conv, done = convert_quietly(m)
-    assert not any(n.op_type.startswith("PyramidRoIAlign") for n in conv.graph.node)
-    assert op_types(conv).count(("ort_roi", "RoiAlign")) == 4
-    assert len(done.notes) == 1
-    assert "/bbox_roi_extractor.1/ScatterND" in done.notes[0]
-    assert "has a rank shape inference cannot tell" in done.notes[0], done.notes
+    assert [n.op_type for n in conv.graph.node if n.domain] == ["PyramidRoIAlign_L4"]
+    assert done.notes == [], done.notes
     f = _feed(m)
     f["rois_shape"] = np.array(f["rois"].shape, np.int64)
     np.testing.assert_allclose(run(conv, f)[0], run(m, f, ours=False)[0], rtol=1e-5, atol=2e-6)
-
-
-@pytest.mark.xfail(strict=True, reason="issue 66: the levels are Concat(axis 0) of constant "
-                   "vectors and the levels, so a vector whatever inference says of the rois; "
-                   "the recogniser asks shape inference only (graph/toolkit.py is_vector)")
-def test_cascade_stage_of_the_whole_model_fuses():
-    conv, _ = convert_quietly(_whole_model_rois(_graph("cascade_bbox")))
-    assert [n.op_type for n in conv.graph.node if n.domain] == ["PyramidRoIAlign_L4"]
 
 
 def test_double_head_second_call_pools_scaled_rois_at_the_unscaled_levels():

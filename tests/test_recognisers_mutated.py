@@ -318,3 +318,25 @@ def test_every_mutant_of_a_torchvision_loop_is_left_or_computes_as_native(which,
         print(f"\ntorchvision {which} Loop: {sum(out.counts.values())} mutants: {out}")
     assert not out.defects, "\n".join(out.defects[:20])
     assert out.counts["fused, equal"] > 5 and out.counts["left with a note"] > 20
+
+
+# --- MMDeploy's cascade stage as the whole model holds it (the levels' rank by structure) ---
+
+@needs_bounded_roi_align
+def test_every_mutant_of_the_whole_model_cascade_stage_is_left_or_computes_as_native(capsys):
+    """The rois out of a Reshape to a computed shape (shape inference cannot tell their
+    rank): the recognisers read the levels' rank from the ops computing them
+    (GraphIndex.rank), which the mutants change."""
+    from tests.test_mmdet_zoo import _feed, _graph as zoo_graph, _whole_model_rois
+
+    model = _whole_model_rois(zoo_graph("cascade_bbox"))
+    feed = _feed(model, n=12)
+    feed["rois_shape"] = np.array(feed["rois"].shape, np.int64)
+    edge = dict(feed, rois=feed["rois"].copy())
+    edge["rois"][3, 1] = np.nan  # a row no level selects
+    out = judge(model, [feed, edge], _pyramids)
+    with capsys.disabled():
+        print(f"\nMMDeploy cascade stage, whole-model rois: {sum(out.counts.values())} "
+              f"mutants: {out}")
+    assert not out.defects, "\n".join(out.defects[:20])
+    assert out.counts["fused, equal"] > 50 and out.counts["left with a note"] > 100

@@ -188,6 +188,7 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> Stage:
     if len(casts) != 1:
         raise NoMatch(f"the levels' pooled results are cast differently ({sorted(casts, key=str)})")
     _check_zeros(g, chain[0].input[0], levels, chain[0].input[2])
+    g.rows_agree(levels, rois)
     feats = [found[i][0] for i in range(len(chain))]
     attrs.update({f"spatial_scale_{i}": found[i][1] for i in range(len(chain))})
     return Stage(chain[-1], rois, levels, feats, attrs, casts.pop())

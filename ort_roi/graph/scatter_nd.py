@@ -322,6 +322,7 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> NdStage:
     if unpadded is not None:
         zeros, rois, levels, out = unpadded
     _check_zeros(g, zeros, {rois, levels}, pooled, attrs, feats)
+    g.rows_agree(levels, rois)
     attrs.update({f"spatial_scale_{i}": found[i][1] for i in range(len(chain))})
     shifts = [offsets[i] for i in range(len(chain))]
     return NdStage(out, rois, casts.pop(), levels, feats, attrs,

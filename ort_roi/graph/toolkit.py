@@ -17,6 +17,13 @@ from ..errors import RoiOpError, node_label
 from .nodes import attribute_value, given_attrs, opset
 from .shapes import inferred_shapes
 
+#: Ops whose output has their first input's rank, and ops that broadcast their inputs.
+_SAME_RANK = frozenset({"Cast", "Floor", "Ceil", "Round", "Neg", "Abs", "Relu", "Sqrt", "Log",
+                        "Exp", "Identity", "Clip", "Not", "Sign", "Reciprocal"})
+_BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Pow", "Equal",
+                        "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or"})
+
+
 class NoMatch(Exception):
     """The subgraph is not the form the recogniser looks for, exactly: why."""
 
@@ -163,12 +170,101 @@ class GraphIndex:
             self._shapes.append(inferred_shapes(self.graph, self.opset))
         return self._shapes[0].get(name)
 
-    def is_vector(self, name: str, what: str) -> None:
-        """Tensor ``name`` has rank 1 by shape inference; else NoMatch naming it as ``what``."""
+    def rank(self, name: str, depth: int = 32) -> int | None:
+        """The rank of tensor ``name``: shape inference's, else what the ops computing it
+        say (a constant's; a Concat's, whose inputs share one rank; an elementwise op's,
+        the largest of its inputs' where each is told), None where neither can tell."""
         shape = self.shape(name)
-        if shape is None or len(shape) != 1:
-            told = (f"has rank {len(shape)}" if shape is not None
-                    else "has a rank shape inference cannot tell")
+        if shape is not None:
+            return len(shape)
+        v = self.const(name)
+        if v is not None:
+            return v.ndim
+        n = self.producer.get(name)
+        if n is None or depth <= 0 or not is_default(n):
+            return None
+        if n.op_type == "Concat":
+            return next((r for r in (self.rank(x, depth - 1) for x in n.input if x)
+                         if r is not None), None)
+        if n.op_type in _SAME_RANK and n.input:
+            return self.rank(n.input[0], depth - 1)
+        if n.op_type in _BROADCAST:
+            ranks = [self.rank(x, depth - 1) for x in n.input if x]
+            return max(ranks) if ranks and None not in ranks else None
+        return None
+
+    def same_rows(self, name: str, depth: int = 64) -> set[str]:
+        """Tensors that have as many rows (dimension 0) as ``name`` by how it is computed:
+        ``name`` itself, and following back elementwise ops (the other operand a constant of
+        one element, or a tensor of the same rows), a Gather or Concat on another axis than
+        0 (or of one input), a Gather on axis 0 by a vector of indices (their rows), a Slice,
+        Squeeze or Unsqueeze of other axes, the tensors they read; a
+        Concat on axis 0 of several: a token naming its inputs' rows in order."""
+        out, n = {name}, self.producer.get(name)
+        if n is None or depth <= 0 or not is_default(n):
+            return out
+        ins = [x for x in n.input if x]
+        if n.op_type in _SAME_RANK and ins:
+            return out | self.same_rows(ins[0], depth - 1)
+        if n.op_type in _BROADCAST and len(ins) == 2:
+            a, b = (self._one_value(x) for x in ins)
+            if a or b:
+                return out | (set() if a and b else self.same_rows(ins[0] if b else ins[1],
+                                                                  depth - 1))
+            rows = [self.same_rows(x, depth - 1) for x in ins]
+            return out | rows[0] | rows[1] if rows[0] & rows[1] else out
+        axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+        if n.op_type == "Gather" and axis not in (0, -self._rank_or(ins[0])):
+            return out | self.same_rows(ins[0], depth - 1)
+        if n.op_type == "Gather" and self.rank(ins[1]) == 1:  # axis 0: the indices' rows
+            return out | self.same_rows(ins[1], depth - 1)
+        if n.op_type == "Concat" and (axis != 0 or len(ins) == 1):
+            return out.union(*(self.same_rows(x, depth - 1) for x in ins))
+        if n.op_type == "Concat":  # the rows of its inputs in order: a token naming them
+            ends = [self._row_ends(self.same_rows(x, depth - 1)) for x in ins]
+            return out | {"concat0(" + "; ".join(",".join(e) for e in ends) + ")"}
+        if n.op_type == "Slice":  # of other axes than 0
+            axes = next((list(a.ints) for a in n.attribute if a.name == "axes"), None)
+            if axes is None and len(ins) > 3 and self.const(ins[3]) is not None:
+                axes = self.const(ins[3]).ravel().tolist()
+            if axes and all(x > 0 for x in axes):
+                return out | self.same_rows(ins[0], depth - 1)
+        if n.op_type in ("Squeeze", "Unsqueeze"):
+            axes = next((list(a.ints) for a in n.attribute if a.name == "axes"), None)
+            if axes is None and len(ins) > 1 and self.const(ins[1]) is not None:
+                axes = self.const(ins[1]).ravel().tolist()
+            if axes and all(x > 0 for x in axes):
+                return out | self.same_rows(ins[0], depth - 1)
+        return out
+
+    def _row_ends(self, rows: set[str]) -> list[str]:
+        """The tensors of a same_rows set that nothing further is followed back from (graph
+        inputs, and what ops ``same_rows`` does not follow compute)."""
+        followed = _SAME_RANK | _BROADCAST | {"Gather", "Concat", "Slice", "Squeeze",
+                                              "Unsqueeze"}
+        return sorted(x for x in rows if not x.startswith("concat0(") and (
+            self.producer.get(x) is None or self.producer[x].op_type not in followed))
+
+    def rows_agree(self, levels: str, rois: str) -> None:
+        """The levels have the rois' rows (``same_rows`` of both meet): a fused node reads
+        level r for row r, as the graph's selections do; else NoMatch naming both."""
+        if not self.same_rows(levels) & self.same_rows(rois):
+            raise NoMatch(f"the levels {levels!r} are not computed row by row from the rois "
+                          f"{rois!r}: that they have as many rows cannot be told")
+
+    def _one_value(self, name: str) -> bool:
+        v = self.const(name)
+        return v is not None and v.size == 1
+
+    def _rank_or(self, name: str) -> int:
+        r = self.rank(name)
+        return r if r is not None else 10 ** 6
+
+    def is_vector(self, name: str, what: str) -> None:
+        """Tensor ``name`` has rank 1 (``rank``); else NoMatch naming it as ``what``."""
+        r = self.rank(name)
+        if r != 1:
+            told = f"has rank {r}" if r is not None else "has a rank that cannot be told"
             raise NoMatch(f"{what} {name!r} {told}, not a vector")
 
     def first_columns(self, name: str, cols: int, prefix: str
