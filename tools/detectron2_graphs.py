@@ -378,15 +378,34 @@ def stage_rounds(native, fused, repeat: int, floor=None) -> str:
     return "; ".join(parts) + f" (median of {repeat} rounds; max |diff| {diff:.2g})"
 
 
+def profiled_nodes(model, so, feed: dict, runs: int, prefix: str) -> list[dict]:
+    """onnxruntime's profiler on ``model`` (session options ``so``): ``runs`` + 1 runs on
+    ``feed``, each followed by ``SETTLE_S``; the node kernel events of the last ``runs`` (the
+    first warms up), their profile written under ``prefix``."""
+    import json
+    import time
+
+    import onnxruntime as ort
+
+    so.enable_profiling = True
+    so.profile_file_prefix = prefix
+    sess = ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    for _ in range(runs + 1):
+        sess.run(None, feed)
+        time.sleep(SETTLE_S)
+    with open(sess.end_profiling()) as f:
+        events = [e for e in json.load(f) if e.get("cat") == "Node"
+                  and e["name"].endswith("_kernel_time")]
+    return events[len(events) // (runs + 1):]
+
+
 def profile(out: str, opsets: list[int], runs: int = 3, kinds=tuple(CONFIGS)) -> None:
     """onnxruntime's profiler on each whole model, native and converted: the milliseconds per
     run of each RoI stage's nodes (those named under /roi_heads/{box,mask,keypoint}_pooler:
     the native stage, or the fused node and what stays of the stage) against all nodes. A
     pause after each run (``SETTLE_S``) keeps one session's spinning threads out of the
     other's runs."""
-    import json
-    import time
-
     import onnx
     import onnxruntime as ort
 
@@ -402,18 +421,7 @@ def profile(out: str, opsets: list[int], runs: int = 3, kinds=tuple(CONFIGS)) ->
         row = {}
         for name, model, so in (("native", native, ort.SessionOptions()),
                                 ("converted", conv, ort_roi.session_options())):
-            so.enable_profiling = True
-            so.profile_file_prefix = os.path.join(out, f"profile_{name}")
-            sess = ort.InferenceSession(model.SerializeToString(), so,
-                                        providers=["CPUExecutionProvider"])
-            for _ in range(runs + 1):
-                sess.run(None, feed)
-                time.sleep(SETTLE_S)
-            with open(sess.end_profiling()) as f:
-                events = [e for e in json.load(f) if e.get("cat") == "Node"
-                          and e["name"].endswith("_kernel_time")]
-            per_run = len(events) // (runs + 1)
-            events = events[per_run:]  # the first run warms up
+            events = profiled_nodes(model, so, feed, runs, os.path.join(out, f"profile_{name}"))
             row[name] = {"all": sum(e["dur"] for e in events) / runs / 1e3}
             for h in poolers:
                 row[name][h] = sum(e["dur"] for e in events if e["name"].startswith(

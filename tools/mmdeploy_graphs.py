@@ -196,13 +196,7 @@ def cut_stage(whole: str, prefix: str, opset: int):
     if len(outs) != 1 or len(maps) != 4 or rois is None:
         raise SystemExit(f"{prefix}: outputs {outs}, maps {list(maps)}, rois {rois}")
     rename = {**maps, rois: "rois", outs[0]: "roi_feats"}
-    nodes = []
-    for n in consts + stage:
-        n2 = onnx.NodeProto()
-        n2.CopyFrom(n)
-        n2.input[:] = [rename.get(t, t) for t in n.input]
-        n2.output[:] = [rename.get(t, t) for t in n.output]
-        nodes.append(n2)
+    nodes = renamed(consts + stage, rename)
     used = {t for n in stage for t in n.input}
     side = "7" if "bbox" in prefix else "14"
     ins = [helper.make_tensor_value_info(v, TensorProto.FLOAT, ["N", 256, f"H{v[-1]}", f"W{v[-1]}"])
@@ -326,6 +320,21 @@ def e2e(models: str, opsets: list[int], repeat: int) -> None:
                   f"{t['native'][1][0].shape[1]}, max |diff| {diff:.3g}; native "
                   f"{t['native'][0] * 1e3:.0f} ms, converted {t['converted'][0] * 1e3:.0f} ms, "
                   f"native / converted {ratios[len(ratios) // 2]:.2f}x (median of {repeat})")
+
+
+def renamed(nodes: list, rename: dict) -> list:
+    """Copies of ``nodes`` with the tensors ``rename`` names renamed (a stage cut out of a
+    whole model, its inputs and outputs given the stage graph's names)."""
+    import onnx
+
+    out = []
+    for n in nodes:
+        n2 = onnx.NodeProto()
+        n2.CopyFrom(n)
+        n2.input[:] = [rename.get(t, t) for t in n.input]
+        n2.output[:] = [rename.get(t, t) for t in n.output]
+        out.append(n2)
+    return out
 
 
 def main(argv=None) -> int:

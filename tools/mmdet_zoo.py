@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -125,6 +124,8 @@ def cut(whole: str, prefixes: list[str], opset: int, name: str):
     import onnx
     from onnx import TensorProto, helper
 
+    from tools.mmdeploy_graphs import renamed
+
     m = onnx.load(whole)
     g = m.graph
     made = {o: n for n in g.node for o in n.output}
@@ -154,13 +155,7 @@ def cut(whole: str, prefixes: list[str], opset: int, name: str):
     outs = [o for n in stage for o in n.output if o in read]
     rename = {**maps, **others,
               **{o: "roi_feats" + (f"_{k}" if k else "") for k, o in enumerate(outs)}}
-    nodes = []
-    for n in consts + stage:
-        n2 = onnx.NodeProto()
-        n2.CopyFrom(n)
-        n2.input[:] = [rename.get(t, t) for t in n.input]
-        n2.output[:] = [rename.get(t, t) for t in n.output]
-        nodes.append(n2)
+    nodes = renamed(consts + stage, rename)
     def channels(t):  # the Conv's (the FPN's, the semantic head's) that writes the map
         w = inits.get(made[t].input[1]) if made[t].op_type == "Conv" else None
         return int(w.dims[0]) if w is not None else None
@@ -348,7 +343,6 @@ def profile(keep: str, models: list[str], runs: int = 2, hw=(800, 1216)) -> None
     run of all nodes, of the RoI extractors' nodes (named under ``/*roi_extractor*``) and of
     the ten op types that changed most."""
     import collections
-    import time
     import warnings
 
     import numpy as np
@@ -356,7 +350,7 @@ def profile(keep: str, models: list[str], runs: int = 2, hw=(800, 1216)) -> None
     import onnxruntime as ort
 
     import ort_roi
-    from tools.detectron2_graphs import SETTLE_S
+    from tools.detectron2_graphs import profiled_nodes
 
     feed = {"input": np.random.default_rng(0).standard_normal((1, 3, *hw)).astype(np.float32)}
     for name in models:
@@ -370,18 +364,8 @@ def profile(keep: str, models: list[str], runs: int = 2, hw=(800, 1216)) -> None
         row = {}
         for kind, model, so in (("native", native, ort.SessionOptions()),
                                 ("converted", conv, ort_roi.session_options())):
-            so.enable_profiling = True
-            so.profile_file_prefix = os.path.join(keep, f"profile_{name}_{kind}")
-            sess = ort.InferenceSession(model.SerializeToString(), so,
-                                        providers=["CPUExecutionProvider"])
-            for _ in range(runs + 1):
-                sess.run(None, feed)
-                time.sleep(SETTLE_S)
-            with open(sess.end_profiling()) as f:
-                events = [e for e in json.load(f) if e.get("cat") == "Node"
-                          and e["name"].endswith("_kernel_time")]
-            per_run = len(events) // (runs + 1)
-            events = events[per_run:]  # the first run warms up
+            events = profiled_nodes(model, so, feed, runs,
+                                    os.path.join(keep, f"profile_{name}_{kind}"))
             by_op = collections.Counter()
             for e in events:
                 by_op[e["args"].get("op_name", "?")] += e["dur"] / runs / 1e3

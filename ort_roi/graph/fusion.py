@@ -33,10 +33,10 @@ from ..errors import node_label
 from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
 from ..spec import DOMAIN, MAX_LEVELS
 from .nodes import given_attrs, opset
-from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs,
-                      fused_name, indexed, is_positive_zero, level_roi_align,
-                      matched_or_noted, merge_chain,
-                      pooled_by_roi_align, selected_level, splice)
+from .stages import (fused_name, is_positive_zero, level_roi_align, matched_or_noted,
+                     merge_chain, pooled_by_roi_align, selected_level)
+from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs, indexed,
+                      splice)
 
 @dataclass
 class Stage:
@@ -84,12 +84,11 @@ def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
         chain = merge_chain(g, node)
         if not any(pooled_by_roi_align(g, s.input[2], "Cast")[0] is not None for s in chain):
             continue  # a scatter of something else: none of our business
-        stage = matched_or_noted(
-            lambda: _match(g, chain), notes,
+        matched_or_noted(
+            lambda: _match(g, chain), stages, notes,
             lambda why: f"node {node_label(node)!r} (ScatterElements) starts like "
                         f"torchvision's MultiScaleRoIAlign merge but does not match it exactly "
                         f"({why}); left as it is")
-        stages += [stage] if stage is not None else []
     return stages, notes
 
 

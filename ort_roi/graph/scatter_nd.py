@@ -36,23 +36,10 @@ from ..ops import form
 from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
 from ..spec import DOMAIN, MAX_LEVELS
 from . import scatter_nd_pad as pad
-from .toolkit import (
-    GraphIndex,
-    NoMatch,
-    anything,
-    check_attrs,
-    level_roi_align,
-    merge_chain,
-    selected_level,
-    declared_attrs,
-    indexed,
-    is_default,
-    fused_name,
-    is_positive_zero,
-    matched_or_noted,
-    pooled_by_roi_align,
-    splice,
-)
+from .stages import (fused_name, is_positive_zero, level_roi_align, matched_or_noted,
+                     merge_chain, pooled_by_roi_align, selected_level)
+from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs, indexed,
+                      is_default, splice)
 
 #: How notes and NoMatch messages name the form.
 FAMILY = ("the ScatterND family of RoI stages (detectron2's ROIPooler, MMDeploy's "
@@ -119,12 +106,11 @@ def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
         if _producer(g, node.input[0], "ConstantOfShape") is None \
                 and _producer(g, node.input[2], "RoiAlign"):
             continue  # torch.onnx's dynamo form of torchvision's stage: fusion.py's note
-        stage = matched_or_noted(
-            lambda: _match(g, chain), notes,
+        matched_or_noted(
+            lambda: _match(g, chain), stages, notes,
             lambda why: f"node {node_label(node)!r} (ScatterND) merges RoiAlign results into "
                         f"zeros as {FAMILY} does, but does not match it exactly ({why}); left "
                         f"node by node (each RoiAlign still moved)")
-        stages += [stage] if stage is not None else []
     return stages, notes
 
 
