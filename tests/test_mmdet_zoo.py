@@ -167,25 +167,18 @@ def test_double_head_second_call_pools_scaled_rois_at_the_unscaled_levels():
                                atol=2e-6)
 
 
-def test_double_head_first_call_fuses_second_is_left_with_a_note():
+def test_double_head_both_calls_fuse_and_compute_as_native():
+    """The second call sizes its zeros by the unscaled rois, from which its levels are
+    computed row by row (GraphIndex.same_rows): both calls fuse, the second reading the
+    scaled rois at the unscaled rois' levels; the outputs equal native's."""
     m = _graph("double_head")
     conv, done = convert_quietly(m)
-    fused = [n for n in conv.graph.node if n.domain == "ort_roi" and n.op_type != "RoiAlign"]
-    assert [(n.name, n.output[0]) for n in fused] == [
-        ("/bbox_roi_extractor/PyramidRoIAlign_L4", "roi_feats")]
-    assert op_types(conv).count(("ort_roi", "RoiAlign")) == 4
-    assert len(done.notes) == 1
-    assert "'/bbox_roi_extractor_1/ScatterND'" in done.notes[0]
-    assert "the zeros' dimension 0 is that of 'rois'" in done.notes[0], done.notes
-
-
-@pytest.mark.xfail(strict=True, reason="issue 66: the second call's zeros have the unscaled "
-                   "rois' rows, which are the levels' rows (the levels are computed from them "
-                   "column by column); the recogniser accepts only the pooled rois' or the "
-                   "levels' own Shape (graph/scatter_nd.py _zeros)")
-def test_double_head_both_calls_fuse():
-    conv, _ = convert_quietly(_graph("double_head"))
-    assert [n.op_type for n in conv.graph.node if n.domain] == ["PyramidRoIAlign_L4"] * 2
+    fused = [n for n in conv.graph.node if n.domain == "ort_roi"]
+    assert [n.op_type for n in fused] == ["PyramidRoIAlign_L4"] * 2
+    assert done.notes == [], done.notes
+    f = _feed(m)
+    for got, want in zip(run(conv, f), run(m, f, ours=False)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
 
 
 def test_htc_semantic_extractor_is_one_roi_align_moved():
@@ -216,14 +209,3 @@ def test_groie_pools_every_roi_on_every_level_each_roi_align_moved():
                              pooled_height=7, pooled_width=7, spatial_scale=s, sampling_ratio=2,
                              aligned=0)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
-
-
-def test_info_names_the_stages_left(tmp_path, capsys):
-    from ort_roi.cli.main import main as cli
-
-    path = tmp_path / "double_head.onnx"
-    onnx.save(_graph("double_head"), str(path))
-    assert cli(["info", str(path)]) == 0
-    out = capsys.readouterr().out
-    assert "note: node '/bbox_roi_extractor_1/ScatterND' (ScatterND) merges RoiAlign results" \
-        in out, out

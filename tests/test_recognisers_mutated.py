@@ -340,3 +340,20 @@ def test_every_mutant_of_the_whole_model_cascade_stage_is_left_or_computes_as_na
               f"mutants: {out}")
     assert not out.defects, "\n".join(out.defects[:20])
     assert out.counts["fused, equal"] > 50 and out.counts["left with a note"] > 100
+
+
+@needs_bounded_roi_align
+def test_every_mutant_of_double_heads_two_calls_is_left_or_computes_as_native(capsys):
+    """Double-Head's second call: the scaled rois pooled at the levels of the unscaled ones,
+    its zeros sized by the unscaled rois (GraphIndex.same_rows proves the rows agree)."""
+    from tests.test_mmdet_zoo import _feed, _graph as zoo_graph
+
+    model = zoo_graph("double_head")
+    feed = _feed(model, n=12)
+    edge = dict(feed, rois=feed["rois"].copy())
+    edge["rois"][3, 1] = np.nan  # a row no level selects
+    out = judge(model, [feed, edge], _pyramids)
+    with capsys.disabled():
+        print(f"\nDouble-Head's two calls: {sum(out.counts.values())} mutants: {out}")
+    assert not out.defects, "\n".join(out.defects[:20])
+    assert out.counts["fused, equal"] > 50 and out.counts["left with a note"] > 100

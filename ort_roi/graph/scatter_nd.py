@@ -194,11 +194,13 @@ def _pooled_rows(g: GraphIndex, ra: onnx.NodeProto) -> tuple[str, int | None, st
 
 
 def _is_shape_of(g: GraphIndex, name: str, k: int, of: set[str]) -> str:
-    """name = Unsqueeze(Gather(Shape(x), k), [0]) with x in ``of``: x."""
+    """name = Unsqueeze(Gather(Shape(x), k), [0]) with x in ``of`` (for k = 0 also a tensor
+    of their rows, ``GraphIndex.same_rows``: Double-Head's second call sizes its zeros by the
+    rois its levels are computed from): x."""
     gather = g.made_by(g.operand(name, "Unsqueeze", "axes", 1, [0]).input[0], "Gather", axis=0)
     g.const_is(gather, 1, k)
     x = g.made_by(gather.input[0], "Shape").input[0]
-    if x not in of:
+    if x not in of and not (k == 0 and any(g.same_rows(x) & g.same_rows(t) for t in of)):
         raise NoMatch(f"the zeros' dimension {k} is that of {x!r}, not of {sorted(of)}")
     return x
 

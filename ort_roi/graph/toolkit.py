@@ -233,7 +233,9 @@ class GraphIndex:
             axes = next((list(a.ints) for a in n.attribute if a.name == "axes"), None)
             if axes is None and len(ins) > 1 and self.const(ins[1]) is not None:
                 axes = self.const(ins[1]).ravel().tolist()
-            if axes and all(x > 0 for x in axes):
+            r = self.rank(ins[0])
+            rank = None if r is None else r + len(axes or []) * (n.op_type == "Unsqueeze")
+            if axes and all(x > 0 or (rank is not None and x + rank > 0) for x in axes):
                 return out | self.same_rows(ins[0], depth - 1)
         return out
 
