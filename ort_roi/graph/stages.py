@@ -65,8 +65,9 @@ def selected_level(g: GraphIndex, eq: onnx.NodeProto, level: np.ndarray, levels:
     """The level an ``Equal(levels, level)`` of a multi-level stage selects (torchvision's
     and the ScatterND family's), checked to select rows: ``level`` a scalar or one-element
     vector (a [1, 1] one would broadcast the comparison to a matrix, whose NonZero's first
-    column is no longer the row) and ``levels`` a vector by shape inference, the same tensor
-    as the other levels' (``known``; None for the first).
+    column is no longer the row) and ``levels`` a vector (``GraphIndex.rank``: by shape
+    inference, else by the ops computing it), the same tensor as the other levels'
+    (``known``; None for the first).
 
     Returns:
         (the level, the levels tensor).

@@ -110,6 +110,8 @@ class GraphIndex:
         self.outputs = {o.name for o in graph.output}
         self.inits = {t.name: t for t in graph.initializer}
         self._shapes: list[dict] = []  # the inferred shapes, once (its views share it)
+        self._rows: dict[str, set[str]] = {}  # same_rows, once per tensor (shared too)
+        self._ranks: dict[str, int | None] = {}  # rank, likewise
 
     def seen_by(self, exporter: str) -> GraphIndex:
         """This index, not rebuilt, naming ``exporter`` in its NoMatch messages (the one
@@ -174,6 +176,11 @@ class GraphIndex:
         """The rank of tensor ``name``: shape inference's, else what the ops computing it
         say (a constant's; a Concat's, whose inputs share one rank; an elementwise op's,
         the largest of its inputs' where each is told), None where neither can tell."""
+        if name not in self._ranks:  # (once per tensor, as same_rows)
+            self._ranks[name] = self._rank(name, depth)
+        return self._ranks[name]
+
+    def _rank(self, name: str, depth: int) -> int | None:
         shape = self.shape(name)
         if shape is not None:
             return len(shape)
@@ -200,6 +207,11 @@ class GraphIndex:
         0 (or of one input), a Gather on axis 0 by a vector of indices (their rows), a Slice,
         Squeeze or Unsqueeze of other axes, the tensors they read; a
         Concat on axis 0 of several: a token naming its inputs' rows in order."""
+        if name not in self._rows:  # (once: the graphs' diamonds would make the walk exponential)
+            self._rows[name] = self._same_rows(name, depth)
+        return self._rows[name]
+
+    def _same_rows(self, name: str, depth: int) -> set[str]:
         out, n = {name}, self.producer.get(name)
         if n is None or depth <= 0 or not is_default(n):
             return out
@@ -214,13 +226,16 @@ class GraphIndex:
             rows = [self.same_rows(x, depth - 1) for x in ins]
             return out | rows[0] | rows[1] if rows[0] & rows[1] else out
         axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
-        if n.op_type == "Gather" and axis not in (0, -self._rank_or(ins[0])):
+        if axis < 0:  # counted from the end: axis 0 where it is -rank
+            r = self.rank(ins[0])
+            axis = None if r is None else axis + r
+        if n.op_type == "Gather" and axis not in (0, None):
             return out | self.same_rows(ins[0], depth - 1)
         if n.op_type == "Gather" and self.rank(ins[1]) == 1:  # axis 0: the indices' rows
             return out | self.same_rows(ins[1], depth - 1)
-        if n.op_type == "Concat" and (axis != 0 or len(ins) == 1):
+        if n.op_type == "Concat" and (axis not in (0, None) or len(ins) == 1):
             return out.union(*(self.same_rows(x, depth - 1) for x in ins))
-        if n.op_type == "Concat":  # the rows of its inputs in order: a token naming them
+        if n.op_type == "Concat" and axis == 0:  # its inputs' rows in order: a token
             ends = [self._row_ends(self.same_rows(x, depth - 1)) for x in ins]
             return out | {"concat0(" + "; ".join(",".join(e) for e in ends) + ")"}
         if n.op_type == "Slice":  # of other axes than 0
@@ -257,10 +272,6 @@ class GraphIndex:
     def _one_value(self, name: str) -> bool:
         v = self.const(name)
         return v is not None and v.size == 1
-
-    def _rank_or(self, name: str) -> int:
-        r = self.rank(name)
-        return r if r is not None else 10 ** 6
 
     def is_vector(self, name: str, what: str) -> None:
         """Tensor ``name`` has rank 1 (``rank``); else NoMatch naming it as ``what``."""
