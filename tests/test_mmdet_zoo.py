@@ -201,7 +201,8 @@ def test_groie_pools_every_roi_on_every_level_each_roi_align_moved():
     conv, done = convert_quietly(m)
     assert op_types(conv).count(("ort_roi", "RoiAlign")) == 4
     assert not any(n.op_type.startswith("PyramidRoIAlign") for n in conv.graph.node)
-    assert done.notes == []
+    assert len(done.notes) == 1 and "every roi on every level" in done.notes[0]
+    assert all(f"'feat{lv}' at {s:g}" in done.notes[0] for lv, s in enumerate(SCALES))
     f = _feed(m)
     b = f["rois"][:, 1:]
     for lv, (s, got) in enumerate(zip(SCALES, run(conv, f))):
@@ -209,3 +210,37 @@ def test_groie_pools_every_roi_on_every_level_each_roi_align_moved():
                              pooled_height=7, pooled_width=7, spatial_scale=s, sampling_ratio=2,
                              aligned=0)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
+
+
+def test_groie_note_only_where_every_level_pools_the_same_rows():
+    """The note's claims, each broken once: a level pooling a subset of the rows (a Gather on
+    axis 0), two levels on one map, two at one scale: that level leaves the group (the
+    others, still every roi on their levels, keep it), or the note goes."""
+    def mutant(change):
+        m = _graph("groie")
+        change(m)
+        return convert_quietly(m)[1].notes
+
+    def subset(m):  # level 3's boxes: rows 0..1 of the rois only
+        idx = helper.make_tensor("two", TensorProto.INT64, [2], [0, 1])
+        m.graph.initializer.append(idx)
+        m.graph.node.insert(0, helper.make_node("Gather", ["rois", "two"], ["rois_2"], axis=0))
+        for n in m.graph.node:
+            if n.name.startswith("/bbox_roi_extractor/roi_layers.3/Gather"):
+                n.input[0] = "rois_2"
+
+    def one_map(m):
+        ra = [n for n in m.graph.node if n.op_type == "RoiAlign"]
+        ra[1].input[0] = ra[0].input[0]
+
+    def one_scale(m):
+        ra = [n for n in m.graph.node if n.op_type == "RoiAlign"]
+        for r in ra:
+            for a in r.attribute:
+                if a.name == "spatial_scale":
+                    a.f = 0.25
+
+    notes = mutant(subset)
+    assert len(notes) == 1 and "3 RoiAlign nodes" in notes[0] and "roi_layers.3" not in notes[0]
+    assert not any("every roi on every level" in n for n in mutant(one_map))
+    assert not any("every roi on every level" in n for n in mutant(one_scale))

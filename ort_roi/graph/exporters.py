@@ -30,7 +30,7 @@ from typing import Callable
 import onnx
 
 from ..spec import DOMAIN, MAX_LEVELS
-from . import aligned_note, fusion, loops, mxnet, paddle, scatter_nd, tensorflow
+from . import aligned_note, every_level_note, fusion, loops, mxnet, paddle, scatter_nd, tensorflow
 from .nodes import iter_nodes, opset
 from .toolkit import GraphIndex
 
@@ -189,6 +189,8 @@ EXPORTERS: tuple[Exporter, ...] = (
         Pass("torchvision's MultiScaleRoIAlign stage", _torchvision_stages,
              frozenset({"ScatterElements", "ScatterND"})),
         Pass("torchvision's keypoint and mask Loops", loops.fuse_loops, frozenset({"Loop"})),
+        Pass("every roi pooled on every level (GRoIE)", every_level_note.every_level_note,
+             frozenset({"RoiAlign"}), fusion=False),
         Pass("PyramidRoIAlign back to torch.onnx's stage", _unfuse,
              _levels("PyramidRoIAlign_L"), to=("onnx",), fusion=False),
     )),
