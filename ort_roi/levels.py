@@ -1,7 +1,7 @@
 """The level rules of the multi-level RoI ops, one place: which feature map each box is
 pooled from, as each exporter computes it (OpenVINO's ExperimentalDetectronROIFeatureExtractor,
-mmdeploy's MMCVMultiLevelRoiAlign, Paddle's distribute_fpn_proposals: ``fpn_levels``, also
-the compute step of that name). log2 is the C library's (``ort_roi.libm``), as theirs."""
+mmdeploy's MMCVMultiLevelRoiAlign and MMCVMultiLevelRotatedRoiAlign, Paddle's
+distribute_fpn_proposals: ``fpn_levels``, also the compute step of that name). log2 is the C library's (``ort_roi.libm``), as theirs."""
 
 from __future__ import annotations
 
@@ -36,7 +36,23 @@ def mmdeploy_levels(boxes: np.ndarray, finest_scale: int, L: int) -> np.ndarray:
     1e-6) (the 1e-6 added in double, as the plugin's literal), floor, clamp; NaN is 0."""
     b = boxes.astype(np.float32)
     with np.errstate(**_IEEE):
-        scale = np.sqrt((b[:, 3] - b[:, 1]) * (b[:, 2] - b[:, 0]))
+        return _mmdeploy_rule((b[:, 3] - b[:, 1]) * (b[:, 2] - b[:, 0]), finest_scale, L)
+
+
+def mmdeploy_rotated_levels(rois: np.ndarray, finest_scale: int, L: int) -> np.ndarray:
+    """mmdeploy's rule for rotated rows [batch, cx, cy, w, h, theta] (its
+    MMCVMultiLevelRotatedRoiAlign plugin, as RotatedSingleRoIExtractor.map_roi_levels):
+    sqrtf(w * h), then as ``mmdeploy_levels``; a negative size's NaN is level 0, an area
+    overflowing float32 level L-1 (CUDA's float-to-int conversion saturates)."""
+    b = rois.astype(np.float32)
+    with np.errstate(**_IEEE):
+        return _mmdeploy_rule(b[:, 3] * b[:, 4], finest_scale, L)
+
+
+def _mmdeploy_rule(area: np.ndarray, finest_scale: int, L: int) -> np.ndarray:
+    """floor(log2f(sqrtf(area) / finest_scale + 1e-6)) in float32, clamped to [0, L-1]."""
+    with np.errstate(**_IEEE):
+        scale = np.sqrt(area)
         q = (scale / np.float32(finest_scale)).astype(np.float64) + 1e-6
         v = floor_log2(q.astype(np.float32), 0)
     v = np.where(np.isnan(v), 0, v)

@@ -197,6 +197,8 @@ ATTRS["ROIFeatureExtractor_L2"] = dict(output_size=2, scale_0=4, scale_1=8)
 ATTRS["PyramidRoIAlign_L2"] = dict(output_height=2, output_width=2, spatial_scale_0=0.25,
                                    spatial_scale_1=0.125)
 ATTRS["CollectFpnProposals_L2"] = dict(post_nms_topN=3)
+ATTRS["MultiLevelRotatedRoiAlign_L2"] = dict(output_height=2, output_width=2, stride_0=4.0,
+                                             stride_1=8.0)
 
 
 def _two_levels(op, dtype=np.float32):
@@ -212,6 +214,9 @@ def _two_levels(op, dtype=np.float32):
     if op == "PyramidRoIAlign_L2":
         return [np.concatenate([np.array([[0], [1]], dtype), boxes], 1),
                 np.array([0, 1], np.int64), X, X[:, :, :4, :5]]
+    if op == "MultiLevelRotatedRoiAlign_L2":  # rows [batch, cx, cy, w, h, theta]
+        return [np.array([[0, 6, 6, 12, 12, 0.3], [1, 22, 17, 36, 26, -1.0]], dtype), X,
+                X[:, :, :4, :5]]
     return [boxes, X[:1], X[:1, :, :4, :5]]
 
 
@@ -222,7 +227,8 @@ def good_feed(op, dtype=np.float32):  # noqa: F811 - the catalogue's feeds, mult
     return _two_levels(op, dtype) if op.endswith("_L2") else _good_feed(op, dtype)
 
 
-for op in ("MultiLevelRoiAlign_L2", "ROIFeatureExtractor_L2", "PyramidRoIAlign_L2"):
+for op in ("MultiLevelRoiAlign_L2", "ROIFeatureExtractor_L2", "PyramidRoIAlign_L2",
+           "MultiLevelRotatedRoiAlign_L2"):
     f0 = 2 if op.startswith("Pyramid") else 1  # the input of feat_0
     CATALOGUE += [
         Bad("levels with different C", op, _set(f0 + 1, lambda a: a[:, :5]),
@@ -241,6 +247,14 @@ CATALOGUE += [
         _set(1, lambda a: np.concatenate([a, a])), ("'feat_0'", "one image")),
     Bad("batch index out of range", "PyramidRoIAlign_L2", _set(0, _rois_cell(1, 0, 2)),
         ("'rois'", "row 1", "2.0", "[0, 2)")),
+    Bad("batch index out of range", "MultiLevelRotatedRoiAlign_L2",
+        _set(0, _rois_cell(1, 0, 2)), ("'rois'", "row 1", "2.0", "[0, 2)")),
+    Bad("rows of 5 columns", "MultiLevelRotatedRoiAlign_L2", _set(0, lambda a: a[:, :5]),
+        ("'rois'", "[R, 6]", "[2, 5]")),
+    Bad("stride 0", "MultiLevelRotatedRoiAlign_L2", None, ("stride_1", "> 0", "0"),
+        {"stride_1": 0.0}),
+    Bad("clockwise 2", "MultiLevelRotatedRoiAlign_L2", None, ("clockwise", "2"),
+        {"clockwise": 2}),
     Bad("levels of the wrong length", "PyramidRoIAlign_L2",
         _set(1, lambda a: np.array([0, 1, 1], a.dtype)), ("'levels'", "[R] = [2]", "[3]")),
     Bad("spatial_scale 0", "PyramidRoIAlign_L2", None, ("spatial_scale_1", "> 0", "0"),

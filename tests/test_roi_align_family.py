@@ -56,8 +56,18 @@ class TestPyramidRoIAlign(RoIOpTester):
     CASES = C.pyramid_cases(30)[::2]
 
 
+class TestMultiLevelRotatedRoiAlign(RoIOpTester):
+    """mmdeploy's MMCVMultiLevelRotatedRoiAlign as convert writes it, L1 to L6 (the nodes'
+    stride_0 .. gathered into featmap_strides; rotated rows, input 0). Its catalogue entries
+    stay with test_bad_inputs, its plugin loop with test_multilevel_rotated."""
+
+    MODULE = "multi_level_rotated_roi_align"
+    CASES = C.rotated_multilevel_cases(31)[::2]
+
+
 FAMILY = [TestRoIAlign, TestONNXRoiAlign, TestMMCVRoiAlign, TestCaffe2RoIAlign,
-          TestMMCVRoIAlignRotated, TestTorchvisionPSRoIAlign, TestPyramidRoIAlign]
+          TestMMCVRoIAlignRotated, TestTorchvisionPSRoIAlign, TestPyramidRoIAlign,
+          TestMultiLevelRotatedRoiAlign]
 
 
 def test_the_template_runs_every_case_it_took_over():

@@ -15,7 +15,7 @@ import align_bins``):
 - ``pooling``: integer bins (ROIPooling max, RoIPool, Paddle's psroi_pool) and ROIPooling's
   bilinear method (OpenVINO, ``bilinear_pool_*``);
 - ``torchvision``: torchvision's position-sensitive ops' C int arithmetic;
-- ``rotated``: rotated boxes (mmcv roi_align_rotated);
+- ``rotated``: rotated boxes (mmcv roi_align_rotated; mmdeploy's multi-level plugin's rows);
 - ``crop_and_resize``: TensorFlow's crop_and_resize (``crop_and_resize_*``).
 
 One name, one meaning: the unprefixed words are RoIAlign's (``sample_positions``,
@@ -37,7 +37,7 @@ from .crop_and_resize import (crop_and_resize_nearest_index, crop_and_resize_nei
 from .pooling import (bilinear_pool_neighbours, bilinear_pool_positions, clip_edges,
                       max_pool_bins, psroi_bins, roi_pool_bins, roi_pool_bins_few,
                       round_half_away)
-from .rotated import ROTATED_ROW, rotated_rows, rotated_samples
+from .rotated import ROTATED_ROW, mmdeploy_rotated_rows, rotated_rows, rotated_samples
 from .sampling import bilinear_weights, max_sample_positions, neighbours, sample_positions, \
     sample_taps
 from .separable import EXPLICIT_GRID_MAX, axis_weights, crop_weights
@@ -63,7 +63,7 @@ __all__ = [
     # torchvision
     "INT_MIN", "c_int", "wrap_int32", "torchvision_psroi_bins", "torchvision_sample_grid",
     # rotated
-    "ROTATED_ROW", "rotated_rows", "rotated_samples",
+    "ROTATED_ROW", "rotated_rows", "rotated_samples", "mmdeploy_rotated_rows",
     # crop_and_resize
     "crop_and_resize_positions", "crop_and_resize_neighbours", "crop_and_resize_nearest_index",
 ]

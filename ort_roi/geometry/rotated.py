@@ -61,3 +61,33 @@ def rotated_samples(rows: np.ndarray, ph: int, pw: int, Gy: int, Gx: int, iy=Non
     kx = np.arange(Gx) if ix is None else np.asarray(ix)
     use = ((ky < gh[:, None])[:, None, :, None, None] & (kx < gw[:, None])[:, None, None, None, :])
     return y, x, use
+
+
+def mmdeploy_rotated_rows(rois: np.ndarray, batch: np.ndarray, scale: np.ndarray, ph: int,
+                          pw: int, sampling_ratio: int, aligned: bool,
+                          clockwise: bool) -> np.ndarray:
+    """Per rotated box [batch, cx, cy, w, h, theta] (its sizes already multiplied by
+    roi_scale_factor), ROTATED_ROW as mmdeploy's MMCVMultiLevelRotatedRoiAlign plugin
+    computes it, each box at its level's ``scale`` [R] (trt_multi_level_rotated_roi_align_
+    kernel.cu): the centre fma(c, scale, -0.5 when aligned) (one rounding, where mmcv rounds
+    twice), the size scaled and at least 1 also when aligned (where mmcv keeps it), theta
+    negated when clockwise, the grid sampling_ratio or ceil(size / pooled) in T (the plugin
+    runs in float32). Sizes must be checked finite by the caller."""
+    t = rois.dtype.type
+    s = np.asarray(scale, rois.dtype)
+    off = -0.5 if aligned else 0.0
+    # fma: the product exact in float64 (float32 operands), one rounding to T
+    cx = (rois[:, 1].astype(np.float64) * s + off).astype(rois.dtype)
+    cy = (rois[:, 2].astype(np.float64) * s + off).astype(rois.dtype)
+    w, h = np.fmax(rois[:, 3] * s, t(1)), np.fmax(rois[:, 4] * s, t(1))  # CUDA's max: fmaxf
+    theta = -rois[:, 5] if clockwise else rois[:, 5]
+    rows = np.empty((rois.shape[0], len(ROTATED_ROW)), rois.dtype)
+    rows[:, 0] = batch
+    rows[:, 1], rows[:, 2] = cy, cx
+    rows[:, 3], rows[:, 4] = -h / t(2), -w / t(2)
+    rows[:, 5], rows[:, 6] = h / t(ph), w / t(pw)
+    rows[:, 7], rows[:, 8] = np.cos(theta), np.sin(theta)
+    for col, size, pooled in ((9, h, ph), (10, w, pw)):
+        g = np.ceil(size / t(pooled)).astype(np.float64)
+        rows[:, col] = sampling_ratio if sampling_ratio > 0 else np.clip(g, 0, 2.0 ** 62)
+    return rows

@@ -299,7 +299,7 @@ def _boxes(rng, r: int, cols: int, batch: np.ndarray, normalized: bool,
     wh = (rng.uniform(0.06, 0.4, (r, 2)) * [w, h] if extent is not None else
           rng.uniform(32, 200, (r, 2)))
     b = np.concatenate([xy, np.minimum(xy + wh, [w - 1, h - 1])], 1)
-    if pyr is not None and cols in (4, 5):
+    if pyr is not None and cols in (4, 5, 6):  # rotated rows: w, h of the drawn boxes
         try:
             b = pyramid.draw(rng, r, pyr)
             h, w = pyr.image

@@ -236,10 +236,11 @@ def check_output_size(spec, attrs: dict, R: int, C: int) -> None:
                      f"{MAX_OUTPUT_ELEMENTS}")
 
 
-def check_rotated_sizes(op: str, rois: np.ndarray, spatial_scale: float, aligned: bool) -> None:
+def check_rotated_sizes(op: str, rois: np.ndarray, spatial_scale, aligned: bool) -> None:
     """Rotated boxes: a scaled size (w, h) must be finite, and >= 0 when aligned (mmcv
-    asserts "ROIs in ROIAlignRotated do not have non-negative size")."""
-    s = rois.dtype.type(spatial_scale)
+    asserts "ROIs in ROIAlignRotated do not have non-negative size"). ``spatial_scale``: one
+    scale, or [R] (each box's, at its level)."""
+    s = np.asarray(spatial_scale, rois.dtype)
     w, h = rois[:, 3] * s, rois[:, 4] * s
     bad = ~(np.isfinite(w) & np.isfinite(h))
     if aligned:
@@ -249,7 +250,8 @@ def check_rotated_sizes(op: str, rois: np.ndarray, spatial_scale: float, aligned
         why = "overflows" if not (np.isfinite(w[r]) and np.isfinite(h[r])) else "is negative"
         raise RoiOpError(op, "input 'rois'",
                          f"row {r}: the scaled size (w, h) = ({w[r].item()!r}, {h[r].item()!r}) "
-                         f"{why} (mmcv requires w, h >= 0 when aligned=1)")
+                         f"{why}" + (" (mmcv requires w, h >= 0 when aligned=1)"
+                                     if aligned else ""))
 
 
 def check_levels(op: str, feats, batch: int | None = None) -> list:
