@@ -68,6 +68,7 @@ class steps:  # noqa: N801 - a namespace: ``compute(steps.align, X, ...)``
                                     None)
     fpn_levels = Step("fpn_levels", cpu.fpn_levels, None)
     collect_fpn_proposals = Step("collect_fpn_proposals", cpu.collect_fpn_proposals, None)
+    nms_rotated = Step("nms_rotated", cpu.nms_rotated, None)
 
 
 #: Every compute step of the kernels, by name.

@@ -9,6 +9,7 @@ from .max_pool import max_pool
 from .ps_align import ps_align
 from .keypoints import keypoints
 from .masks import paste_masks
+from .nms_rotated import nms_rotated
 from .proposals import distribute_fpn_proposals, fpn_levels, generate_proposals
 from .psroi import pool_bins
 from .rotated import align_rotated
@@ -16,4 +17,4 @@ from .rotated import align_rotated
 __all__ = ["align", "align_levels", "align_max", "bilinear_pool", "crop_bilinear",
            "crop_nearest", "max_pool", "ps_align", "pool_bins", "distribute_fpn_proposals",
            "fpn_levels", "generate_proposals", "align_rotated", "keypoints", "paste_masks",
-           "collect_fpn_proposals"]
+           "collect_fpn_proposals", "nms_rotated"]
