@@ -13,7 +13,7 @@ weights still send 100 detections to the later heads::
     /work/venv-mmdeploy/bin/python -m tools.mmdet_zoo export --keep DIR [--models ...]
     python -m tools.mmdet_zoo e2e --keep DIR [--repeat 3]     # the project's venv
     python -m tools.mmdet_zoo cut --keep DIR                  # ort_roi/data/mmdeploy_zoo_*
-    python -m tools.mmdet_zoo bench [--repeat 7]
+    python -m tools.mmdet_zoo bench [--repeat 7] [--reuse-freed-memory]
     python -m tools.mmdet_zoo profile --keep DIR --models ... [--repeat 2]
 
 1. ``export`` (the mmdeploy venv): each model with MMDeploy's
@@ -383,6 +383,8 @@ def profile(keep: str, models: list[str], runs: int = 2, hw=(800, 1216)) -> None
 
 
 def main(argv=None) -> int:
+    from tools.detectron2_graphs import ReuseFreedMemory
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=("export", "cut", "e2e", "bench", "profile"))
     ap.add_argument("--out", default=OUT, help="where the stage graphs go (cut, bench)")
@@ -394,6 +396,8 @@ def main(argv=None) -> int:
                     "config (no dynamic axes), saved as DIR/{model}_static.onnx")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tag", default="", help="e2e: written to DIR/e2e{tag}_{repeat}.json")
+    ap.add_argument("--reuse-freed-memory", action=ReuseFreedMemory,
+                    help="ort_roi.reuse_freed_memory() first (bench, e2e)")
     args = ap.parse_args(argv)
     if args.what == "export":
         export(args.keep, args.models, args.opset, args.score_threshold, args.static)
