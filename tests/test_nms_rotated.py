@@ -277,6 +277,20 @@ def test_large_inputs_are_computed_in_bounded_chunks(monkeypatch):
                                                   score_threshold=0.1))
 
 
+def test_classes_sharing_pair_answers_change_nothing(monkeypatch):
+    """An image's classes share each ordered pair's answer (KNOWN_PAIRS): the same output as
+    every class computing its own, and as the literal transcription."""
+    rng = np.random.default_rng(9)
+    boxes = _boxes(rng, 2, 60, "random")
+    scores = _scores(rng, 2, 4, 60, ties=True)
+    shared = nms_rotated(boxes, scores, iou_threshold=0.2, score_threshold=0.1)
+    monkeypatch.setattr(K, "KNOWN_PAIRS", 0)
+    np.testing.assert_array_equal(nms_rotated(boxes, scores, iou_threshold=0.2,
+                                              score_threshold=0.1), shared)
+    np.testing.assert_array_equal(literal.mmdeploy_nms_rotated(
+        boxes, scores, iou_threshold=0.2, score_threshold=0.1), shared)
+
+
 # --- through onnxruntime --------------------------------------------------------------------
 
 def _model(iou=0.1, score=0.05, **attrs):

@@ -8,7 +8,8 @@ list's order), the lowest point, the hull sort replayed as libstdc++'s insertion
 kernel's tolerant comparator (ranges of more than 16 points, rare, by the literal introsort of
 definitions.cxx), the Graham scan and the area with per-pair stacks. The greedy NMS then walks
 the score order (proposals.order.order_sort: std::sort's order where scores tie) in blocks of
-rows, computing only pairs whose both boxes are still kept, at most PAIR_CHUNK pairs at once.
+rows, computing only pairs whose both boxes are still kept, at most PAIR_CHUNK pairs at once;
+an image's classes share each ordered pair's answer (ovr > iou_threshold), computed once.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from .proposals.order import order_sort
 F, F64 = np.float32, np.float64
 #: the most box pairs computed at once (their 24-slot work arrays: ~4 KiB a pair)
 PAIR_CHUNK = 1 << 14
+#: an image's classes share what its pairs compared to (a byte a pair) up to this many pairs
+#: (16 MiB: 4096 boxes); past it each class computes its own
+KNOWN_PAIRS = 1 << 24
 
 
 def half_cos_sin(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -194,8 +198,11 @@ def pair_ious(b1: np.ndarray, b2: np.ndarray, cs1, cs2) -> np.ndarray:
     return inter / (area1 + area2 - inter)
 
 
-def _keep(boxes: np.ndarray, cs, order: np.ndarray, iou_threshold: F) -> np.ndarray:
-    """The greedy NMS over boxes in ``order``: [B] bool by position in the order."""
+def _keep(boxes: np.ndarray, cs, order: np.ndarray, iou_threshold: F,
+          known: np.ndarray | None = None) -> np.ndarray:
+    """The greedy NMS over boxes in ``order``: [B] bool by position in the order. ``known``:
+    [B, B] int8 by box index, the image's pairs already compared (i, the higher-scored,
+    then j: 0 not yet, 1 kept, 2 suppressed), shared by its classes and filled here."""
     B = order.size
     keep = np.ones(B, bool)
     ob = boxes[order]
@@ -212,10 +219,19 @@ def _keep(boxes: np.ndarray, cs, order: np.ndarray, iou_threshold: F) -> np.ndar
         # pairs (i, j): i in the block, j after i, both kept now
         ii, jj = np.nonzero(block[:, None] < later[None, :])
         i, j = block[ii], later[jj]
-        sup = np.zeros(0, bool)
+        sup = np.zeros(i.size, bool)
         if i.size:
-            ovr = pair_ious(ob[i], ob[j], (oc[i], os_[i]), (oc[j], os_[j]))
-            sup = ovr > iou_threshold
+            todo = np.arange(i.size)
+            if known is not None:
+                seen = known[order[i], order[j]]
+                sup = seen == 2
+                todo = np.flatnonzero(seen == 0)
+            if todo.size:
+                ti, tj = i[todo], j[todo]
+                ovr = pair_ious(ob[ti], ob[tj], (oc[ti], os_[ti]), (oc[tj], os_[tj]))
+                sup[todo] = ovr > iou_threshold
+                if known is not None:
+                    known[order[ti], order[tj]] = 1 + sup[todo]
         bounds = np.searchsorted(ii, np.arange(block.size + 1))
         for n, r in enumerate(block.tolist()):  # in order: rows suppressed in the block skip
             if keep[r]:
@@ -235,10 +251,11 @@ def nms_rotated(boxes: np.ndarray, *, scores: np.ndarray, iou_threshold: float,
     out = []
     for k in range(N):
         cs = half_cos_sin(boxes[k, :, 4])
+        known = np.zeros((B, B), np.int8) if C > 1 and B * B <= KNOWN_PAIRS else None
         for g in range(C):
             s = scores[k, g]
             order = order_sort(s)
-            keep = _keep(boxes[k], cs, order, iou_t)
+            keep = _keep(boxes[k], cs, order, iou_t, known)
             sel = order[keep & (s[order] > score_t)]
             if sel.size:
                 out.append(np.stack([np.full(sel.size, k), np.full(sel.size, g), sel], 1))
