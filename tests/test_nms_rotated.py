@@ -343,6 +343,26 @@ def test_empty_graph_outputs():
         assert out.shape == (0, 3) and out.dtype == np.int64
 
 
+def test_non_contiguous_inputs_compute_as_their_contiguous_copies():
+    """Boxes Fortran-ordered and scores a strided view give what their copies give, called
+    directly and through a plain session. (Not through tests/roi_op_tester.py's template:
+    this op takes float32 only and pools nothing.)"""
+    import onnxruntime as ort
+
+    case = next(c for c in CASES if c["boxes"].shape[1] > 10 and c["kind"] == "random")
+    boxes = np.asfortranarray(case["boxes"])
+    wide = np.zeros(case["scores"].shape[:2] + (2 * case["scores"].shape[2],), F)
+    wide[..., ::2] = case["scores"]
+    scores = wide[..., ::2]
+    assert not boxes.flags.c_contiguous and not scores.flags.c_contiguous
+    attrs = dict(iou_threshold=0.3, score_threshold=0.05)
+    want = nms_rotated(case["boxes"], case["scores"], **attrs)
+    np.testing.assert_array_equal(nms_rotated(boxes, scores, **attrs), want)
+    sess = ort.InferenceSession(_model(0.3, 0.05).SerializeToString(),
+                                ort_roi.session_options())
+    np.testing.assert_array_equal(sess.run(None, {"boxes": boxes, "scores": scores})[0], want)
+
+
 # --- bad inputs ----------------------------------------------------------------------------
 
 GOOD = dict(boxes=np.zeros((1, 4, 5), F), scores=np.zeros((1, 2, 4), F))
