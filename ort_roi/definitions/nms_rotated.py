@@ -140,7 +140,6 @@ def nms_rotated(boxes, scores, *, iou_threshold, score_threshold):
     boxes, scores = np.asarray(boxes, F), np.asarray(scores, F)
     iou_t, score_t = F(iou_threshold), F(score_threshold)
     rows = []
-    N, B = boxes.shape[:2]
     with np.errstate(all="ignore"):
         _classes(boxes, scores, iou_t, score_t, rows)
     return np.array(rows, np.int64).reshape(-1, 3)
@@ -150,6 +149,17 @@ def _classes(boxes, scores, iou_t, score_t, rows) -> None:
     N, B = boxes.shape[:2]
     for k in range(N):
         box = [tuple(F(v) for v in boxes[k, i]) for i in range(B)]
+        # a pair's answer (box i before box j: 1 kept, 2 suppressed) is the same in every
+        # class: remembered, so an image's classes compare each ordered pair once
+        known = bytearray(B * B) if B * B <= 1 << 24 else None
+
+        def suppresses(i, j):
+            if known is None:
+                return bool(rotated_iou(box[i], box[j]) > iou_t)
+            if not known[i * B + j]:
+                known[i * B + j] = 2 if rotated_iou(box[i], box[j]) > iou_t else 1
+            return known[i * B + j] == 2
+
         for g in range(scores.shape[1]):
             sc = [F(v) for v in scores[k, g]]
             order = list(range(B))
@@ -159,6 +169,6 @@ def _classes(boxes, scores, iou_t, score_t, rows) -> None:
                 if not keep[a]:
                     continue
                 for b in range(a + 1, B):
-                    if keep[b] and rotated_iou(box[order[a]], box[order[b]]) > iou_t:
+                    if keep[b] and suppresses(order[a], order[b]):
                         keep[b] = False
             rows += [[k, g, order[a]] for a in range(B) if keep[a] and sc[order[a]] > score_t]
