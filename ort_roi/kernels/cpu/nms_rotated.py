@@ -226,12 +226,13 @@ def _keep(boxes: np.ndarray, cs, order: np.ndarray, iou_threshold: F,
                 seen = known[order[i], order[j]]
                 sup = seen == 2
                 todo = np.flatnonzero(seen == 0)
-            if todo.size:
-                ti, tj = i[todo], j[todo]
+            for c in range(0, todo.size, PAIR_CHUNK):  # one row may hold more pairs
+                part = todo[c:c + PAIR_CHUNK]
+                ti, tj = i[part], j[part]
                 ovr = pair_ious(ob[ti], ob[tj], (oc[ti], os_[ti]), (oc[tj], os_[tj]))
-                sup[todo] = ovr > iou_threshold
+                sup[part] = ovr > iou_threshold
                 if known is not None:
-                    known[order[ti], order[tj]] = 1 + sup[todo]
+                    known[order[ti], order[tj]] = 1 + sup[part]
         bounds = np.searchsorted(ii, np.arange(block.size + 1))
         for n, r in enumerate(block.tolist()):  # in order: rows suppressed in the block skip
             if keep[r]:
