@@ -356,6 +356,36 @@ def multilevel_cases(seed: int = 11) -> list[dict]:
     return out
 
 
+def rotated_multilevel_cases(seed: int = 12, R: int = 14) -> list[dict]:
+    """MultiLevelRotatedRoiAlign_L{L} (mmdeploy's MMCVMultiLevelRotatedRoiAlign): 1 to 6
+    levels, two images, rotated boxes of every level (sides log-uniform in [4, 900], angles
+    in [-pi, pi]) with zero-size, negative-size and off-image ones, aligned, clockwise,
+    fixed and adaptive grids, roi_scale_factor, R = 0."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, L in enumerate([1, 2, 3, 4, 4, 4, 5, 6]):
+        for dtype in (F32, F64):
+            boxes, feats = fpn_inputs(rng, L, 2, dtype, R=R)
+            rois = np.stack([rng.integers(0, 2, R), (boxes[:, 0] + boxes[:, 2]) / 2,
+                             (boxes[:, 1] + boxes[:, 3]) / 2, boxes[:, 2] - boxes[:, 0],
+                             boxes[:, 3] - boxes[:, 1], rng.uniform(-np.pi, np.pi, R)], 1)
+            rois[3, 5], rois[4, 5] = np.pi, -np.pi
+            rois[5, 3] = 0.5  # under a pixel on every level
+            rois[6, 3] = -abs(rois[6, 3])  # one negative side: sqrtf is NaN, level 0
+            if i == 5:
+                rois = rois[:0]
+            attrs = dict(output_height=[7, 2, 3][i % 3], output_width=[7, 3, 2][i % 3],
+                         sampling_ratio=[2, 0, 1, 0][i % 4], aligned=[1, 1, 0][i % 3],
+                         clockwise=[0, 1][(i // 3) % 2],
+                         roi_scale_factor=[-1.0, 1.5][(i // 2) % 2], finest_scale=56,
+                         **{f"stride_{k}": float(STRIDES[k]) for k in range(L)})
+            out.append(dict(name=f"L{L}_{dtype.name}_{i}", op=f"MultiLevelRotatedRoiAlign_L{L}",
+                            inputs=dict(rois=rois.astype(dtype),
+                                        **{f"feat_{k}": f for k, f in enumerate(feats)}),
+                            attrs=attrs))
+    return out
+
+
 # --- torchvision: ps_roi_align, ps_roi_pool, the fused MultiScaleRoIAlign stage -------------
 
 def _tv_rois(rng, scale: float, dtype) -> np.ndarray:
@@ -413,6 +443,37 @@ def pyramid_cases(seed: int = 14) -> list[dict]:
     return out
 
 
+def pyramid_rotated_cases(seed: int = 15, R: int = 14) -> list[dict]:
+    """PyramidRotatedRoIAlign_L{L} (MMRotate's extractor fused): 1 to 6 levels, two images,
+    rotated boxes (sides log-uniform in [4, 900], angles in [-pi, pi], zero-size and off-image
+    ones), levels as a graph would give them and out of range (no level: a NaN row there is
+    not read), aligned 0/1, clockwise, fixed and adaptive grids, R = 0."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, L in enumerate([1, 2, 3, 4, 4, 4, 5, 6]):
+        for dtype in (F32, F64):
+            boxes, feats = fpn_inputs(rng, L, 2, dtype, R=R)
+            rois = np.stack([rng.integers(0, 2, R), (boxes[:, 0] + boxes[:, 2]) / 2,
+                             (boxes[:, 1] + boxes[:, 3]) / 2, np.abs(boxes[:, 2] - boxes[:, 0]),
+                             np.abs(boxes[:, 3] - boxes[:, 1]), rng.uniform(-np.pi, np.pi, R)], 1)
+            rois[3, 5], rois[4, 5] = np.pi, -np.pi
+            rois[5, 3] = 0.0  # zero width
+            levels = rng.integers(0, L, R).astype(np.int64 if i % 2 else np.int32)
+            levels[:2] = [-1, L]  # on no level
+            rois[0, 1:] = np.nan  # not read
+            if i == 5:
+                rois, levels = rois[:0], levels[:0]
+            attrs = dict(output_height=[7, 2, 3][i % 3], output_width=[7, 3, 2][i % 3],
+                         sampling_ratio=[2, 0, 1, 0][i % 4], aligned=[1, 1, 0][i % 3],
+                         clockwise=[0, 1][(i // 3) % 2],
+                         **{f"spatial_scale_{k}": 1 / STRIDES[k] for k in range(L)})
+            out.append(dict(name=f"L{L}_{dtype.name}_{i}", op=f"PyramidRotatedRoIAlign_L{L}",
+                            inputs=dict(rois=rois.astype(dtype), levels=levels,
+                                        **{f"feat_{k}": f for k, f in enumerate(feats)}),
+                            attrs=attrs))
+    return out
+
+
 def keypoint_cases(seed: int) -> list[dict]:
     """HeatmapsToKeypoints: per-box heatmaps and boxes (zero-size, inverted, thin ones too)."""
     rng = np.random.default_rng(seed)
@@ -450,6 +511,27 @@ def mask_cases(seed: int) -> list[dict]:
     return out
 
 
+def nms_rotated_cases(seed: int) -> list[dict]:
+    """mmdeploy::NMSRotated (float32 only, as the node): overlapping rotated boxes around a few
+    centres, 1-2 images, 1-3 classes, tied and untied scores; B = 0 and C = 0."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, (N, C, B) in enumerate(((1, 3, 24), (2, 2, 17), (1, 1, 0), (2, 0, 5))):
+        centres = rng.uniform(0, 60, (N, 4, 2))
+        boxes = np.zeros((N, B, 5), np.float32)
+        boxes[..., :2] = (np.take_along_axis(centres, rng.integers(0, 4, (N, B, 1)), 1)
+                          + rng.normal(0, 2, (N, B, 2)))
+        boxes[..., 2:4] = rng.uniform(2, 16, (N, B, 2))
+        boxes[..., 4] = rng.uniform(-np.pi, np.pi, (N, B))
+        scores = (rng.choice(np.float32([0.05, 0.3, 0.7]), (N, C, B)) if i % 2
+                  else rng.random((N, C, B), np.float32))
+        out.append(dict(name=f"nms_rotated_{i}", op="NMSRotated",
+                        inputs=dict(boxes=boxes, scores=scores.astype(np.float32)),
+                        attrs=dict(iou_threshold=(0.1, 0.3, 0.5, 0.1)[i],
+                                   score_threshold=(0.05, 0.2, 0.05, 0.0)[i])))
+    return out
+
+
 def form_cases() -> list[tuple[str, dict]]:
     """(domain, case) for every registered node form (a few cases each, both dtypes)."""
     from tests import crop_cases
@@ -469,6 +551,7 @@ def form_cases() -> list[tuple[str, dict]]:
         "HeatmapsToKeypoints": keypoint_cases(37),
         "PasteMasks": mask_cases(38),
         "CropAndResize": crop_cases.cases()[::4],
+        "NMSRotated": nms_rotated_cases(40),
     }
     out = []
     for f in FORMS:
@@ -480,6 +563,10 @@ def form_cases() -> list[tuple[str, dict]]:
             cases = [c for c in extractor_cases(32) if c["op"] == f.op_type][:2]
         elif f.op_type.startswith("MultiLevelRoiAlign_L"):
             cases = [c for c in multilevel_cases(33) if c["op"] == f.op_type][:2]
+        elif f.op_type.startswith("MultiLevelRotatedRoiAlign_L"):
+            cases = [c for c in rotated_multilevel_cases(39) if c["op"] == f.op_type][:2]
+        elif f.op_type.startswith("PyramidRotatedRoIAlign_L"):
+            cases = [c for c in pyramid_rotated_cases(41) if c["op"] == f.op_type][:2]
         elif f.op_type.startswith("PyramidRoIAlign_L"):
             cases = [c for c in pyramid_cases(36) if c["op"] == f.op_type][:2]
         elif f.op_type.startswith("DistributeRoIAlign_L"):

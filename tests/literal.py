@@ -232,3 +232,288 @@ def align_max_every_sample(X, rois, *, output_height=1, output_width=1, spatial_
                                 best = v if best is None or best < v else best
                     out[r, c, ph, pw] = t(0) if best is None else best
     return out
+
+
+# --- mmdeploy's MMCVMultiLevelRotatedRoiAlign (TensorRT plugin) --------------------------------
+# csrc/mmdeploy/backend_ops/tensorrt/multi_level_rotated_roi_align/
+# trt_multi_level_rotated_roi_align_kernel.cu (rotated_roi_extractor_kernel, roi_align_single)
+# and tensorrt/common/common_cuda_helper.hpp (bilinear_interpolate), mmdeploy v1.3.1.
+
+def _cuda_int(v) -> int:
+    """CUDA's float-to-int conversion (cvt.rzi.s32): truncation, saturating, NaN to 0."""
+    v = float(v)
+    if math.isnan(v):
+        return 0
+    return int(max(-2.0 ** 31, min(2.0 ** 31 - 1, math.trunc(v) if math.isfinite(v) else v)))
+
+
+def _fmaxf(a, b):
+    """CUDA's max of floats (fmaxf): a NaN operand gives the other."""
+    return b if np.isnan(a) else a if np.isnan(b) else max(a, b)
+
+
+def _fminf(a, b):
+    return b if np.isnan(a) else a if np.isnan(b) else min(a, b)
+
+
+def _fma(t, a, b, c):
+    """fma in T: one rounding for float32 (the product exact in float64)."""
+    return t(np.float64(a) * np.float64(b) + np.float64(c))
+
+
+def _trt_bilinear(X, b, c, y, x):
+    """bilinear_interpolate of common_cuda_helper.hpp, in T."""
+    t = X.dtype.type
+    _, _, H, W = X.shape
+    if y < -1.0 or y > H or x < -1.0 or x > W:
+        return t(0)
+    y = _fminf(t(H - 1), _fmaxf(t(0), y))
+    x = _fminf(t(W - 1), _fmaxf(t(0), x))
+    yl, xl = _cuda_int(math.floor(y)), _cuda_int(math.floor(x))
+    yh, xh = _cuda_int(math.ceil(y)), _cuda_int(math.ceil(x))
+    v1, v2 = X[b, c, yl, xl], X[b, c, yl, xh]
+    v3, v4 = X[b, c, yh, xl], X[b, c, yh, xh]
+    ly, lx = y - t(yl), x - t(xl)
+    v_low = _fma(t, v2 - v1, lx, v1)
+    v_high = _fma(t, v4 - v3, lx, v3)
+    return _fma(t, v_high - v_low, ly, v_low)
+
+
+def mmdeploy_multi_level_rotated_roi_align(rois, *feats, output_height=7, output_width=7,
+                                           clockwise=0, sampling_ratio=2, roi_scale_factor=-1.0,
+                                           finest_scale=56,
+                                           featmap_strides=(4.0, 8.0, 16.0, 32.0), aligned=0):
+    """rotated_roi_extractor_kernel, loop for loop, in T (its fma's one rounding, its
+    sqrtf / log2f in float32, CUDA's fmaxf and float-to-int conversions; cos / sin the C
+    library's, CUDA's are within 2 ulp). Rows [batch, cx, cy, w, h, theta]."""
+    t = feats[0].dtype.type
+    f32 = np.float32
+    L = len(feats)
+    PH, PW = output_height, output_width
+    # multi_level_rotated_roi_align: spatial_scale[i] = 1. / float(strides[i])
+    spatial = [f32(1.0 / np.float64(f32(s))) for s in featmap_strides[:L]]
+    out = np.zeros((rois.shape[0], feats[0].shape[1], PH, PW), feats[0].dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for n in range(rois.shape[0]):
+            x0, y0, w, h, theta = (t(v) for v in rois[n, 1:])
+            scale = np.sqrt(f32(f32(w) * f32(h)))  # sqrtf(w * h)
+            q = f32(np.float64(scale / f32(finest_scale)) + 1e-6)  # the double literal
+            lg = math.log2(q) if q > 0 else (-math.inf if q == 0 else math.nan)
+            lvl = min(L - 1, max(0, _cuda_int(np.floor(f32(lg)))))
+            if roi_scale_factor > 0.0:
+                w, h = w * t(f32(roi_scale_factor)), h * t(f32(roi_scale_factor))
+            s = t(spatial[lvl])
+            X = feats[lvl]
+            H, W = X.shape[2:]
+            b = _cuda_int(rois[n, 0])
+            off = t(-0.5) if aligned else t(0.0)
+            cw, ch = _fma(t, x0, s, off), _fma(t, y0, s, off)
+            rw, rh = w * s, h * s
+            theta = -theta if clockwise > 0 else theta
+            # roi_align_single: malformed rois forced to 1x1 (aligned or not)
+            rw, rh = _fmaxf(rw, t(1)), _fmaxf(rh, t(1))
+            bh, bw = rh / t(PH), rw / t(PW)
+            gh = sampling_ratio if sampling_ratio > 0 else _cuda_int(np.ceil(rh / t(PH)))
+            gw = sampling_ratio if sampling_ratio > 0 else _cuda_int(np.ceil(rw / t(PW)))
+            sh, sw = -rh / t(2.0), -rw / t(2.0)
+            cos_t, sin_t = t(math.cos(theta)), t(math.sin(theta))
+            count = t(max(gh * gw, 1))
+            for c in range(X.shape[1]):
+                for ph in range(PH):
+                    for pw in range(PW):
+                        val = t(0)
+                        for iy in range(gh):
+                            yy = sh + t(ph) * bh + t(iy + 0.5) * bh / t(gh)
+                            for ix in range(gw):
+                                xx = sw + t(pw) * bw + t(ix + 0.5) * bw / t(gw)
+                                y = yy * cos_t - xx * sin_t + ch
+                                x = yy * sin_t + xx * cos_t + cw
+                                val += _trt_bilinear(X, b, c, y, x)
+                        out[n, c, ph, pw] = val / count
+    return out
+
+
+# --- mmdeploy::NMSRotated (MMDeploy v1.3.1, csrc/mmdeploy/backend_ops/onnxruntime/nms_rotated/
+# nms_rotated.cpp): the C++ line by line, float in np.float32, double in Python floats /
+# np.float64; std::sort is libstdc++'s (ort_roi.definitions.cxx, itself a transcription of
+# bits/stl_algo.h pinned by tests/test_proposals.py).
+
+def _nmsr_cos_sin(a: float):
+    # double theta = box.a; (float)cos(theta) -- the C library's cos (NaN for inf)
+    return (math.cos(a), math.sin(a)) if math.isfinite(a) else (math.nan, math.nan)
+
+
+def _nmsr_vertices(box):
+    f = np.float32
+    x_ctr, y_ctr, w, h, a = box
+    c, s = _nmsr_cos_sin(float(a))
+    cosTheta2 = f(c) * f(0.5)
+    sinTheta2 = f(s) * f(0.5)
+    pts = [[f(0), f(0)] for _ in range(4)]
+    pts[0][0] = x_ctr - sinTheta2 * h - cosTheta2 * w
+    pts[0][1] = y_ctr + cosTheta2 * h - sinTheta2 * w
+    pts[1][0] = x_ctr + sinTheta2 * h - cosTheta2 * w
+    pts[1][1] = y_ctr - cosTheta2 * h - sinTheta2 * w
+    pts[2][0] = f(2) * x_ctr - pts[0][0]
+    pts[2][1] = f(2) * y_ctr - pts[0][1]
+    pts[3][0] = f(2) * x_ctr - pts[1][0]
+    pts[3][1] = f(2) * y_ctr - pts[1][1]
+    return pts
+
+
+def _nmsr_cross(A, B):
+    return A[0] * B[1] - B[0] * A[1]
+
+
+def _nmsr_dot(A, B):
+    return A[0] * B[0] + A[1] * B[1]
+
+
+def _nmsr_minus(A, B):
+    return [A[0] - B[0], A[1] - B[1]]
+
+
+def _nmsr_intersection_points(pts1, pts2, intersections):
+    vec1 = [_nmsr_minus(pts1[(i + 1) % 4], pts1[i]) for i in range(4)]
+    vec2 = [_nmsr_minus(pts2[(i + 1) % 4], pts2[i]) for i in range(4)]
+    num = 0
+    for i in range(4):
+        for j in range(4):
+            det = _nmsr_cross(vec2[j], vec1[i])
+            if math.fabs(det) <= 1e-14:
+                continue
+            vec12 = _nmsr_minus(pts2[j], pts1[i])
+            t1 = _nmsr_cross(vec2[j], vec12) / det
+            t2 = _nmsr_cross(vec1[i], vec12) / det
+            if t1 >= 0.0 and t1 <= 1.0 and t2 >= 0.0 and t2 <= 1.0:
+                intersections[num] = [pts1[i][0] + vec1[i][0] * t1,
+                                      pts1[i][1] + vec1[i][1] * t1]
+                num += 1
+    for P, Q, vec in ((pts1, pts2, vec2), (pts2, pts1, vec1)):
+        AB, DA = vec[0], vec[3]
+        ABdotAB, ADdotAD = _nmsr_dot(AB, AB), _nmsr_dot(DA, DA)
+        for i in range(4):
+            AP = _nmsr_minus(P[i], Q[0])
+            APdotAB = _nmsr_dot(AP, AB)
+            APdotAD = -_nmsr_dot(AP, DA)
+            if APdotAB >= 0 and APdotAD >= 0 and APdotAB <= ABdotAB and APdotAD <= ADdotAD:
+                intersections[num] = list(P[i])
+                num += 1
+    return num
+
+
+def _nmsr_hull_less(A, B):
+    temp = _nmsr_cross(A, B)
+    if math.fabs(temp) < 1e-6:
+        return bool(_nmsr_dot(A, A) < _nmsr_dot(B, B))
+    return bool(temp > 0)
+
+
+def _nmsr_convex_hull_graham(p, num_in, q):
+    from ort_roi.definitions.cxx import std_sort
+
+    t = 0
+    for i in range(1, num_in):
+        if p[i][1] < p[t][1] or (p[i][1] == p[t][1] and p[i][0] < p[t][0]):
+            t = i
+    start = p[t]
+    for i in range(num_in):
+        q[i] = _nmsr_minus(p[i], start)
+    q[0], q[t] = q[t], q[0]
+    part = q[1:num_in]
+    std_sort(part, _nmsr_hull_less)
+    q[1:num_in] = part
+    dist = [_nmsr_dot(q[i], q[i]) for i in range(num_in)]
+    k = 1
+    while k < num_in:
+        if dist[k] > 1e-8:
+            break
+        k += 1
+    if k == num_in:
+        q[0] = p[t]
+        return 1
+    q[1] = q[k]
+    m = 2
+    for i in range(k + 1, num_in):
+        while m > 1 and _nmsr_cross(_nmsr_minus(q[i], q[m - 2]),
+                                    _nmsr_minus(q[m - 1], q[m - 2])) >= 0:
+            m -= 1
+        q[m] = q[i]
+        m += 1
+    return m  # shift_to_zero = true
+
+
+def _nmsr_polygon_area(q, m):
+    if m <= 2:
+        return np.float32(0)
+    area = np.float32(0)
+    for i in range(1, m - 1):
+        # float area += fabs(float): fabs promotes to double, the sum rounds back to float
+        area = np.float32(float(area) + math.fabs(_nmsr_cross(_nmsr_minus(q[i], q[0]),
+                                                              _nmsr_minus(q[i + 1], q[0]))))
+    return np.float32(float(area) / 2.0)
+
+
+def _nmsr_rotated_boxes_intersection(box1, box2):
+    intersectPts = [[np.float32(0)] * 2 for _ in range(24)]
+    orderedPts = [[np.float32(0)] * 2 for _ in range(24)]
+    num = _nmsr_intersection_points(_nmsr_vertices(box1), _nmsr_vertices(box2), intersectPts)
+    if num <= 2:
+        return np.float32(0.0)
+    num_convex = _nmsr_convex_hull_graham(intersectPts, num, orderedPts)
+    return _nmsr_polygon_area(orderedPts, num_convex)
+
+
+def mmdeploy_nms_rotated_ovr(b_i, b_j):
+    """The ovr NMSRotatedKernel::Compute compares for boxes i (the higher-scored) and j, each
+    5 float32 values [cx, cy, w, h, theta]."""
+    f = np.float32
+    # (float + float) / 2.0: a double
+    center_shift_x = float(b_i[0] + b_j[0]) / 2.0
+    center_shift_y = float(b_i[1] + b_j[1]) / 2.0
+    box1 = [f(float(b_i[0]) - center_shift_x), f(float(b_i[1]) - center_shift_y),
+            b_i[2], b_i[3], b_i[4]]
+    box2 = [f(float(b_j[0]) - center_shift_x), f(float(b_j[1]) - center_shift_y),
+            b_j[2], b_j[3], b_j[4]]
+    area1 = box1[2] * box1[3]
+    area2 = box2[2] * box2[3]
+    intersection = _nmsr_rotated_boxes_intersection(box1, box2)
+    baseS = area1 + area2 - intersection
+    return intersection / baseS
+
+
+def mmdeploy_nms_rotated(boxes, scores, *, iou_threshold, score_threshold):
+    """NMSRotatedKernel::Compute: boxes [N, B, 5], scores [N, C, B] float32 -> [S, 3] int64."""
+    from ort_roi.definitions.cxx import std_sort
+
+    f = np.float32
+    iou_threshold, score_threshold = f(iou_threshold), f(score_threshold)
+    nbatch, nboxes = boxes.shape[0], boxes.shape[1]
+    nclass = scores.shape[1]
+    tmp_boxes = [f(v) for v in boxes.ravel()]
+    sc = [f(v) for v in scores.ravel()]
+    res_order = []
+    with np.errstate(all="ignore"):
+        for k in range(nbatch):
+            for g in range(nclass):
+                select = [True] * nboxes
+                tmp_sc = [sc[k * nboxes * nclass + g * nboxes + i] for i in range(nboxes)]
+                order = list(range(nboxes))
+                std_sort(order, lambda id1, id2: bool(tmp_sc[id1] > tmp_sc[id2]))
+                for _i in range(nboxes):
+                    if not select[_i]:
+                        continue
+                    i = order[_i]
+                    for _j in range(_i + 1, nboxes):
+                        if not select[_j]:
+                            continue
+                        j = order[_j]
+                        bi = k * nboxes * 5 + i * 5
+                        bj = k * nboxes * 5 + j * 5
+                        ovr = mmdeploy_nms_rotated_ovr(tmp_boxes[bi:bi + 5], tmp_boxes[bj:bj + 5])
+                        if ovr > iou_threshold:
+                            select[_j] = False
+                for i in range(nboxes):
+                    if select[i] and tmp_sc[order[i]] > score_threshold:
+                        res_order += [k, g, order[i]]
+    return np.array(res_order, np.int64).reshape(-1, 3)

@@ -164,10 +164,10 @@ def test_every_op_module_is_one_entry_in_the_registry():
     assert len(keys) == len(set(keys))
 
 
-#: The calls that hand a step to the backend table: ``compute`` itself, and the RoIAlign
-#: family's check -> bins -> compute helper (kernels.checks.compute_align), which takes the
-#: step the same way.
-COMPUTE = ("compute", "compute_align")
+#: The calls that hand a step to the backend table: ``compute`` itself, the RoIAlign
+#: family's check -> bins -> compute helper (kernels.checks.compute_align) and the per-level
+#: loop (kernels.dispatch.compute_by_level), which take the step the same way.
+COMPUTE = ("compute", "compute_align", "compute_by_level")
 
 
 def _compute_steps(module: str) -> set[str]:

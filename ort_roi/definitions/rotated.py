@@ -102,3 +102,27 @@ def mmdeploy_multi_level_rotated_roi_align_levels(rois, *feats, **attrs):
     strides = [attrs.pop(f"stride_{i}") for i in range(len(feats))]
     return mmdeploy_multi_level_rotated_roi_align(rois, *feats, featmap_strides=strides,
                                                   **attrs)
+
+
+def pyramid_rotated_roi_align(rois, levels, *feats, output_height=1, output_width=1,
+                              sampling_ratio=0, aligned=1, clockwise=0, spatial_scales=()):
+    """PyramidRotatedRoIAlign: row r pooled by ``mmcv_roi_align_rotated`` from the map its
+    level names (feats[levels[r]], at spatial_scales[levels[r]]); a row of no level (outside
+    0 .. L-1) is 0 and is not read."""
+    X0 = feats[0]
+    out = np.zeros((rois.shape[0], X0.shape[1], output_height, output_width), X0.dtype)
+    for r in range(rois.shape[0]):
+        lv = int(levels[r])
+        if 0 <= lv < len(feats):
+            out[r] = mmcv_roi_align_rotated(
+                feats[lv], rois[r:r + 1], output_height=output_height,
+                output_width=output_width, spatial_scale=spatial_scales[lv],
+                sampling_ratio=sampling_ratio, aligned=aligned, clockwise=clockwise)[0]
+    return out
+
+
+def pyramid_rotated_roi_align_levels(rois, levels, *feats, **attrs):
+    """``pyramid_rotated_roi_align`` with the scales as attributes spatial_scale_0 ..
+    spatial_scale_{L-1}."""
+    scales = [attrs.pop(f"spatial_scale_{i}") for i in range(len(feats))]
+    return pyramid_rotated_roi_align(rois, levels, *feats, spatial_scales=scales, **attrs)

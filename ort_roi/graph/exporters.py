@@ -151,8 +151,9 @@ def _torchvision_stages(model: onnx.ModelProto, g: GraphIndex) -> tuple[Moved, l
 
 
 def _scatter_nd_stages(model: onnx.ModelProto, g: GraphIndex) -> tuple[Moved, list[str]]:
-    fused, notes = scatter_nd.fuse(model, g)
-    return [(name, f"ScatterND-merged RoI stage ({n} nodes)", f"{DOMAIN}::PyramidRoIAlign")
+    fused, notes = scatter_nd.fuse(model, g)  # (name: .../PyramidRoIAlign_L4, ...)
+    return [(name, f"ScatterND-merged RoI stage ({n} nodes)",
+             f"{DOMAIN}::{name.rsplit('/', 1)[-1].rsplit('_L', 1)[0]}")
             for name, n in fused], notes
 
 

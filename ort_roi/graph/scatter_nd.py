@@ -9,7 +9,12 @@ batch index (Cast to int64) and columns 1..4 the boxes of a RoiAlign on level l'
 pooled result (through a Reshape to [len(sel), *zeros.shape[1:]], which changes nothing)
 written into the zeros [rows, C, H, W] at Unsqueeze(sel, -1) by ScatterND, the levels chained.
 MMDeploy's onnxruntime export of MMDetection's ``SingleRoIExtractor`` is this form with
-padding rows, the boxes' offset and a final Slice (``scatter_nd_pad``).
+padding rows, the boxes' offset and a final Slice (``scatter_nd_pad``). MMRotate's
+``RotatedSingleRoIExtractor`` (MMDeploy's onnxruntime config, which leaves it as MMRotate
+wrote it) is this form over ``MMCVRoIAlignRotated``: each level's node reads the Gathered rows
+[k, 6] whole, and the stage becomes one PyramidRotatedRoIAlign_L{n}. Its trace keeps only the
+levels its example rois reached; a chain that merges fewer levels than its Clip lets the
+levels take gets a note saying which rows come out 0 (``_levels_left_out``).
 
 ``fuse`` recognises the computation, not the names: every node on the matched paths is checked
 with its whole attribute set (``GraphIndex.made_by``), every constant it reads is checked, and
@@ -31,11 +36,13 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..errors import node_label
+from ..errors import RoiOpError, node_label
 from ..ops import form
 from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
+from ..ops.pyramid_rotated_roi_align import SPECS as ROTATED_SPECS
 from ..spec import DOMAIN, MAX_LEVELS
 from . import scatter_nd_pad as pad
+from .nodes import node_attrs
 from .stages import (fused_name, is_positive_zero, level_roi_align, matched_or_noted,
                      merge_chain, pooled_by_roi_align, selected_level)
 from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs, indexed,
@@ -43,7 +50,7 @@ from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs
 
 #: How notes and NoMatch messages name the form.
 FAMILY = ("the ScatterND family of RoI stages (detectron2's ROIPooler, MMDeploy's "
-          "SingleRoIExtractor)")
+          "SingleRoIExtractor, MMRotate's RotatedSingleRoIExtractor)")
 
 
 @dataclass
@@ -57,6 +64,7 @@ class NdStage:
     feats: list[str]  # the feature map of each level, level 0 first
     attrs: dict  # PyramidRoIAlign's attributes
     offsets: list | None = None  # each level's constant added to its boxes (MMDeploy's)
+    rotated: bool = False  # MMCVRoIAlignRotated per level (MMRotate's extractor)
 
 
 def _producer(g: GraphIndex, name: str, *ops: str) -> onnx.NodeProto | None:
@@ -88,6 +96,43 @@ def _other_roi_merge_note(g: GraphIndex, first: onnx.NodeProto,
             f"ort_roi's kernel)"]
 
 
+#: The rotated RoIAlign nodes a level of MMRotate's extractor pools with (their form's spec
+#: reads their attributes).
+ROTATED = (("mmdeploy", "MMCVRoIAlignRotated"), ("mmcv", "MMCVRoIAlignRotated"))
+
+
+def _pooled(g: GraphIndex, name: str) -> tuple[onnx.NodeProto | None, onnx.NodeProto | None]:
+    """What a merge of the family writes: (the ONNX RoiAlign or MMCVRoIAlignRotated computing
+    ``name``, the Reshape between them or None); (None, None) for anything else."""
+    ra, reshape = pooled_by_roi_align(g, name, "Reshape")
+    if ra is not None:
+        return ra, reshape
+    n = g.producer.get(name)
+    between = n if n is not None and n.op_type == "Reshape" and is_default(n) else None
+    if between is not None:
+        n = g.producer.get(between.input[0])
+    if n is None or (n.domain, n.op_type) not in ROTATED:
+        return None, None
+    return n, between
+
+
+def _level_rotated(g: GraphIndex, node: onnx.NodeProto, attrs: dict | None
+                   ) -> tuple[dict, float]:
+    """One level's MMCVRoIAlignRotated: its attributes as its form's spec resolves them (what
+    the unfused node computes with), read as PyramidRotatedRoIAlign's, which must equal the
+    other levels'. Returns (those attributes, the level's spatial_scale)."""
+    try:
+        a = node_attrs(node, form(node.domain, node.op_type).spec)
+    except RoiOpError as e:
+        raise NoMatch(str(e)) from None
+    these = {k: a[k] for k in ("output_height", "output_width", "sampling_ratio", "aligned",
+                               "clockwise")}
+    if attrs is not None and these != attrs:
+        raise NoMatch(f"MMCVRoIAlignRotated {node_label(node)!r} pools with {these}, another "
+                      f"level with {attrs}")
+    return these, float(a["spatial_scale"])
+
+
 def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
                 ) -> tuple[list[NdStage], list[str]]:
     """Every stage of the ScatterND family in the main graph, and a note for each chain that
@@ -100,18 +145,53 @@ def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
                 or _producer(g, node.input[0], "ScatterND") is not None:
             continue  # not the first merge of a chain
         chain = merge_chain(g, node, also=frozenset({"Shape"}))  # the next Reshape's shape
-        if not any(pooled_by_roi_align(g, s.input[2], "Reshape")[0] is not None for s in chain):
+        if not any(_pooled(g, s.input[2])[0] is not None for s in chain):
             notes += _other_roi_merge_note(g, node, chain)
             continue  # a scatter of something else: none of our business
         if _producer(g, node.input[0], "ConstantOfShape") is None \
                 and _producer(g, node.input[2], "RoiAlign"):
             continue  # torch.onnx's dynamo form of torchvision's stage: fusion.py's note
+        notes += _levels_left_out(g, node, chain)
+        op = next(p.op_type for p in (_pooled(g, s.input[2])[0] for s in chain) if p is not None)
+        each = ("each RoiAlign still moved" if op == "RoiAlign"
+                else f"each {op} runs on ort_roi's kernel")
         matched_or_noted(
             lambda: _match(g, chain), stages, notes,
-            lambda why: f"node {node_label(node)!r} (ScatterND) merges RoiAlign results into "
+            lambda why: f"node {node_label(node)!r} (ScatterND) merges {op} results into "
                         f"zeros as {FAMILY} does, but does not match it exactly ({why}); left "
-                        f"node by node (each RoiAlign still moved)")
+                        f"node by node ({each})")
     return stages, notes
+
+
+def _levels_left_out(g: GraphIndex, first: onnx.NodeProto, chain: list[onnx.NodeProto]
+                     ) -> list[str]:
+    """A note where the chain merges fewer levels than its levels tensor can hold
+    (Cast(Clip(x, 0, hi)): levels 0 .. hi): the rows of the others come out 0 (a trace that
+    pooled only the levels its example rois reached), else none."""
+    levels, found = None, []
+    for s in chain:
+        try:
+            level, levels = _level_of(g, _index(g, s.input[1]), levels)
+        except NoMatch:
+            return []
+        found.append(level)
+    cast = _producer(g, levels, "Cast")
+    clip = _producer(g, cast.input[0] if cast is not None else levels, "Clip")
+    hi = g.const(clip.input[2]) if clip is not None and len(clip.input) > 2 and clip.input[2] \
+        else None
+    if hi is None or hi.size != 1 or not np.isfinite(hi.ravel()[0]):
+        return []
+    top = int(hi.ravel()[0])
+    missing = sorted(set(range(top + 1)) - set(found))
+    if not missing or top > MAX_LEVELS:
+        return []
+    return [f"node {node_label(first)!r} (ScatterND) merges the pooled rows of level(s) "
+            f"{sorted(found)} only, while the levels it selects from run 0 .. {top} (Clip "
+            f"{node_label(clip)!r}): rows of level(s) {missing} come out 0, as the graph says. "
+            f"Such a graph holds only the levels that had rois when it was traced (MMRotate's "
+            f"RotatedSingleRoIExtractor pools a level only if it has rois), so it pools fewer "
+            f"levels than the model: re-export it with rois on every level during the trace "
+            f"(docs/exporters.md, MMRotate)"]
 
 
 def _vector(g: GraphIndex, name: str, axis: int) -> str:
@@ -273,18 +353,27 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> NdStage:
     if not 1 < len(chain) <= MAX_LEVELS:
         raise NoMatch(f"{len(chain)} levels merged: ort_roi fuses 2 to {MAX_LEVELS}")
     levels = rois = None
-    found, attrs, casts, pooled, offsets = {}, None, set(), set(), {}
+    found, attrs, casts, pooled, offsets, kinds = {}, None, set(), set(), {}, {}
     merged = {chain[0].input[0]}
     for s in chain:
         check_attrs(s, g.opset, g.exporter, reduction="none")
-        ra, reshape = pooled_by_roi_align(g, s.input[2], "Reshape")
+        ra, reshape = _pooled(g, s.input[2])
         if ra is None:
             raise NoMatch(f"ScatterND {node_label(s)!r} scatters {s.input[2]!r}, not a "
                           f"RoiAlign's result")
-        attrs, scale = level_roi_align(g, ra, attrs)
+        if kinds.setdefault("rotated", ra.op_type != "RoiAlign") != (ra.op_type != "RoiAlign"):
+            raise NoMatch(f"{ra.op_type} {node_label(ra)!r} pools one level, another kind of "
+                          f"node the others")
+        if kinds["rotated"]:
+            attrs, scale = _level_rotated(g, ra, attrs)
+        else:
+            attrs, scale = level_roi_align(g, ra, attrs)
         sel = _index(g, s.input[1])
         level, levels = _level_of(g, sel, levels)
-        src, cast, sel2, offsets[level] = _pooled_rows(g, ra)
+        if kinds["rotated"]:  # whole rows [k, 6]: Gather(rois, sel)
+            (src, cast, sel2), offsets[level] = _rows(g, ra.input[1]), None
+        else:
+            src, cast, sel2, offsets[level] = _pooled_rows(g, ra)
         if rois is not None and src != rois:
             raise NoMatch(f"RoiAlign {node_label(ra)!r} pools rows of {src!r}, another level "
                           f"rows of {rois!r}")
@@ -314,7 +403,7 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> NdStage:
     attrs.update({f"spatial_scale_{i}": found[i][1] for i in range(len(chain))})
     shifts = [offsets[i] for i in range(len(chain))]
     return NdStage(out, rois, casts.pop(), levels, feats, attrs,
-                   shifts if any(c is not None for c in shifts) else None)
+                   shifts if any(c is not None for c in shifts) else None, kinds["rotated"])
 
 
 def fuse(model: onnx.ModelProto, g: GraphIndex | None = None
@@ -326,9 +415,10 @@ def fuse(model: onnx.ModelProto, g: GraphIndex | None = None
     stages, notes = find_stages(model, g)
     done = []
     for st in stages:
-        spec = PYRAMID_SPECS[len(st.feats)]
+        spec = (ROTATED_SPECS if st.rotated else PYRAMID_SPECS)[len(st.feats)]
         name = fused_name(st.last, spec.name)
-        new, rois = indexed(model, "torch.onnx", g).first_columns(st.rois, 5, name)
+        new, rois = ([], st.rois) if st.rotated else indexed(  # (rotated: whole rows, as read)
+            model, "torch.onnx", g).first_columns(st.rois, 5, name)
         if st.cast is not None:  # Cast(Gather(rois, sel)) = Gather(Cast(rois), sel)
             new.append(helper.make_node("Cast", [rois], [f"{name}/rois"], name=f"{name}/Cast",
                                         to=st.cast))

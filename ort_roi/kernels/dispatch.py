@@ -107,3 +107,28 @@ def compute(step: Step, X, **kwargs):
         Xh = [host(x) for x in X] if isinstance(X, (list, tuple)) else host(X)
         out[left] = cupy.asarray(step.numpy(Xh, **sub))
     return out
+
+
+def compute_by_level(step: Step, X: list, *, level: np.ndarray, **kwargs):
+    """``compute(step, X[l], ...)`` on the boxes of each level l (``level`` [R] on the host),
+    each level's output written into its boxes' places as soon as it is computed (a step may
+    hand out a reused buffer: ``workspace.reuse_outputs``); a box of no level (outside 0 ..
+    len(X)-1) gives zeros. The step's per-box arguments (``step.per_box``) are sliced to each
+    level's boxes, the others passed as they are. Returns [R, ...] where X is."""
+    present = [lv for lv in range(len(X)) if (level == lv).any()]
+    if len(present) == 1 and (level == present[0]).all():  # one level: its output as it is
+        return compute(step, X[present[0]], **kwargs)
+    levels = [(lv, np.flatnonzero(level == lv)) for lv in present]
+    if not present:  # no box on any level: the output's shape from an empty call
+        levels = [(0, np.flatnonzero(level == 0))]
+    out = None
+    for lv, idx in levels:
+        y = compute(step, X[lv], **{k: v[idx] if k in step.per_box else v
+                                    for k, v in kwargs.items()})
+        if out is None:
+            xp = np
+            if is_cupy(y):
+                import cupy as xp
+            out = xp.zeros((level.shape[0], *y.shape[1:]), y.dtype)
+        out[idx if xp is np else xp.asarray(idx)] = y
+    return out

@@ -30,9 +30,11 @@ MODULES: tuple[str, ...] = (
     "roi_pooling", "roi_pool", "psroi_pool", "roi_align", "onnx_roi_align",
     "roi_feature_extractor", "torchvision_ps_roi_align", "torchvision_ps_roi_pool",
     "pyramid_roi_align", "heatmaps_to_keypoints", "paste_masks", "multi_level_roi_align",
-    "mmcv_roi_align", "mmcv_roi_align_rotated", "caffe2_roi_align", "crop_and_resize",
+    "mmcv_roi_align", "mmcv_roi_align_rotated", "multi_level_rotated_roi_align",
+    "pyramid_rotated_roi_align",
+    "caffe2_roi_align", "crop_and_resize",
     "generate_proposals", "collect_fpn_proposals", "distribute_fpn_proposals",
-    "distribute_roi_align",
+    "distribute_roi_align", "nms_rotated",
 )
 
 #: Every op's entry, in ``MODULES`` order.

@@ -21,7 +21,7 @@ from ..definitions.rotated import mmdeploy_multi_level_rotated_roi_align_levels 
 from ..geometry import level_scales, mmdeploy_rotated_rows
 from ..kernels.checks import check_batch_rois, check_levels, check_output_size, \
     check_rotated_sizes, level_node, quiet, resolve_levels
-from ..kernels.dispatch import compute, is_cupy, steps
+from ..kernels.dispatch import compute_by_level, steps
 from ..levels import mmdeploy_rotated_levels
 from ..spec import MAX_LEVELS, Attr, Input, NodeForm, Op, OpSpec, Output, aligned_attr, \
     level_forms, level_inputs, level_scale_attrs, pooled_attrs, pyramid_layout, \
@@ -104,26 +104,7 @@ def multi_level_rotated_roi_align(rois, *feats, output_height: int = 7, output_w
     ph, pw = a["output_height"], a["output_width"]
     rows = mmdeploy_rotated_rows(rois, batch, scale, ph, pw, a["sampling_ratio"],
                                  bool(a["aligned"]), bool(a["clockwise"]))
-    return _by_level(X, rows, level, ph, pw)
-
-
-def _by_level(X: list, rows: np.ndarray, level: np.ndarray, ph: int, pw: int):
-    """MMCVRoIAlignRotated's compute step on each level's rows, each level's output written
-    into the rows' places as soon as it is computed (the step may hand out a reused buffer:
-    the bridge's ``workspace.reuse_outputs``), on the backend of the maps."""
-    present = [lv for lv in range(len(X)) if (level == lv).any()]
-    if len(present) <= 1:  # no rows, or all on one level: its output as it is
-        lv = present[0] if present else 0
-        return compute(steps.align_rotated, X[lv], rows=rows, ph=ph, pw=pw)
-    if is_cupy(X[0]):
-        import cupy as xp
-    else:
-        xp = np
-    out = xp.empty((rows.shape[0], X[0].shape[1], ph, pw), X[0].dtype)
-    for lv in present:
-        idx = np.flatnonzero(level == lv)
-        out[xp.asarray(idx)] = compute(steps.align_rotated, X[lv], rows=rows[idx], ph=ph, pw=pw)
-    return out
+    return compute_by_level(steps.align_rotated, X, level=level, rows=rows, ph=ph, pw=pw)
 
 
 ENTRY = Op(

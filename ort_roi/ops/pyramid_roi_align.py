@@ -41,7 +41,7 @@ def _spec(L: int) -> OpSpec:
 SPECS = {L: _spec(L) for L in range(1, MAX_LEVELS + 1)}
 
 
-def _rows_no_level_unread(rois, levels, L: int):
+def rows_no_level_unread(rois, levels, L: int):
     """The rois with each row that no level selects (levels[r] outside 0 .. L-1) replaced by
     the first selected row (or zeros): such a row is never pooled (its output is 0, as the
     native multi-level stages leave it), so what it holds (NaN, inf, any batch index) is not
@@ -86,7 +86,7 @@ def pyramid_roi_align(rois, levels, *feats, output_height: int = 1, output_width
                                   sampling_ratio=sampling_ratio, aligned=aligned))
     op = spec.name
     X = check_levels(op, feats)
-    rois = _rows_no_level_unread(rois, levels, L)
+    rois = rows_no_level_unread(rois, levels, L)
     rois, batch, boxes = check_batch_rois(op, "rois", rois, X[0])
     level = int_vector(op, "levels", levels, rois.shape[0], "[R] = [{}] (one level per box)")
     scale = [a[f"spatial_scale_{i}"] for i in range(L)]
