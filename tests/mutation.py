@@ -34,6 +34,7 @@ from onnx import helper, numpy_helper
 
 import ort_roi
 from ort_roi.errors import RoiOpError
+from ort_roi.runtime import bridge
 
 #: Other values ONNX allows for the string attributes the recognised patterns hold.
 STRINGS = {"mode": ("avg", "max"), "coordinate_transformation_mode": (
@@ -184,10 +185,15 @@ def _session(model: onnx.ModelProto, ours: bool) -> ort.InferenceSession:
 
 
 def _run(s: ort.InferenceSession, feed: dict) -> list[np.ndarray] | str:
+    """The outputs of one run, or why it failed: onnxruntime raised, or one of ort_roi's
+    kernels refused its inputs (a plain session logs that and fills the node's output with
+    NaN; the front door raises it: the run failed either way)."""
     try:
-        return s.run(None, feed)
+        with bridge.raising(s, feed) as errors:
+            out = s.run(None, feed)
     except Exception as e:  # noqa: BLE001 - a failing run is an outcome
         return str(e).splitlines()[0][:200]
+    return f"refused: {errors[0]}"[:200] if errors else out
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:

@@ -369,11 +369,13 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> NdStage:
         else:
             attrs, scale = level_roi_align(g, ra, attrs)
         sel = _index(g, s.input[1])
-        level, levels = _level_of(g, sel, levels)
         if kinds["rotated"]:  # whole rows [k, 6]: Gather(rois, sel)
-            (src, cast, sel2), offsets[level] = _rows(g, ra.input[1]), None
+            (src, cast, sel2), shift = _rows(g, ra.input[1]), None
+            g.read_as(src, 2)  # (the node refuses rows of another rank: the graph fails)
         else:
-            src, cast, sel2, offsets[level] = _pooled_rows(g, ra)
+            src, cast, sel2, shift = _pooled_rows(g, ra)
+        level, levels = _level_of(g, sel, levels)
+        offsets[level] = shift
         if rois is not None and src != rois:
             raise NoMatch(f"RoiAlign {node_label(ra)!r} pools rows of {src!r}, another level "
                           f"rows of {rois!r}")

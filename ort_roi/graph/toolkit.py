@@ -112,6 +112,7 @@ class GraphIndex:
         self._shapes: list[dict] = []  # the inferred shapes, once (its views share it)
         self._rows: dict[str, set[str]] = {}  # same_rows, once per tensor (shared too)
         self._ranks: dict[str, int | None] = {}  # rank, likewise
+        self._read_as: dict[str, int] = {}  # read_as: the rank a tensor runs with
 
     def seen_by(self, exporter: str) -> GraphIndex:
         """This index, not rebuilt, naming ``exporter`` in its NoMatch messages (the one
@@ -174,11 +175,20 @@ class GraphIndex:
 
     def rank(self, name: str, depth: int = 32) -> int | None:
         """The rank of tensor ``name``: shape inference's, else what the ops computing it
-        say (a constant's; a Concat's, whose inputs share one rank; an elementwise op's,
-        the largest of its inputs' where each is told), None where neither can tell."""
+        say (a constant's; ``read_as``'s; a Concat's, whose inputs share one rank; an
+        elementwise op's, the largest of its inputs' where each is told; a Gather's), None
+        where neither can tell."""
         if name not in self._ranks:  # (once per tensor, as same_rows)
             self._ranks[name] = self._rank(name, depth)
         return self._ranks[name]
+
+    def read_as(self, name: str, rank: int) -> None:
+        """Tensor ``name`` has rank ``rank`` wherever the graph runs: a node of ort_roi's
+        reads it (or a Gather of its rows) and refuses any other, so the graph fails there
+        and a fused node may take it as told. ``rank`` answers it where shape inference
+        cannot tell."""
+        self._read_as[name] = rank
+        self._ranks.clear()
 
     def _rank(self, name: str, depth: int) -> int | None:
         shape = self.shape(name)
@@ -187,6 +197,8 @@ class GraphIndex:
         v = self.const(name)
         if v is not None:
             return v.ndim
+        if name in self._read_as:
+            return self._read_as[name]
         n = self.producer.get(name)
         if n is None or depth <= 0 or not is_default(n):
             return None
@@ -198,6 +210,9 @@ class GraphIndex:
         if n.op_type in _BROADCAST:
             ranks = [self.rank(x, depth - 1) for x in n.input if x]
             return max(ranks) if ranks and None not in ranks else None
+        if n.op_type == "Gather" and len(n.input) == 2:  # data's axis replaced by the indices'
+            data, idx = self.rank(n.input[0], depth - 1), self.rank(n.input[1], depth - 1)
+            return None if data is None or idx is None else data - 1 + idx
         return None
 
     def same_rows(self, name: str, depth: int = 64) -> set[str]:
