@@ -1,6 +1,6 @@
 """Rotated RoIAlign (mmcv roi_align_rotated, CPU forward) of checked inputs, from each box's
 geometry (geometry.ROTATED_ROW): the strategies "regular" (a few boxes at once, every sample
-of every bin, from an NHWC copy of X) and "clipped" (a box whose grid holds more than
+of every bin, from an NHWC copy of X; the steps shared by the cores) and "clipped" (a box whose grid holds more than
 strategies.SAMPLES_PER_BOX samples is sampled only where its samples can fall on the map: the
 rows and columns of each bin's grid are clipped to the rotated map's extent, so its cost is
 bounded by the map's size, not by the box's).
@@ -13,6 +13,7 @@ import numpy as np
 from ...errors import RoiOpError
 from ...geometry import bilinear_weights, rotated_samples
 from . import strategies, workspace
+from .parallel import for_ranges
 
 #: Samples x channels gathered per step (bounds the scratch memory).
 STEP = 1 << 20
@@ -36,7 +37,7 @@ def align_rotated(X: np.ndarray, rows: np.ndarray, ph: int, pw: int) -> np.ndarr
     small = np.flatnonzero(~big)
     # boxes of similar grids together, so each step's padding to its largest grid is small
     small = small[np.lexsort((grid[small, 1], grid[small, 0]))]
-    i = 0
+    steps, i = [], 0  # (boxes, their largest grid): each step's work, made first
     while i < small.size:
         gy, gx = max(1, int(grid[small[i], 0])), max(1, int(grid[small[i], 1]))
         n = max(1, STEP // (ph * pw * gy * gx * max(C, 1)))  # by the first (smallest) grid
@@ -46,8 +47,14 @@ def align_rotated(X: np.ndarray, rows: np.ndarray, ph: int, pw: int) -> np.ndarr
         while rs.size > 1 and rs.size * ph * pw * Gy * Gx * C > 4 * STEP:
             rs = rs[:rs.size // 2]
             Gy, Gx = max(1, int(grid[rs, 0].max())), max(1, int(grid[rs, 1].max()))
-        _regular(Xn, rows[rs], ph, pw, Gy, Gx, out, rs)
+        steps.append((rs, Gy, Gx))
         i += rs.size
+
+    def work(a: int, b: int) -> None:  # steps a..b-1: each writes its own boxes' rows
+        for rs, Gy, Gx in steps[a:b]:
+            _regular(Xn, rows[rs], ph, pw, Gy, Gx, out, rs)
+
+    for_ranges(len(steps), work, min_chunk=1)
     return out
 
 
