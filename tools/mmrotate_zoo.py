@@ -92,6 +92,8 @@ import os
 import sys
 import traceback
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "..", "ort_roi", "data")
 IMAGE_HW = (320, 480)
 
 #: model: its mmrotate-dev 1.0.1 config under .mim/configs
@@ -619,9 +621,130 @@ def cut_all(keep: str, opset: int = 11) -> None:
                    for i in c.graph.input], "->", [o.name for o in c.graph.output])
 
 
+def _dets_as_set(dets, labels):
+    """Detections [n, 6] with their labels as rows, sorted (rows of near-equal score may
+    come in another order)."""
+    import numpy as np
+
+    rows = np.concatenate([dets.reshape(-1, 6), labels.reshape(-1, 1).astype(np.float32)], 1)
+    return rows[np.lexsort(np.round(rows, 2).T[::-1])].astype(np.float64)
+
+
+def e2e(keep: str, models: list[str], repeat: int, asis: bool = True) -> dict:
+    """Each exported onnxruntime graph (and ``..._asis``) run as it is (a plain onnxruntime
+    session with ``ort_roi.session_options()``: its mmdeploy::MMCVRoIAlignRotated and
+    NMSRotated nodes on ort_roi's kernels) against ``ort_roi.convert``'s graph (its rotated
+    stage fused), on the network input of ``{model}_eager.npz``: outputs compared, then with
+    MMDeploy's rewritten forward in PyTorch (``{model}_eager_mmdeploy.npz``: what the graph
+    means) as sets, and the seconds per input in interleaved settled rounds (``repeat`` 0:
+    one run each). ``KEEP/e2e_{repeat}.json``."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    import ort_roi
+    from ort_roi.cli.bench_timing import time_together
+    from tools.detectron2_graphs import SETTLE_S
+    from tools.mmdet_zoo import _roi_nodes
+    from tests.graph_helpers import convert_quietly
+
+    rows = {}
+    for name in models:
+        with np.load(os.path.join(keep, f"{name}_eager.npz")) as d:
+            feed = {"input": d["input"]}
+        with np.load(os.path.join(keep, f"{name}_eager_mmdeploy.npz")) as d:
+            meant = _dets_as_set(d["dets"], d["labels"])
+        for variant in ("onnxruntime", "onnxruntime_asis") if asis else ("onnxruntime",):
+            path = os.path.join(keep, f"{name}_{variant}_11.onnx")
+            if not os.path.exists(path):
+                continue
+            native = onnx.load(path)
+            conv, done = convert_quietly(native)
+            so = ort_roi.session_options()
+            a = ort.InferenceSession(native.SerializeToString(), so,
+                                     providers=["CPUExecutionProvider"])
+            b = ort.InferenceSession(conv.SerializeToString(), so,
+                                     providers=["CPUExecutionProvider"])
+            if repeat:
+                t = time_together({"native": lambda: a.run(None, feed),
+                                   "converted": lambda: b.run(None, feed)}, repeat, 0,
+                                  shuffle=0, settle_s=SETTLE_S)
+                outs = t["native"][1], t["converted"][1]
+                ratios = sorted(x / y for x, y in zip(t["native"][2], t["converted"][2]))
+            else:
+                outs = a.run(None, feed), b.run(None, feed)
+            sets = [_dets_as_set(o[0], o[1]) for o in outs]
+            row = dict(moved=[m[2] for m in done.moved], notes=done.notes,
+                       native_roi=_roi_nodes(native), converted_roi=_roi_nodes(conv),
+                       dets=list(outs[0][0].shape),
+                       equal=all(np.array_equal(x, y) for x, y in zip(*outs)),
+                       max_diff=max(float(np.abs(x.astype(np.float64) - y).max(initial=0))
+                                    for x, y in zip(*outs)),
+                       vs_mmdeploy_eager_as_sets=[
+                           float(np.abs(x - meant).max()) if x.shape == meant.shape else
+                           f"shapes {list(x.shape)} / {list(meant.shape)}" for x in sets])
+            if repeat:
+                row.update(native_s=t["native"][0], converted_s=t["converted"][0],
+                           ratio=ratios[len(ratios) // 2], ratios_range=(ratios[0], ratios[-1]),
+                           repeat=repeat)
+            rows[f"{name}_{variant}"] = row
+            print(name, variant, json.dumps(row, indent=1), flush=True)
+    with open(os.path.join(keep, f"e2e_{repeat}.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    return rows
+
+
+#: the committed stage graphs (tools/mmrotate_zoo.py cut, renamed)
+STAGES = ("mmrotate_stage_oriented_rcnn_onnxruntime_11.onnx",
+          "mmrotate_stage_oriented_rcnn_onnxruntime_asis_11.onnx",
+          "mmrotate_stage_oriented_rcnn_tensorrt_11.onnx")
+
+
+def stage_feed(rois: int = 2000, hw=(1024, 1024), seed: int = 0) -> dict:
+    """A committed stage's inputs at the detectors' load: the FPN maps of DOTA's 1024 x 1024
+    input (strides 4..32, 256 channels), ``rois`` rotated rois (the RPN's 2000 proposals),
+    sides 8 to 800 px log-uniform (every level), angles in [-pi/2, pi/2]."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    feed = {f"feat{k}": rng.standard_normal((1, 256, hw[0] >> (2 + k), hw[1] >> (2 + k))
+                                            ).astype(np.float32) for k in range(4)}
+    side = np.exp(rng.uniform(np.log(8), np.log(800), (rois, 2)))
+    feed["rois"] = np.concatenate([np.zeros((rois, 1)), rng.uniform(0, hw[1], (rois, 1)),
+                                   rng.uniform(0, hw[0], (rois, 1)), side,
+                                   rng.uniform(-np.pi / 2, np.pi / 2, (rois, 1))],
+                                  1).astype(np.float32)
+    return feed
+
+
+def bench(out: str, repeat: int) -> None:
+    """Each committed stage as exported (its mmdeploy nodes on ort_roi's kernels, per level)
+    against converted (fused), back to back and settled (``stage_rounds``)."""
+    import onnx
+    import onnxruntime as ort
+
+    import ort_roi
+    from tests.graph_helpers import convert_quietly
+    from tools.detectron2_graphs import stage_rounds
+
+    for k in STAGES[:2]:  # (the TensorRT stage's node runs only converted: nothing to race)
+        m = onnx.load(os.path.join(out, k))
+        conv, _ = convert_quietly(m)
+        so = ort_roi.session_options()
+        a, b = (ort.InferenceSession(x.SerializeToString(), so,
+                                     providers=["CPUExecutionProvider"]) for x in (m, conv))
+        feed = stage_feed()
+        ours = sorted(n.op_type for n in conv.graph.node if n.domain == "ort_roi")
+        print(f"{k}, 2000 rois, converted: {ours}: "
+              + stage_rounds(lambda: a.run(None, feed)[0], lambda: b.run(None, feed)[0],
+                             repeat), flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("export", "census", "cut"))
+    from tools.detectron2_graphs import ReuseFreedMemory
+
+    ap.add_argument("what", choices=("export", "census", "cut", "e2e", "bench"))
     ap.add_argument("--keep", default="/tmp/w66rot")
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--backends", nargs="*", default=list(DEPLOY), choices=list(DEPLOY),
@@ -633,12 +756,20 @@ def main(argv=None) -> int:
                     "of MMRotate's extractor as it traces on the export's rois "
                     "({model}_onnxruntime_asis_11.onnx)")
     ap.add_argument("--no-run", action="store_true", help="census: do not open sessions")
+    ap.add_argument("--repeat", type=int, default=3, help="e2e, bench: interleaved rounds")
+    ap.add_argument("--out", default=OUT, help="bench: where the committed stages are")
+    ap.add_argument("--reuse-freed-memory", action=ReuseFreedMemory,
+                    help="ort_roi.reuse_freed_memory() first (e2e, bench)")
     args = ap.parse_args(argv)
     if args.what == "export":
         export(args.keep, args.models, args.backends, args.opset, args.score_threshold,
                not args.no_eager, args.as_is)
     elif args.what == "census":
         census_all(args.keep, not args.no_run)
+    elif args.what == "e2e":
+        e2e(args.keep, args.models, args.repeat)
+    elif args.what == "bench":
+        bench(args.out, args.repeat)
     else:
         cut_all(args.keep, args.opset)
     return 0
