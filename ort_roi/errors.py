@@ -74,6 +74,38 @@ class RoiOpError(ValueError):
                           tensor=tensor if tensor is not None else self.tensor)
 
 
+class BoxError(RoiOpError):
+    """A compute step's refusal of one box of the rows it was given (``box``: their index),
+    raised under the step's op; ``placed`` names the op that called the step and maps the
+    index to that op's rows (a step runs on a subset: one level's rows, the boxes a GPU step
+    left to the host).
+
+    Args:
+        op: the op the step computes for (as far as the step knows).
+        name: the input at fault (``"input 'rois'"``).
+        box: the box's index in the rows the step was given.
+        message: what is wrong, with ``{box}`` where the box is named.
+    """
+
+    def __init__(self, op: str, name: str, box: int, message: str):
+        self.box, self.template = int(box), message
+        super().__init__(op, name, message.format(box=int(box)))
+
+    def placed(self, op: str | None = None, rows=None) -> "BoxError":
+        """This error for ``op`` (None: the same), its box as row ``rows[box]`` (None: the
+        same index).
+
+        Args:
+            op: the op to name.
+            rows: the caller's row of each box the step was given.
+
+        Returns:
+            The error, renamed and re-indexed.
+        """
+        return BoxError(op or self.op, self.name,
+                        self.box if rows is None else int(rows[self.box]), self.template)
+
+
 def node_label(node) -> str:
     """How messages name a graph node: its name, or its op type when it has none."""
     return node.name or f"<unnamed {node.op_type}>"

@@ -214,8 +214,9 @@ def test_groie_pools_every_roi_on_every_level_each_roi_align_moved():
 
 def test_groie_note_only_where_every_level_pools_the_same_rows():
     """The note's claims, each broken once: a level pooling a subset of the rows (a Gather on
-    axis 0), two levels on one map, two at one scale: that level leaves the group (the
-    others, still every roi on their levels, keep it), or the note goes."""
+    axis 0) or with another output size, two levels on one map, two at one scale, every
+    level's rois masked by a level rule (a product with another tensor): that level leaves
+    the group (the others, still every roi on their levels, keep it), or the note goes."""
     def mutant(change):
         m = _graph("groie")
         change(m)
@@ -240,7 +241,29 @@ def test_groie_note_only_where_every_level_pools_the_same_rows():
                 if a.name == "spatial_scale":
                     a.f = 0.25
 
+    def masked(m):  # each level's rois times (levels == l): mmdet 2.x's level rule
+        m.graph.input.append(helper.make_tensor_value_info("lv", TensorProto.INT64, ["R"]))
+        for k in range(4):
+            p = f"mask{k}"
+            m.graph.initializer.append(helper.make_tensor(f"{p}/l", TensorProto.INT64, [], [k]))
+            m.graph.node.insert(0, helper.make_node("Mul", ["rois", f"{p}/u"], [f"{p}/rois"]))
+            m.graph.node.insert(0, helper.make_node("Unsqueeze", [f"{p}/f"], [f"{p}/u"],
+                                                    axes=[1]))
+            m.graph.node.insert(0, helper.make_node("Cast", [f"{p}/eq"], [f"{p}/f"],
+                                                    to=TensorProto.FLOAT))
+            m.graph.node.insert(0, helper.make_node("Equal", ["lv", f"{p}/l"], [f"{p}/eq"]))
+            for n in m.graph.node:
+                if n.name.startswith(f"/bbox_roi_extractor/roi_layers.{k}/Gather"):
+                    n.input[0] = f"{p}/rois"
+
+    def other_size(m):
+        ra = [n for n in m.graph.node if n.op_type == "RoiAlign"]
+        next(a for a in ra[0].attribute if a.name == "output_height").i = 5
+
     notes = mutant(subset)
     assert len(notes) == 1 and "3 RoiAlign nodes" in notes[0] and "roi_layers.3" not in notes[0]
+    assert not any("every roi on every level" in n for n in mutant(masked))
+    notes = mutant(other_size)
+    assert len(notes) == 1 and "3 RoiAlign nodes" in notes[0] and "roi_layers.0" not in notes[0]
     assert not any("every roi on every level" in n for n in mutant(one_map))
     assert not any("every roi on every level" in n for n in mutant(one_scale))

@@ -147,6 +147,38 @@ def test_rois_of_a_rank_inference_cannot_tell_are_read_as_the_rotated_nodes_read
         np.testing.assert_array_equal(run(conv, feed)[0], run(m, feed)[0])
 
 
+def test_a_row_of_no_level_is_not_checked_at_another_levels_scale():
+    """The fused op does not read a row no level selects, nor check it: the unfused stage
+    never pools it (a size that overflows at level 0's scale 4 but not at level 1's 0.5)."""
+    rng = np.random.default_rng(0)
+    feats = [rng.standard_normal((1, 2, 8, 8)).astype(np.float32) for _ in range(2)]
+    rois = np.array([[0, 3, 3, 1e38, 2, 0.3], [0, 3, 3, 2, 2, 0.1]], np.float32)
+    kw = dict(output_height=2, output_width=2, sampling_ratio=2, aligned=1, clockwise=1)
+    got = ops.pyramid_rotated_roi_align(rois, np.array([1, -1]), *feats,
+                                        spatial_scales=[4.0, 0.5], **kw)
+    want = ops.mmcv_roi_align_rotated(feats[1], rois[:1], spatial_scale=0.5, **kw)
+    np.testing.assert_array_equal(got[:1], want)
+    assert not got[1].any()
+
+
+def test_a_box_past_the_sample_limit_is_named_by_the_fused_op_and_its_row():
+    rng = np.random.default_rng(0)
+    feats = [rng.standard_normal((1, 2, 8, 8)).astype(np.float32) for _ in range(2)]
+    rois = np.array([[0, 3, 3, 2, 2, 0.3], [0, 3, 3, 2, 2, 0.1], [0, 3, 3, 4, 4, 0.1]],
+                    np.float32)
+    with pytest.raises(RoiOpError, match=r"^PyramidRotatedRoIAlign_L2: input 'rois': box 2 "
+                                         r"needs .* samples on the map"):
+        ops.pyramid_rotated_roi_align(rois, np.array([1, 1, 0]), *feats, output_height=2,
+                                      output_width=2, sampling_ratio=65536,
+                                      spatial_scales=[1.0, 0.5])
+
+
+def test_a_stage_whose_rank_inference_cannot_tell_still_gets_the_levels_note():
+    m = _whole_model_rois(_graph("onnxruntime_asis"))
+    _, done = convert_quietly(m)
+    assert any("rows of level(s) [1, 2, 3] come out 0" in n for n in done.notes), done.notes
+
+
 def test_the_stage_as_mmdeploy_traces_it_is_left_with_a_note_naming_the_rows_left_out():
     m = _graph("onnxruntime_asis")
     conv, done = convert_quietly(m)
@@ -163,17 +195,31 @@ def test_the_tensorrt_stage_is_one_node_rewritten_into_the_fixed_arity_op():
     m = _graph("tensorrt")
     conv, _ = convert_quietly(m)
     assert op_types(conv) == [("ort_roi", "MultiLevelRotatedRoiAlign_L4")]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in m.graph.node[0].attribute}
+    assert attrs["featmap_strides"] == [4.0, 8.0, 16.0, 32.0] and attrs["finest_scale"] == 56
     feed = _feeds()[0]
-    feed["rois"] = feed["rois"][:, :6]
-    got = run(conv, feed)[0]
-    assert got.shape == (len(SIDES), 256, 7, 7) and np.isfinite(got).all()
+    want = ops.multi_level_rotated_roi_align(
+        feed["rois"], *(feed[f"feat{k}"] for k in range(4)), output_height=7, output_width=7,
+        sampling_ratio=2, aligned=1, clockwise=1, roi_scale_factor=1.0, finest_scale=56,
+        featmap_strides=(4.0, 8.0, 16.0, 32.0))
+    np.testing.assert_array_equal(run(conv, feed)[0], want)
+    assert want.any(axis=(1, 2, 3)).all()
 
 
 @needs_bounded_roi_align
-def test_every_mutant_of_the_rotated_stage_is_left_or_computes_as_unfused(capsys):
-    out = judge(_graph("onnxruntime"), _feeds(), _fused, native_ours=True)
+@pytest.mark.parametrize("rois", ["declared", "of a rank inference cannot tell"])
+def test_every_mutant_of_the_rotated_stage_is_left_or_computes_as_unfused(rois, capsys):
+    """Also with the rois out of a Reshape (``GraphIndex.read_as`` reads their rank): a
+    mutant whose rows are not what the rotated nodes read must not be fused on it."""
+    m, feeds = _graph("onnxruntime"), _feeds()
+    if rois != "declared":
+        m = _whole_model_rois(m)
+        for f in feeds:
+            f["rois_shape"] = np.array(f["rois"].shape, np.int64)
+    out = judge(m, feeds, _fused, native_ours=True)
     with capsys.disabled():
-        print(f"\nmmrotate oriented_rcnn stage: {sum(out.counts.values())} mutants: {out}")
+        print(f"\nmmrotate oriented_rcnn stage, rois {rois}: {sum(out.counts.values())} "
+              f"mutants: {out}")
     assert not out.defects, "\n".join(out.defects[:20])
     assert sum(out.counts.values()) > 300
     assert out.counts["fused, equal"] > 30 and out.counts["left with a note"] > 50

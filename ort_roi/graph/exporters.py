@@ -185,7 +185,8 @@ EXPORTERS: tuple[Exporter, ...] = (
     Exporter("torch.onnx", _torch, (
         Pass("torch.onnx's RoiAlign below opset 16 (aligned=True lost)",
              aligned_note.torch_aligned_note, frozenset({"RoiAlign"}), fusion=False),
-        Pass("the ScatterND family of RoI stages (detectron2's ROIPooler, MMDeploy's)", _scatter_nd_stages,
+        Pass("the ScatterND family of RoI stages (detectron2's ROIPooler, MMDeploy's, "
+             "MMRotate's)", _scatter_nd_stages,
              frozenset({"ScatterND"})),
         Pass("torchvision's MultiScaleRoIAlign stage", _torchvision_stages,
              frozenset({"ScatterElements", "ScatterND"})),

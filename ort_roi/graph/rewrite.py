@@ -126,8 +126,8 @@ def convert(model: onnx.ModelProto, to: str = "ort_roi", *, roialign_max: str = 
     runs (``to="ort_roi"``): ONNX RoiAlign and MaxRoiPool become ort_roi nodes, the
     exporters' multi-level nodes fixed-arity ort_roi ops, every node of ours or of another
     exporter gets its attributes explicit, and (``fuse``) torchvision's exported
-    MultiScaleRoIAlign stages, the ScatterND family's stages (detectron2's ROIPooler, MMDeploy's) and
-    torchvision's per-box Loops become one node each (only where they match torch.onnx's form
+    MultiScaleRoIAlign stages, the ScatterND family's stages (detectron2's ROIPooler, MMDeploy's,
+    MMRotate's) and torchvision's per-box Loops become one node each (only where they match torch.onnx's form
     exactly; else a note says which node and why). ``to="onnx"`` moves the
     nodes convert writes back to the nodes they came from (a PyramidRoIAlign to standard ONNX
     computing the same, which convert fuses again); ort_roi nodes with no standard ONNX form

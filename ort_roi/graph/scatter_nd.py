@@ -9,12 +9,10 @@ batch index (Cast to int64) and columns 1..4 the boxes of a RoiAlign on level l'
 pooled result (through a Reshape to [len(sel), *zeros.shape[1:]], which changes nothing)
 written into the zeros [rows, C, H, W] at Unsqueeze(sel, -1) by ScatterND, the levels chained.
 MMDeploy's onnxruntime export of MMDetection's ``SingleRoIExtractor`` is this form with
-padding rows, the boxes' offset and a final Slice (``scatter_nd_pad``). MMRotate's
-``RotatedSingleRoIExtractor`` (MMDeploy's onnxruntime config, which leaves it as MMRotate
-wrote it) is this form over ``MMCVRoIAlignRotated``: each level's node reads the Gathered rows
-[k, 6] whole, and the stage becomes one PyramidRotatedRoIAlign_L{n}. Its trace keeps only the
-levels its example rois reached; a chain that merges fewer levels than its Clip lets the
-levels take gets a note saying which rows come out 0 (``_levels_left_out``).
+padding rows, the boxes' offset and a final Slice (``scatter_nd_pad``); MMRotate's
+``RotatedSingleRoIExtractor`` (MMDeploy's onnxruntime config) is this form over
+``MMCVRoIAlignRotated`` reading the Gathered rows [k, 6] whole: one PyramidRotatedRoIAlign_L{n}.
+A chain merging fewer levels than its Clip allows gets a note (``_levels_left_out``).
 
 ``fuse`` recognises the computation, not the names: every node on the matched paths is checked
 with its whole attribute set (``GraphIndex.made_by``), every constant it reads is checked, and
@@ -36,15 +34,14 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..errors import RoiOpError, node_label
+from ..errors import node_label
 from ..ops import form
 from ..ops.pyramid_roi_align import SPECS as PYRAMID_SPECS
 from ..ops.pyramid_rotated_roi_align import SPECS as ROTATED_SPECS
 from ..spec import DOMAIN, MAX_LEVELS
 from . import scatter_nd_pad as pad
-from .nodes import node_attrs
-from .stages import (fused_name, is_positive_zero, level_roi_align, matched_or_noted,
-                     merge_chain, pooled_by_roi_align, selected_level)
+from .stages import (fused_name, is_positive_zero, level_roi_align, level_rotated,
+                     matched_or_noted, merge_chain, pooled_by_roi_align, selected_level)
 from .toolkit import (GraphIndex, NoMatch, anything, check_attrs, declared_attrs, indexed,
                       is_default, splice)
 
@@ -92,8 +89,8 @@ def _other_roi_merge_note(g: GraphIndex, first: onnx.NodeProto,
     op = f"{other[0].domain}::{other[0].op_type}"
     return [f"node {node_label(first)!r} (ScatterND) merges the results of {op} "
             f"({node_label(other[0])!r}) as {FAMILY} merges RoiAligns; ort_roi fuses that form "
-            f"only over ONNX RoiAlign: left node by node (each {other[0].op_type} runs on "
-            f"ort_roi's kernel)"]
+            f"only over ONNX RoiAlign and MMCVRoIAlignRotated: left node by node (each "
+            f"{other[0].op_type} runs on ort_roi's kernel)"]
 
 
 #: The rotated RoIAlign nodes a level of MMRotate's extractor pools with (their form's spec
@@ -114,23 +111,6 @@ def _pooled(g: GraphIndex, name: str) -> tuple[onnx.NodeProto | None, onnx.NodeP
     if n is None or (n.domain, n.op_type) not in ROTATED:
         return None, None
     return n, between
-
-
-def _level_rotated(g: GraphIndex, node: onnx.NodeProto, attrs: dict | None
-                   ) -> tuple[dict, float]:
-    """One level's MMCVRoIAlignRotated: its attributes as its form's spec resolves them (what
-    the unfused node computes with), read as PyramidRotatedRoIAlign's, which must equal the
-    other levels'. Returns (those attributes, the level's spatial_scale)."""
-    try:
-        a = node_attrs(node, form(node.domain, node.op_type).spec)
-    except RoiOpError as e:
-        raise NoMatch(str(e)) from None
-    these = {k: a[k] for k in ("output_height", "output_width", "sampling_ratio", "aligned",
-                               "clockwise")}
-    if attrs is not None and these != attrs:
-        raise NoMatch(f"MMCVRoIAlignRotated {node_label(node)!r} pools with {these}, another "
-                      f"level with {attrs}")
-    return these, float(a["spatial_scale"])
 
 
 def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
@@ -165,21 +145,27 @@ def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None
 
 def _levels_left_out(g: GraphIndex, first: onnx.NodeProto, chain: list[onnx.NodeProto]
                      ) -> list[str]:
-    """A note where the chain merges fewer levels than its levels tensor can hold
-    (Cast(Clip(x, 0, hi)): levels 0 .. hi): the rows of the others come out 0 (a trace that
-    pooled only the levels its example rois reached), else none."""
+    """A note where the chain merges into zeros fewer levels than its levels can be
+    (Cast(Clip(x, 0, hi)): 0 .. hi): the others' rows come out 0; else none."""
+    if _producer(g, first.input[0], "ConstantOfShape") is None:
+        return []  # not merged into zeros (a rows left out would not come out 0)
     levels, found = None, []
     for s in chain:
         try:
-            level, levels = _level_of(g, _index(g, s.input[1]), levels)
+            sel = _index(g, s.input[1])
+            ra = _pooled(g, s.input[2])[0]
+            if ra is not None and ra.op_type != "RoiAlign":
+                _rotated_rows(g, ra, sel)  # (the rois' rank, as the node reads them)
+            level, levels = _level_of(g, sel, levels)
         except NoMatch:
             return []
         found.append(level)
     cast = _producer(g, levels, "Cast")
     clip = _producer(g, cast.input[0] if cast is not None else levels, "Clip")
-    hi = g.const(clip.input[2]) if clip is not None and len(clip.input) > 2 and clip.input[2] \
-        else None
-    if hi is None or hi.size != 1 or not np.isfinite(hi.ravel()[0]):
+    lo, hi = ((g.const(clip.input[k]) if len(clip.input) > k and clip.input[k] else None)
+              for k in (1, 2)) if clip is not None else (None, None)
+    if lo is None or hi is None or lo.size != 1 or hi.size != 1 or lo.ravel()[0] != 0 \
+            or not np.isfinite(hi.ravel()[0]):
         return []
     top = int(hi.ravel()[0])
     missing = sorted(set(range(top + 1)) - set(found))
@@ -188,10 +174,25 @@ def _levels_left_out(g: GraphIndex, first: onnx.NodeProto, chain: list[onnx.Node
     return [f"node {node_label(first)!r} (ScatterND) merges the pooled rows of level(s) "
             f"{sorted(found)} only, while the levels it selects from run 0 .. {top} (Clip "
             f"{node_label(clip)!r}): rows of level(s) {missing} come out 0, as the graph says. "
-            f"Such a graph holds only the levels that had rois when it was traced (MMRotate's "
-            f"RotatedSingleRoIExtractor pools a level only if it has rois), so it pools fewer "
-            f"levels than the model: re-export it with rois on every level during the trace "
-            f"(docs/exporters.md, MMRotate)"]
+            f"Such a graph holds only the levels that had rois when it was traced (an "
+            f"extractor that pools a level only if it has rois, as MMRotate's "
+            f"RotatedSingleRoIExtractor, traced on an input whose rois missed some levels), so "
+            f"it pools fewer levels than the model: re-export it with rois on every level "
+            f"during the trace (docs/exporters.md, MMRotate)"]
+
+
+def _rotated_rows(g: GraphIndex, node: onnx.NodeProto, sel: str) -> tuple[str, int | None]:
+    """The rows an MMCVRoIAlignRotated of level selection ``sel`` (the vector
+    Squeeze(Transpose(NonZero(...)))) reads: [Cast](Gather(rois, sel, axis 0)), whole. It
+    refuses any rank but 2, which a Gather of a vector's rows keeps: the rois are a matrix
+    wherever the graph runs (``GraphIndex.read_as``). Returns (rois, the Cast's type)."""
+    src, cast, rows_sel = _rows(g, node.input[1])
+    if rows_sel != sel:
+        raise NoMatch(f"MMCVRoIAlignRotated {node_label(node)!r} pools other rows than the "
+                      f"ones scattered to its level")
+    g.made_by(g.made_by(_vector(g, sel, 1), "Transpose", perm=[1, 0]).input[0], "NonZero")
+    g.read_as(src, 2)
+    return src, cast
 
 
 def _vector(g: GraphIndex, name: str, axis: int) -> str:
@@ -365,13 +366,12 @@ def _match(g: GraphIndex, chain: list[onnx.NodeProto]) -> NdStage:
             raise NoMatch(f"{ra.op_type} {node_label(ra)!r} pools one level, another kind of "
                           f"node the others")
         if kinds["rotated"]:
-            attrs, scale = _level_rotated(g, ra, attrs)
+            attrs, scale = level_rotated(g, ra, attrs)
         else:
             attrs, scale = level_roi_align(g, ra, attrs)
         sel = _index(g, s.input[1])
         if kinds["rotated"]:  # whole rows [k, 6]: Gather(rois, sel)
-            (src, cast, sel2), shift = _rows(g, ra.input[1]), None
-            g.read_as(src, 2)  # (the node refuses rows of another rank: the graph fails)
+            (src, cast), sel2, shift = _rotated_rows(g, ra, sel), sel, None
         else:
             src, cast, sel2, shift = _pooled_rows(g, ra)
         level, levels = _level_of(g, sel, levels)

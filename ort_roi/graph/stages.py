@@ -1,7 +1,7 @@
 """What the recognisers of multi-level RoI stages share (torchvision's in fusion.py, the
-ScatterND family's in scatter_nd.py): a level's RoiAlign checked, the chain of merges, the
-level an Equal selects, the zeros merged into, what a merge writes, a candidate matched or
-noted, and the fused node's name."""
+ScatterND family's in scatter_nd.py): a level's RoiAlign (or MMCVRoIAlignRotated) checked,
+the chain of merges, the level an Equal selects, the zeros merged into, what a merge writes,
+a candidate matched or noted, and the fused node's name."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..errors import node_label
+from ..errors import RoiOpError, node_label
+from ..ops import form
+from .nodes import node_attrs
 from .toolkit import GraphIndex, NoMatch, anything, check_attrs, is_default
 
 
@@ -39,6 +41,23 @@ def level_roi_align(g: "GraphIndex", ra: onnx.NodeProto,
     if attrs is not None and these != attrs:
         raise NoMatch(f"RoiAlign {node_label(ra)!r} pools with {these}, another level "
                       f"with {attrs}")
+    return these, float(a["spatial_scale"])
+
+
+def level_rotated(g: GraphIndex, node: onnx.NodeProto, attrs: dict | None
+                   ) -> tuple[dict, float]:
+    """One level's MMCVRoIAlignRotated: its attributes as its form's spec resolves them (what
+    the unfused node computes with), read as PyramidRotatedRoIAlign's, which must equal the
+    other levels'. Returns (those attributes, the level's spatial_scale)."""
+    try:
+        a = node_attrs(node, form(node.domain, node.op_type).spec)
+    except RoiOpError as e:
+        raise NoMatch(str(e)) from None
+    these = {k: a[k] for k in ("output_height", "output_width", "sampling_ratio", "aligned",
+                               "clockwise")}
+    if attrs is not None and these != attrs:
+        raise NoMatch(f"MMCVRoIAlignRotated {node_label(node)!r} pools with {these}, another "
+                      f"level with {attrs}")
     return these, float(a["spatial_scale"])
 
 

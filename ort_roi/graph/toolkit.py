@@ -251,7 +251,7 @@ class GraphIndex:
         if n.op_type == "Concat" and (axis not in (0, None) or len(ins) == 1):
             return out.union(*(self.same_rows(x, depth - 1) for x in ins))
         if n.op_type == "Concat" and axis == 0:  # its inputs' rows in order: a token
-            ends = [self.row_ends(self.same_rows(x, depth - 1)) for x in ins]
+            ends = [self._row_ends(self.same_rows(x, depth - 1)) for x in ins]
             return out | {"concat0(" + "; ".join(",".join(e) for e in ends) + ")"}
         if n.op_type == "Slice":  # of other axes than 0
             axes = next((list(a.ints) for a in n.attribute if a.name == "axes"), None)
@@ -269,7 +269,7 @@ class GraphIndex:
                 return out | self.same_rows(ins[0], depth - 1)
         return out
 
-    def row_ends(self, rows: set[str]) -> list[str]:
+    def _row_ends(self, rows: set[str]) -> list[str]:
         """The tensors of a same_rows set that nothing further is followed back from (graph
         inputs, and what ops ``same_rows`` does not follow compute)."""
         followed = _SAME_RANK | _BROADCAST | {"Gather", "Concat", "Slice", "Squeeze",

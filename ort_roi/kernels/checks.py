@@ -251,7 +251,7 @@ def check_rotated_sizes(op: str, rois: np.ndarray, spatial_scale, aligned: bool)
         raise RoiOpError(op, "input 'rois'",
                          f"row {r}: the scaled size (w, h) = ({w[r].item()!r}, {h[r].item()!r}) "
                          f"{why}" + (" (mmcv requires w, h >= 0 when aligned=1)"
-                                     if aligned else ""))
+                                     if aligned and why == "is negative" else ""))
 
 
 def check_levels(op: str, feats, batch: int | None = None) -> list:

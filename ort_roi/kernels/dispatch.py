@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..errors import BoxError
 from . import cpu, cuda
 
 
@@ -105,7 +106,10 @@ def compute(step: Step, X, **kwargs):
     if len(left):
         sub = {k: v[left] if k in step.per_box else v for k, v in kwargs.items()}
         Xh = [host(x) for x in X] if isinstance(X, (list, tuple)) else host(X)
-        out[left] = cupy.asarray(step.numpy(Xh, **sub))
+        try:
+            out[left] = cupy.asarray(step.numpy(Xh, **sub))
+        except BoxError as e:  # its box is one of those left
+            raise e.placed(rows=host(left)) from None
     return out
 
 
@@ -123,8 +127,11 @@ def compute_by_level(step: Step, X: list, *, level: np.ndarray, **kwargs):
         levels = [(0, np.flatnonzero(level == 0))]
     out = None
     for lv, idx in levels:
-        y = compute(step, X[lv], **{k: v[idx] if k in step.per_box else v
-                                    for k, v in kwargs.items()})
+        try:
+            y = compute(step, X[lv], **{k: v[idx] if k in step.per_box else v
+                                        for k, v in kwargs.items()})
+        except BoxError as e:  # its box is one of this level's
+            raise e.placed(rows=idx) from None
         if out is None:
             xp = np
             if is_cupy(y):

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..definitions.rotated import mmdeploy_multi_level_rotated_roi_align_levels as definition
 from ..geometry import level_scales, mmdeploy_rotated_rows
+from ..errors import BoxError
 from ..kernels.checks import check_batch_rois, check_levels, check_output_size, \
     check_rotated_sizes, level_node, quiet, resolve_levels
 from ..kernels.dispatch import compute_by_level, steps
@@ -104,7 +105,10 @@ def multi_level_rotated_roi_align(rois, *feats, output_height: int = 7, output_w
     ph, pw = a["output_height"], a["output_width"]
     rows = mmdeploy_rotated_rows(rois, batch, scale, ph, pw, a["sampling_ratio"],
                                  bool(a["aligned"]), bool(a["clockwise"]))
-    return compute_by_level(steps.align_rotated, X, level=level, rows=rows, ph=ph, pw=pw)
+    try:
+        return compute_by_level(steps.align_rotated, X, level=level, rows=rows, ph=ph, pw=pw)
+    except BoxError as e:  # (the step names the single-level op)
+        raise e.placed(op=op) from None
 
 
 ENTRY = Op(

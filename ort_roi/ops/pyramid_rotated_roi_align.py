@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..definitions.rotated import pyramid_rotated_roi_align_levels as definition
 from ..geometry import level_scales, rotated_rows
+from ..errors import BoxError
 from ..kernels.checks import check_batch_rois, check_levels, check_output_size, \
     check_rotated_sizes, int_vector, level_node, quiet, resolve_levels
 from ..kernels.dispatch import compute_by_level, steps
@@ -78,13 +79,20 @@ def pyramid_rotated_roi_align(rois, levels, *feats, output_height: int = 1,
     level = int_vector(op, "levels", levels, rois.shape[0], "[R] = [{}] (one level per box)")
     check_output_size(spec, a, rois.shape[0], X[0].shape[1])
     level = level.astype("intp")
-    level[(level < 0) | (level >= L)] = L  # no level: a row of zeros
+    none = (level < 0) | (level >= L)
+    level[none] = L  # no level: a row of zeros
+    if none.any():  # (their stand-in's sizes 0: checked at no level's scale, never pooled)
+        rois = rois.copy()
+        rois[none, 3:5] = 0
     scale = level_scales([a[f"spatial_scale_{i}"] for i in range(L)], level, rois.dtype)[:, 0]
     check_rotated_sizes(op, rois, scale, bool(a["aligned"]))
     ph, pw = a["output_height"], a["output_width"]
     rows = rotated_rows(rois, batch, scale, ph, pw, a["sampling_ratio"], bool(a["aligned"]),
                         bool(a["clockwise"]))
-    return compute_by_level(steps.align_rotated, X, level=level, rows=rows, ph=ph, pw=pw)
+    try:
+        return compute_by_level(steps.align_rotated, X, level=level, rows=rows, ph=ph, pw=pw)
+    except BoxError as e:  # (the step names the single-level op)
+        raise e.placed(op=op) from None
 
 
 ENTRY = Op(

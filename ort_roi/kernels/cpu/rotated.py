@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import RoiOpError
+from ...errors import BoxError
 from ...geometry import bilinear_weights, rotated_samples
 from . import strategies, workspace
 from .parallel import for_ranges
@@ -116,10 +116,10 @@ def _clipped(Xn, rows, ph: int, pw: int, out, which=None) -> None:
             spans.append(ks)
         n_samples = sum(a.size for a in spans[0]) * sum(a.size for a in spans[1])
         if n_samples > MAX_SAMPLES:
-            raise RoiOpError("MMCVRoIAlignRotated", "input 'rois'",
-                             f"box {int(r)} needs {n_samples:.3g} samples on the map "
-                             f"(grid {int(gh)} x {int(gw)} per bin): more than "
-                             f"{MAX_SAMPLES}; lower sampling_ratio")
+            raise BoxError("MMCVRoIAlignRotated", "input 'rois'", int(r),
+                           f"box {{box}} needs {n_samples:.3g} samples on the map "
+                           f"(grid {int(gh)} x {int(gw)} per bin): more than "
+                           f"{MAX_SAMPLES}; lower sampling_ratio")
         total = np.zeros((ph, pw, C), np.float64)
         for p, ky in enumerate(spans[0]):
             for q, kx in enumerate(spans[1]):
