@@ -16,23 +16,32 @@ def mmcv_roi_align_rotated(input, rois, *, output_height=1, output_width=1, spat
     out about the box's centre from (-h/2, -w/2) (geometry.rotated_rows), rotated by theta
     (-theta when clockwise): y = yy*cos - xx*sin + cy, x = yy*sin + xx*cos + cx; the mean of
     the bilinear samples over max(gh*gw, 1)."""
-    X, t = input, input.dtype.type
+    X = input
     PH, PW = output_height, output_width
     out = np.zeros((rois.shape[0], X.shape[1], PH, PW), X.dtype)
     for r in range(rois.shape[0]):
         row = rotated_rows(rois[r:r + 1], rois[r:r + 1, 0], spatial_scale, PH, PW,
                            sampling_ratio, bool(aligned), bool(clockwise))
-        b, cy, cx, sh, sw, bh, bw, cos, sin, gh, gw = row[0]
-        gh, gw = int(gh), int(gw)
-        yys = sample_positions(sh, bh, gh, PH, gh)  # [PH, gh]
-        xxs = sample_positions(sw, bw, gw, PW, gw)  # [PW, gw]
-        for p in range(PH):
-            for q in range(PW):
-                yy, xx = yys[p][:, None], xxs[q][None, :]  # the bin's samples, about the centre
-                y, x = yy * cos - xx * sin + cy, yy * sin + xx * cos + cx  # rotated
-                total = bilinear(X[int(b)], y, x).reshape(X.shape[1], -1).sum(axis=1,
-                                                                               dtype=X.dtype)
-                out[r, :, p, q] = total / t(max(gh * gw, 1))
+        out[r] = _pooled_row(X, row[0], PH, PW, bilinear)
+    return out
+
+
+def _pooled_row(X, row, PH: int, PW: int, sample):
+    """One box's bins from its ROTATED_ROW ``row``: bin (p, q) the sum of ``sample`` (the
+    bilinear rule) over its gh x gw samples about the centre, rotated (y = yy*cos - xx*sin +
+    cy, x = yy*sin + xx*cos + cx), divided by max(gh*gw, 1), in T. [C, PH, PW]."""
+    t = X.dtype.type
+    b, cy, cx, sh, sw, bh, bw, cos, sin, gh, gw = row
+    gh, gw = int(gh), int(gw)
+    yys = sample_positions(sh, bh, gh, PH, gh)  # [PH, gh]
+    xxs = sample_positions(sw, bw, gw, PW, gw)  # [PW, gw]
+    out = np.zeros((X.shape[1], PH, PW), X.dtype)
+    for p in range(PH):
+        for q in range(PW):
+            yy, xx = yys[p][:, None], xxs[q][None, :]  # the bin's samples, about the centre
+            y, x = yy * cos - xx * sin + cy, yy * sin + xx * cos + cx  # rotated
+            total = sample(X[int(b)], y, x).reshape(X.shape[1], -1).sum(axis=1, dtype=X.dtype)
+            out[:, p, q] = total / t(max(gh * gw, 1))
     return out
 
 
@@ -59,17 +68,7 @@ def mmdeploy_multi_level_rotated_roi_align(rois, *feats, output_height=7, output
         scale = np.float32(1.0 / np.float64(np.float32(featmap_strides[level[r]])))
         row = mmdeploy_rotated_rows(boxes[r:r + 1], boxes[r:r + 1, 0], [scale], PH, PW,
                                     sampling_ratio, bool(aligned), bool(clockwise))
-        b, cy, cx, sh, sw, bh, bw, cos, sin, gh, gw = row[0]
-        gh, gw = int(gh), int(gw)
-        yys = sample_positions(sh, bh, gh, PH, gh)  # [PH, gh]
-        xxs = sample_positions(sw, bw, gw, PW, gw)  # [PW, gw]
-        for p in range(PH):
-            for q in range(PW):
-                yy, xx = yys[p][:, None], xxs[q][None, :]  # the bin's samples, about the centre
-                y, x = yy * cos - xx * sin + cy, yy * sin + xx * cos + cx  # rotated
-                total = plugin_bilinear(X[int(b)], y, x).reshape(X.shape[1], -1).sum(
-                    axis=1, dtype=X.dtype)
-                out[r, :, p, q] = total / t(max(gh * gw, 1))
+        out[r] = _pooled_row(X, row[0], PH, PW, plugin_bilinear)
     return out
 
 

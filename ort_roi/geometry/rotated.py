@@ -29,19 +29,27 @@ def rotated_rows(rois: np.ndarray, batch: np.ndarray, spatial_scale: float, ph: 
     w, h = rois[:, 3] * s, rois[:, 4] * s
     if not aligned:
         w, h = np.maximum(w, t(1)), np.maximum(h, t(1))
-    theta = -rois[:, 5] if clockwise else rois[:, 5]
-    rows = np.empty((rois.shape[0], len(ROTATED_ROW)), rois.dtype)
+    # mmcv's adaptive grid: ceilf(size / pooled), the quotient rounded to float32
+    return _rows(batch, cx, cy, w, h, -rois[:, 5] if clockwise else rois[:, 5], ph, pw,
+                 sampling_ratio, lambda size, pooled: np.ceil(
+                     (size / t(pooled)).astype(np.float32)).astype(np.float64))
+
+
+def _rows(batch, cx, cy, w, h, theta, ph: int, pw: int, sampling_ratio: int,
+          grid) -> np.ndarray:
+    """ROTATED_ROW from a box's scaled centre, size and angle in T: the bins laid out from
+    (-h/2, -w/2), cos and sin of theta, the grid sampling_ratio or ``grid(size, pooled)``
+    (float64, clipped to [0, 2**62])."""
+    t = cx.dtype.type
+    rows = np.empty((cx.shape[0], len(ROTATED_ROW)), cx.dtype)
     rows[:, 0] = batch
     rows[:, 1], rows[:, 2] = cy, cx
     rows[:, 3], rows[:, 4] = -h / t(2), -w / t(2)
     rows[:, 5], rows[:, 6] = h / t(ph), w / t(pw)
     rows[:, 7], rows[:, 8] = np.cos(theta), np.sin(theta)
     for col, size, pooled in ((9, h, ph), (10, w, pw)):
-        if sampling_ratio > 0:
-            rows[:, col] = sampling_ratio
-        else:  # mmcv: ceilf(size / pooled), the quotient rounded to float32
-            g = np.ceil((size / t(pooled)).astype(np.float32)).astype(np.float64)
-            rows[:, col] = np.clip(g, 0, 2.0 ** 62)
+        rows[:, col] = sampling_ratio if sampling_ratio > 0 else np.clip(grid(size, pooled),
+                                                                          0, 2.0 ** 62)
     return rows
 
 
@@ -80,14 +88,6 @@ def mmdeploy_rotated_rows(rois: np.ndarray, batch: np.ndarray, scale: np.ndarray
     cx = (rois[:, 1].astype(np.float64) * s + off).astype(rois.dtype)
     cy = (rois[:, 2].astype(np.float64) * s + off).astype(rois.dtype)
     w, h = np.fmax(rois[:, 3] * s, t(1)), np.fmax(rois[:, 4] * s, t(1))  # CUDA's max: fmaxf
-    theta = -rois[:, 5] if clockwise else rois[:, 5]
-    rows = np.empty((rois.shape[0], len(ROTATED_ROW)), rois.dtype)
-    rows[:, 0] = batch
-    rows[:, 1], rows[:, 2] = cy, cx
-    rows[:, 3], rows[:, 4] = -h / t(2), -w / t(2)
-    rows[:, 5], rows[:, 6] = h / t(ph), w / t(pw)
-    rows[:, 7], rows[:, 8] = np.cos(theta), np.sin(theta)
-    for col, size, pooled in ((9, h, ph), (10, w, pw)):
-        g = np.ceil(size / t(pooled)).astype(np.float64)
-        rows[:, col] = sampling_ratio if sampling_ratio > 0 else np.clip(g, 0, 2.0 ** 62)
-    return rows
+    return _rows(batch, cx, cy, w, h, -rois[:, 5] if clockwise else rois[:, 5], ph, pw,
+                 sampling_ratio,  # the plugin's grid: ceil(size / pooled) in T
+                 lambda size, pooled: np.ceil(size / t(pooled)).astype(np.float64))
