@@ -347,6 +347,9 @@ def pyramid_layout(first: int, L: int) -> dict[str, Any]:
 FEATURE_MAP = Input("X", "T", "[N, C, H, W]", "feature map")
 #: rows [batch_id, x1, y1, x2, y2] (torchvision's and mmcv's rois)
 BATCH_ROIS = Input("rois", "T", "[R, 5]", "rows [batch_id, x1, y1, x2, y2]")
+ROTATED_ROIS = Input("rois", "T", "[R, 6]", "rows [batch_id, cx, cy, w, h, theta]")
+#: the rotated ops' clockwise attribute (theta in radians, counter-clockwise unless 1)
+CLOCKWISE = Attr("clockwise", int, 0, choices=(0, 1), doc="1: theta turns clockwise")
 #: per-image box counts (Paddle's boxes_num / rois_num)
 COUNTS_DOC = "boxes per image, in order; sums to R"
 

@@ -18,8 +18,8 @@ from ..geometry import rotated_rows
 from ..kernels.checks import check_batch_rois, check_features, check_output_size, \
     check_rotated_sizes, quiet
 from ..kernels.dispatch import compute, steps
-from ..spec import Attr, Input, NodeForm, Op, OpSpec, Output, aligned_attr, pooled_attrs, \
-    sampling_ratio_attr, spatial_scale_attr
+from ..spec import CLOCKWISE, ROTATED_ROIS, Input, NodeForm, Op, OpSpec, Output, \
+    aligned_attr, pooled_attrs, sampling_ratio_attr, spatial_scale_attr
 
 SPEC = OpSpec(
     name="MMCVRoIAlignRotated",
@@ -28,10 +28,10 @@ SPEC = OpSpec(
         "out about the centre and rotated by theta (radians; -theta when clockwise); mean "
         "of the bilinear samples.",
     inputs=(Input("input", "T", "[N, C, H, W]", "feature map"),
-            Input("rois", "T", "[R, 6]", "rows [batch_id, cx, cy, w, h, theta]")),
+            ROTATED_ROIS),
     attrs=(*pooled_attrs("output_height", "output_width"), spatial_scale_attr(),
            sampling_ratio_attr(0), aligned_attr(1, "1: half-pixel offset of the centre"),
-           Attr("clockwise", int, 0, choices=(0, 1), doc="1: theta turns clockwise")),
+           CLOCKWISE),
     outputs=(Output("output", "[R, C, PH, PW]"),),
     pooled=("output_height", "output_width"),
     box_cols=6,

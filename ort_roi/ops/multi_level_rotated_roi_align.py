@@ -24,9 +24,9 @@ from ..kernels.checks import check_batch_rois, check_levels, check_output_size, 
     check_rotated_sizes, level_node, quiet, resolve_levels
 from ..kernels.dispatch import compute_by_level, steps
 from ..levels import mmdeploy_rotated_levels
-from ..spec import MAX_LEVELS, Attr, Input, NodeForm, Op, OpSpec, Output, aligned_attr, \
-    level_forms, level_inputs, level_scale_attrs, pooled_attrs, pyramid_layout, \
-    sampling_ratio_attr
+from ..spec import CLOCKWISE, MAX_LEVELS, ROTATED_ROIS, Attr, NodeForm, Op, OpSpec, \
+    Output, aligned_attr, level_forms, level_inputs, level_scale_attrs, pooled_attrs, \
+    pyramid_layout, sampling_ratio_attr
 
 NODE = "MMCVMultiLevelRotatedRoiAlign"
 
@@ -40,12 +40,12 @@ def _spec(L: int) -> OpSpec:
             "h times roi_scale_factor when > 0, pooled from it with the plugin's rotated "
             "RoIAlign at scale 1/stride_l (mmcv's roi_align_rotated, its centre one fma, its "
             "size at least 1 also when aligned).",
-        inputs=(Input("rois", "T", "[R, 6]", "rows [batch_id, cx, cy, w, h, theta]"),)
+        inputs=(ROTATED_ROIS,)
         + level_inputs(L),
         attrs=(*pooled_attrs("output_height", "output_width", 7),
                sampling_ratio_attr(2),
                aligned_attr(0, "1: half-pixel offset of the centre"),
-               Attr("clockwise", int, 0, choices=(0, 1), doc="1: theta turns clockwise"),
+               CLOCKWISE,
                Attr("roi_scale_factor", float, -1.0,
                     doc="> 0: w and h multiplied by it (after the level is chosen)"),
                Attr("finest_scale", int, 56, min=1, doc="box size of level 0"))

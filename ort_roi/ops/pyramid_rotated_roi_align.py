@@ -13,8 +13,9 @@ from ..errors import BoxError
 from ..kernels.checks import check_batch_rois, check_levels, check_output_size, \
     check_rotated_sizes, int_vector, level_node, quiet, resolve_levels
 from ..kernels.dispatch import compute_by_level, steps
-from ..spec import MAX_LEVELS, Attr, Input, Op, OpSpec, Output, aligned_attr, level_forms, \
-    level_inputs, level_scale_attrs, pooled_attrs, pyramid_layout, sampling_ratio_attr
+from ..spec import CLOCKWISE, MAX_LEVELS, ROTATED_ROIS, Input, Op, OpSpec, Output, \
+    aligned_attr, level_forms, level_inputs, level_scale_attrs, pooled_attrs, \
+    pyramid_layout, sampling_ratio_attr
 from .pyramid_roi_align import rows_no_level_unread
 
 
@@ -27,12 +28,12 @@ def _spec(L: int) -> OpSpec:
             f"the {L} feature maps its level names (levels[r], as the graph computes it; a "
             "level outside 0 .. L-1 gives 0, and that row is not read), at that map's "
             "spatial_scale; the output in the order of the rois.",
-        inputs=(Input("rois", "T", "[R, 6]", "rows [batch_id, cx, cy, w, h, theta]"),
+        inputs=(ROTATED_ROIS,
                 Input("levels", "I", "[R]", "the feature map of each box"))
         + level_inputs(L),
         attrs=(*pooled_attrs("output_height", "output_width"), sampling_ratio_attr(0),
                aligned_attr(1, "1: half-pixel offset of the centre"),
-               Attr("clockwise", int, 0, choices=(0, 1), doc="1: theta turns clockwise"))
+               CLOCKWISE)
         + level_scale_attrs(L, "spatial_scale_{}", "multiplies box coordinates onto feat_{}"),
         outputs=(Output("output", "[R, C, PH, PW]"),),
         pooled=("output_height", "output_width"),
