@@ -43,10 +43,11 @@ SPECS = {L: _spec(L) for L in range(1, MAX_LEVELS + 1)}
 
 def rows_no_level_unread(rois, levels, L: int):
     """The rois with each row that no level selects (levels[r] outside 0 .. L-1) replaced by
-    the first selected row (or zeros): such a row is never pooled (its output is 0, as the
-    native multi-level stages leave it), so what it holds (NaN, inf, any batch index) is not
-    checked either. The rois as given when every row has a level, or when their shapes are
-    wrong (the checks after this say so)."""
+    zeros but for the first selected row's batch index (batch 0 when none is): such a row is
+    never pooled (its output is 0, as the native multi-level stages leave it), so what it
+    holds (NaN, inf, any batch index or size) is not checked either, at no level's scale.
+    The rois as given when every row has a level, or when their shapes are wrong (the checks
+    after this say so)."""
     rois, levels = host(rois), host(levels)
     if not (isinstance(rois, np.ndarray) and isinstance(levels, np.ndarray)
             and rois.ndim == 2 and levels.shape == rois.shape[:1]
@@ -57,7 +58,9 @@ def rows_no_level_unread(rois, levels, L: int):
         return rois
     rois = rois.copy()
     some = np.flatnonzero(~none)
-    rois[none] = rois[some[0]] if some.size else 0
+    rois[none] = 0
+    if some.size:
+        rois[none, 0] = rois[some[0], 0]
     return rois
 
 

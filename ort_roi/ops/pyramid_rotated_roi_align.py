@@ -80,11 +80,7 @@ def pyramid_rotated_roi_align(rois, levels, *feats, output_height: int = 1,
     level = int_vector(op, "levels", levels, rois.shape[0], "[R] = [{}] (one level per box)")
     check_output_size(spec, a, rois.shape[0], X[0].shape[1])
     level = level.astype("intp")
-    none = (level < 0) | (level >= L)
-    level[none] = L  # no level: a row of zeros
-    if none.any():  # (their stand-in's sizes 0: checked at no level's scale, never pooled)
-        rois = rois.copy()
-        rois[none, 3:5] = 0
+    level[(level < 0) | (level >= L)] = L  # no level: a row of zeros
     scale = level_scales([a[f"spatial_scale_{i}"] for i in range(L)], level, rois.dtype)[:, 0]
     check_rotated_sizes(op, rois, scale, bool(a["aligned"]))
     ph, pw = a["output_height"], a["output_width"]
