@@ -95,22 +95,13 @@ def _other_roi_merge_note(g: GraphIndex, first: onnx.NodeProto,
 
 #: The rotated RoIAlign nodes a level of MMRotate's extractor pools with (their form's spec
 #: reads their attributes).
-ROTATED = (("mmdeploy", "MMCVRoIAlignRotated"), ("mmcv", "MMCVRoIAlignRotated"))
+ROTATED = frozenset({("mmdeploy", "MMCVRoIAlignRotated"), ("mmcv", "MMCVRoIAlignRotated")})
 
 
 def _pooled(g: GraphIndex, name: str) -> tuple[onnx.NodeProto | None, onnx.NodeProto | None]:
     """What a merge of the family writes: (the ONNX RoiAlign or MMCVRoIAlignRotated computing
     ``name``, the Reshape between them or None); (None, None) for anything else."""
-    ra, reshape = pooled_by_roi_align(g, name, "Reshape")
-    if ra is not None:
-        return ra, reshape
-    n = g.producer.get(name)
-    between = n if n is not None and n.op_type == "Reshape" and is_default(n) else None
-    if between is not None:
-        n = g.producer.get(between.input[0])
-    if n is None or (n.domain, n.op_type) not in ROTATED:
-        return None, None
-    return n, between
+    return pooled_by_roi_align(g, name, "Reshape", also=ROTATED)
 
 
 def find_stages(model: onnx.ModelProto, g: GraphIndex | None = None

@@ -115,16 +115,19 @@ def is_positive_zero(value: Any) -> bool:
     return a.size == 1 and a.ravel()[0] == 0 and not np.signbit(a.ravel()[0])
 
 
-def pooled_by_roi_align(g: GraphIndex, name: str, through: str
+def pooled_by_roi_align(g: GraphIndex, name: str, through: str,
+                        also: frozenset[tuple[str, str]] = frozenset()
                         ) -> tuple[onnx.NodeProto | None, onnx.NodeProto | None]:
-    """What a multi-level stage's merge writes: (the ONNX RoiAlign computing ``name``, the
-    node of op ``through`` between them or None: torchvision's Cast, the ScatterND family's
-    Reshape); (None, None) when ``name`` is not a RoiAlign's result."""
+    """What a multi-level stage's merge writes: (the ONNX RoiAlign, or a node of a form in
+    ``also`` ((domain, op type): the ScatterND family's MMCVRoIAlignRotated), computing
+    ``name``, the node of op ``through`` between them or None: torchvision's Cast, the
+    ScatterND family's Reshape); (None, None) when ``name`` is not such a node's result."""
     n = g.producer.get(name)
     between = n if n is not None and n.op_type == through and is_default(n) else None
     if between is not None:
         n = g.producer.get(between.input[0])
-    if n is None or n.op_type != "RoiAlign" or not is_default(n):
+    if n is None or not ((n.op_type == "RoiAlign" and is_default(n))
+                         or (n.domain, n.op_type) in also):
         return None, None
     return n, between
 
