@@ -356,6 +356,17 @@ def multilevel_cases(seed: int = 11) -> list[dict]:
     return out
 
 
+def _rotated_rois(rng, boxes: np.ndarray) -> np.ndarray:
+    """Rotated rows [batch (of 2 images), cx, cy, w, h, theta] from fpn_inputs' boxes (their
+    signed sides), angles in [-pi, pi] and rows 3 and 4 at exactly pi and -pi."""
+    R = len(boxes)
+    rois = np.stack([rng.integers(0, 2, R), (boxes[:, 0] + boxes[:, 2]) / 2,
+                     (boxes[:, 1] + boxes[:, 3]) / 2, boxes[:, 2] - boxes[:, 0],
+                     boxes[:, 3] - boxes[:, 1], rng.uniform(-np.pi, np.pi, R)], 1)
+    rois[3, 5], rois[4, 5] = np.pi, -np.pi
+    return rois
+
+
 def rotated_multilevel_cases(seed: int = 12, R: int = 14) -> list[dict]:
     """MultiLevelRotatedRoiAlign_L{L} (mmdeploy's MMCVMultiLevelRotatedRoiAlign): 1 to 6
     levels, two images, rotated boxes of every level (sides log-uniform in [4, 900], angles
@@ -366,10 +377,7 @@ def rotated_multilevel_cases(seed: int = 12, R: int = 14) -> list[dict]:
     for i, L in enumerate([1, 2, 3, 4, 4, 4, 5, 6]):
         for dtype in (F32, F64):
             boxes, feats = fpn_inputs(rng, L, 2, dtype, R=R)
-            rois = np.stack([rng.integers(0, 2, R), (boxes[:, 0] + boxes[:, 2]) / 2,
-                             (boxes[:, 1] + boxes[:, 3]) / 2, boxes[:, 2] - boxes[:, 0],
-                             boxes[:, 3] - boxes[:, 1], rng.uniform(-np.pi, np.pi, R)], 1)
-            rois[3, 5], rois[4, 5] = np.pi, -np.pi
+            rois = _rotated_rois(rng, boxes)
             rois[5, 3] = 0.5  # under a pixel on every level
             rois[6, 3] = -abs(rois[6, 3])  # one negative side: sqrtf is NaN, level 0
             if i == 5:
@@ -453,10 +461,8 @@ def pyramid_rotated_cases(seed: int = 15, R: int = 14) -> list[dict]:
     for i, L in enumerate([1, 2, 3, 4, 4, 4, 5, 6]):
         for dtype in (F32, F64):
             boxes, feats = fpn_inputs(rng, L, 2, dtype, R=R)
-            rois = np.stack([rng.integers(0, 2, R), (boxes[:, 0] + boxes[:, 2]) / 2,
-                             (boxes[:, 1] + boxes[:, 3]) / 2, np.abs(boxes[:, 2] - boxes[:, 0]),
-                             np.abs(boxes[:, 3] - boxes[:, 1]), rng.uniform(-np.pi, np.pi, R)], 1)
-            rois[3, 5], rois[4, 5] = np.pi, -np.pi
+            rois = _rotated_rois(rng, boxes)
+            rois[:, 3:5] = np.abs(rois[:, 3:5])
             rois[5, 3] = 0.0  # zero width
             levels = rng.integers(0, L, R).astype(np.int64 if i % 2 else np.int32)
             levels[:2] = [-1, L]  # on no level

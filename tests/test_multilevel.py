@@ -39,13 +39,16 @@ def _plain(model):
                                 providers=["CPUExecutionProvider"])
 
 
-def mmdeploy_node_model(case, domain="mmdeploy"):
+def mmdeploy_node_model(case, domain="mmdeploy", op="MMCVMultiLevelRoiAlign"):
+    """The node as mmdeploy's symbolic writes it from a MultiLevelRoiAlign_L{L} case (or,
+    ``op`` MMCVMultiLevelRotatedRoiAlign, a MultiLevelRotatedRoiAlign_L{L} one): rois first,
+    then the maps; the strides as one list, featmap_strides (floats)."""
     a = dict(case["attrs"])
     L = len(case["inputs"]) - 1
     strides = [a.pop(f"stride_{i}") for i in range(L)]
     names = list(case["inputs"])
-    node = helper.make_node("MMCVMultiLevelRoiAlign", names, ["output"], domain=domain,
-                            name="roi_extractor", featmap_strides=strides, **a)
+    node = helper.make_node(op, names, ["output"], domain=domain, name="roi_extractor",
+                            featmap_strides=strides, **a)
     elem = helper.np_dtype_to_tensor_dtype(case["inputs"]["rois"].dtype)
     g = helper.make_graph([node], "mmdeploy", [
         helper.make_tensor_value_info(n, elem, [None] * v.ndim)

@@ -24,6 +24,7 @@ from tests import cases as C
 from tests import literal
 from tests import oracles as O
 from tests.test_cupy import host_cupy, host_lib  # noqa: F401 - fixtures
+from tests.test_multilevel import mmdeploy_node_model
 
 needs_openvino = pytest.mark.skipif(not O.openvino_available(),
                                     reason="needs openvino: pip install '.[parity]'")
@@ -42,25 +43,9 @@ def _plain(model):
 
 
 def node_model(case, domain="mmdeploy"):
-    """The node as mmdeploy's symbolic writes it: rois first, then the maps; attributes
-    output_height, output_width, clockwise, sampling_ratio, roi_scale_factor, finest_scale,
-    featmap_strides (floats), aligned."""
-    a = dict(case["attrs"])
-    L = len(case["inputs"]) - 1
-    strides = [a.pop(f"stride_{i}") for i in range(L)]
-    names = list(case["inputs"])
-    node = helper.make_node(NODE, names, ["output"], domain=domain, name="rotated_roi_extractor",
-                            output_height=a["output_height"], output_width=a["output_width"],
-                            clockwise=a["clockwise"], sampling_ratio=a["sampling_ratio"],
-                            roi_scale_factor=float(a["roi_scale_factor"]),
-                            finest_scale=a["finest_scale"], featmap_strides=strides,
-                            aligned=a["aligned"])
-    elem = helper.np_dtype_to_tensor_dtype(case["inputs"]["rois"].dtype)
-    g = helper.make_graph([node], "mmdeploy", [
-        helper.make_tensor_value_info(n, elem, [None] * v.ndim)
-        for n, v in case["inputs"].items()], [helper.make_tensor_value_info("output", elem, None)])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
-                                               helper.make_opsetid(domain, 1)], ir_version=9)
+    """The node as mmdeploy's symbolic writes it (its attributes output_height, output_width,
+    clockwise, sampling_ratio, roi_scale_factor, finest_scale, featmap_strides, aligned)."""
+    return mmdeploy_node_model(case, domain, NODE)
 
 
 def _split(case):
