@@ -322,6 +322,35 @@ def e2e(models: str, opsets: list[int], repeat: int) -> None:
                   f"native / converted {ratios[len(ratios) // 2]:.2f}x (median of {repeat})")
 
 
+def stage_reads(m, prefixes: list[str], is_map) -> tuple[list, list, list, list, list]:
+    """The nodes of model ``m`` named under any of ``prefixes`` and what they read from the
+    rest of the graph, each in the order first read: (the stage's nodes, the Constant nodes
+    they read, the maps (a tensor node ``n`` reads as input ``k`` where ``is_map(n, k)``),
+    the other tensors (initializers among them), the stage's outputs the rest of the graph
+    or the graph's outputs read)."""
+    g = m.graph
+    made = {o: n for n in g.node for o in n.output}
+    inits = {i.name for i in g.initializer}
+    stage = [n for n in g.node if n.name.startswith(tuple(prefixes))]
+    inside = {o for n in stage for o in n.output}
+    consts, maps, others = [], [], []
+    for n in stage:
+        for k, t in enumerate(n.input):
+            if not t or t in inside:
+                continue
+            p = made.get(t)
+            if t not in inits and p is not None and p.op_type == "Constant":
+                kind, t = consts, p
+            else:
+                kind = maps if t not in inits and is_map(n, k) else others
+            if t not in kind:
+                kind.append(t)
+    names = {n.name for n in stage}
+    read = {t for n in g.node if n.name not in names for t in n.input} | {o.name
+                                                                         for o in g.output}
+    return stage, consts, maps, others, [o for n in stage for o in n.output if o in read]
+
+
 def renamed(nodes: list, rename: dict) -> list:
     """Copies of ``nodes`` with the tensors ``rename`` names renamed (a stage cut out of a
     whole model, its inputs and outputs given the stage graph's names)."""

@@ -124,35 +124,19 @@ def cut(whole: str, prefixes: list[str], opset: int, name: str):
     import onnx
     from onnx import TensorProto, helper
 
-    from tools.mmdeploy_graphs import renamed
+    from tools.mmdeploy_graphs import renamed, stage_reads
 
     m = onnx.load(whole)
     g = m.graph
     made = {o: n for n in g.node for o in n.output}
     inits = {i.name: i for i in g.initializer}
-    stage = [n for n in g.node if n.name.startswith(tuple(prefixes))]
-    inside = {o for n in stage for o in n.output}
-    consts, maps, others = [], {}, {}
-    for n in stage:
-        for k, t in enumerate(n.input):
-            if not t or t in inside:
-                continue
-            if t in inits:
-                others.setdefault(t, f"w_{len(others)}")
-                continue
-            p = made.get(t)
-            if p is not None and p.op_type == "Constant":
-                if p not in consts:
-                    consts.append(p)
-            elif n.op_type == "RoiAlign" and k == 0:
-                maps.setdefault(t, f"feat{len(maps)}")
-            else:
-                others.setdefault(t, "rois" if "rois" not in others.values() else
-                                  f"in_{len(others)}")
-    names = {n.name for n in stage}
-    outside = [n for n in g.node if n.name not in names]
-    read = {t for n in outside for t in n.input} | {o.name for o in g.output}
-    outs = [o for n in stage for o in n.output if o in read]
+    stage, consts, read_maps, read, outs = stage_reads(
+        m, prefixes, lambda n, k: n.op_type == "RoiAlign" and k == 0)
+    maps = {t: f"feat{i}" for i, t in enumerate(read_maps)}
+    others = {}
+    for t in read:
+        others[t] = (f"w_{len(others)}" if t in inits else "rois"
+                     if "rois" not in others.values() else f"in_{len(others)}")
     rename = {**maps, **others,
               **{o: "roi_feats" + (f"_{k}" if k else "") for k, o in enumerate(outs)}}
     nodes = renamed(consts + stage, rename)

@@ -531,42 +531,26 @@ def cut(whole: str, prefixes: list[str], opset: int, name: str):
     import onnx
     from onnx import TensorProto, helper
 
-    from tools.mmdeploy_graphs import renamed
+    from tools.mmdeploy_graphs import renamed, stage_reads
 
     m = onnx.load(whole)
-    g = m.graph
-    made = {o: n for n in g.node for o in n.output}
-    inits = {i.name for i in g.initializer}
-    stage = [n for n in g.node if n.name.startswith(tuple(prefixes))]
+    made = {o: n for n in m.graph.node for o in n.output}
+    inits = {i.name for i in m.graph.initializer}
+    stage, consts, read_maps, read, outs = stage_reads(
+        m, prefixes, lambda n, k: ((n.op_type in (ROTATED, "RoiAlign") and k == 0)
+                                   or n.op_type == "ReduceSum" or (n.op_type in MULTI and k > 0)))
+    # (ReduceSum: an empty level's ``sum() * 0``)
     if not stage:
         raise SystemExit(f"{name}: no node under {prefixes}")
-    inside = {o for n in stage for o in n.output}
-    consts, maps, others = [], {}, {}
-    for n in stage:
-        for k, t in enumerate(n.input):
-            if not t or t in inside:
-                continue
-            if t in inits:
-                raise SystemExit(f"{name}: the stage reads the weight {t!r}")
-            p = made.get(t)
-            if p is not None and p.op_type == "Constant":
-                if p not in consts:
-                    consts.append(p)
-            elif ((n.op_type in (ROTATED, "RoiAlign") and k == 0) or n.op_type == "ReduceSum"
-                  or (n.op_type in MULTI and k > 0)):
-                maps[t] = None  # a level's map (ReduceSum: an empty level's ``sum() * 0``)
-            else:
-                others.setdefault(t, "rois" if not others else f"in_{len(others)}")
+    if any(t in inits for t in read):
+        raise SystemExit(f"{name}: the stage reads the weights {[t for t in read if t in inits]}")
     level = {t: (made[t].name.split("fpn_convs.")[1].split("/")[0] if t in made
-                 and "fpn_convs." in made[t].name else str(len(maps) + k))
-             for k, t in enumerate(maps)}
-    maps = {t: f"feat{level[t]}" for t in sorted(maps, key=lambda t: int(level[t]))}
+                 and "fpn_convs." in made[t].name else str(len(read_maps) + k))
+             for k, t in enumerate(read_maps)}
+    maps = {t: f"feat{level[t]}" for t in sorted(read_maps, key=lambda t: int(level[t]))}
+    others = {t: "rois" if not i else f"in_{i}" for i, t in enumerate(read)}
     if len(others) != 1:
         raise SystemExit(f"{name}: inputs besides the maps: {list(others)}")
-    names = {n.name for n in stage}
-    read = {t for n in g.node if n.name not in names for t in n.input} | {o.name
-                                                                         for o in g.output}
-    outs = [o for n in stage for o in n.output if o in read]
     if len(outs) != 1:
         raise SystemExit(f"{name}: outputs {outs}")
     rename = {**maps, **others, outs[0]: "roi_feats"}
