@@ -69,9 +69,8 @@ class Attr:
                 value = int(value)
             elif self.type is float:
                 value = float(np.float32(value))  # ONNX float attributes are float32
-            else:
-                if not isinstance(value, str):
-                    raise ValueError
+            elif not isinstance(value, str):
+                raise ValueError
         except (TypeError, ValueError, OverflowError):
             raise RoiOpError(op, f"attribute '{self.name}'",
                              f"must be {self.type.__name__}, got {value!r}") from None
@@ -80,12 +79,10 @@ class Attr:
         if self.choices and value not in self.choices:
             raise RoiOpError(op, f"attribute '{self.name}'",
                              f"must be one of {list(self.choices)}, got {value!r}")
-        if self.min is not None:
-            bad = value <= self.min if self.min_exclusive else value < self.min
-            if bad:
-                rel = ">" if self.min_exclusive else ">="
-                raise RoiOpError(op, f"attribute '{self.name}'",
-                                 f"must be {rel} {self.min:g}, got {value!r}")
+        if self.min is not None and (value <= self.min if self.min_exclusive else value < self.min):
+            rel = ">" if self.min_exclusive else ">="
+            raise RoiOpError(op, f"attribute '{self.name}'",
+                             f"must be {rel} {self.min:g}, got {value!r}")
         if self.max is not None and value > self.max:
             raise RoiOpError(op, f"attribute '{self.name}'",
                              f"must be <= {self.max!r}, got {value!r}")
@@ -433,7 +430,9 @@ class Op:
     where a node's inputs or attributes are not the kernel's parameters (the multi-level ops'
     per-level scales, attributes spatial_scale_0 ..), the function a node calls, which calls
     ``kernel``; ``own``: one of the product's own ops, those of the ort_roi domain its own
-    graphs are built from (``ort_roi.SPECS``), rather than another framework's op it computes.
+    graphs are built from (``ort_roi.SPECS``), rather than another framework's op it computes;
+    ``small``: what the bridge tries first (``kernels/small.py``), called as ``kernel`` with
+    resolved attributes: the kernel's output for a small call, bit for bit, or None.
     """
 
     specs: tuple[OpSpec, ...]
@@ -443,6 +442,7 @@ class Op:
     forms: tuple[NodeForm, ...]
     node: Callable[..., Any] | None = None
     own: bool = False
+    small: Callable[..., Any] | None = None
 
     @property
     def spec(self) -> OpSpec:

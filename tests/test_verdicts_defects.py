@@ -50,7 +50,7 @@ def faulty(monkeypatch):
     ort_roi.session_options()  # the kernels registered
 
     def inject(how: str) -> None:
-        for key, (spec, dtype, kernel) in list(bridge._KERNELS.items()):
+        for key, (spec, dtype, kernel, _small) in list(bridge._KERNELS.items()):
             if spec.name != "RoiAlign":
                 continue
 
@@ -62,7 +62,7 @@ def faulty(monkeypatch):
                     raise RuntimeError("injected fault")
                 return ys + np.float32(0.5)
 
-            monkeypatch.setitem(bridge._KERNELS, key, (spec, dtype, wrong))
+            monkeypatch.setitem(bridge._KERNELS, key, (spec, dtype, wrong, None))  # no small path
 
     return inject
 

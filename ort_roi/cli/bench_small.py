@@ -100,8 +100,8 @@ def _contrib_crop(node, feed: dict) -> Runner:
 def category(filename: str) -> str | None:
     """Where time spent in a function of ``filename`` is charged: "checks" (the ops'
     functions, the attribute and input checks), "geometry" (ort_roi.geometry, the levels),
-    "kernel" (kernels/cpu), "bridge" (the rest of ort_roi: the invocation hook, attribute
-    parsing, the backend dispatch); None for code not of ort_roi (NumPy's, onnxruntime's:
+    "kernel" (kernels/cpu and the small path, kernels/small.py), "bridge" (the rest of
+    ort_roi: the invocation hook, attribute parsing, the backend dispatch); None for code not of ort_roi (NumPy's, onnxruntime's:
     charged as its callers are)."""
     p = filename.replace("\\", "/")
     if "/ort_roi/" not in p:
@@ -110,7 +110,7 @@ def category(filename: str) -> str | None:
         return "geometry"
     if p.endswith(("/ort_roi/kernels/checks.py", "/ort_roi/spec.py")) or "/ort_roi/ops/" in p:
         return "checks"
-    if "/ort_roi/kernels/cpu/" in p:
+    if "/ort_roi/kernels/cpu/" in p or p.endswith("/ort_roi/kernels/small.py"):
         return "kernel"
     return "bridge"
 

@@ -34,9 +34,9 @@ from .boxes import (ALIGNED, FLT_MAX, LEGACY, MMCV_EMPTY_MAX, MMDEPLOY_ALIGNED,
                     onnx_geometry, roi_align_geometry, sampling_grid)
 from .crop_and_resize import (crop_and_resize_nearest_index, crop_and_resize_neighbours,
                               crop_and_resize_positions)
+from .few import roi_pool_bins_few
 from .pooling import (bilinear_pool_neighbours, bilinear_pool_positions, clip_edges,
-                      max_pool_bins, psroi_bins, roi_pool_bins, roi_pool_bins_few,
-                      round_half_away)
+                      max_pool_bins, psroi_bins, roi_pool_bins, round_half_away)
 from .rotated import ROTATED_ROW, mmdeploy_rotated_rows, rotated_rows, rotated_samples
 from .sampling import bilinear_weights, max_sample_positions, neighbours, sample_positions, \
     sample_taps

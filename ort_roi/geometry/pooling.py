@@ -4,7 +4,6 @@ one sample per bin, normalized boxes): its sample positions and their neighbours
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -51,52 +50,6 @@ def roi_pool_bins(boxes: np.ndarray, spatial_scale: float, ph: int, pw: int, H: 
     e = round_half_away(boxes * boxes.dtype.type(spatial_scale))[:, ::-1]  # y2, x2, y1, x1
     lo, hi = max_pool_bins(e[:, 2:], e[:, :2], (ph, pw), (H, W))
     return (lo[:, 0, :ph], hi[:, 0, :ph]), (lo[:, 1, :pw], hi[:, 1, :pw])
-
-
-def roi_pool_bins_few(boxes: np.ndarray, spatial_scale: float, ph: int, pw: int, H: int,
-                      W: int):
-    """roi_pool_bins, bit for bit, with Python's numbers (a few boxes: a W6 call), as lists:
-    per box ((row lo, row hi) per bin row, (column lo, column hi) per bin column).
-
-    The edges corner * scale (one NumPy product, in T) rounded half away from zero are
-    integers; while they are below 2**22 every sum and difference after is an integer
-    below 2**24, exact in T and in float64, so only the T roundings of bin = length / pooled
-    and of p * bin are made (each a float64 result rounded to T once: double rounding
-    cannot differ for one operation of T values). None (the caller takes roi_pool_bins)
-    where an edge is not finite or 2**22 or more."""
-    t = boxes.dtype.type
-    out = []
-    for x1, y1, x2, y2 in (boxes * t(spatial_scale)).tolist():
-        bins = []
-        for lo, hi, pooled, size in ((y1, y2, ph, H), (x1, x2, pw, W)):
-            if not (abs(lo) < _EXACT_EDGE and abs(hi) < _EXACT_EDGE):  # NaN too
-                return None
-            a, b = _round_half_away(lo), _round_half_away(hi)
-            length = max(b - a + 1.0, 1.0)
-            bin_size = float(t(length / pooled))
-            # fl(p * bin) for p = 0 .. pooled (bin p spans [floor(p*bin), ceil((p+1)*bin)))
-            ends = [0.0, bin_size] + [float(t(p * bin_size)) for p in range(2, pooled + 1)]
-            bins.append([(_clip_edge(math.floor(ends[p]) + a, size),
-                          _clip_edge(math.ceil(ends[p + 1]) + a, size)) for p in range(pooled)])
-        out.append(bins)
-    return out
-
-
-#: roi_pool_bins_few: scaled box edges below this are exact integers all the way.
-_EXACT_EDGE = float(2 ** 22)
-
-
-def _round_half_away(x: float) -> float:
-    """round_half_away of one finite value below 2**22 (exact: an integer)."""
-    i = math.trunc(x)
-    if abs(x - i) >= 0.5:
-        i += 1 if x > 0 else -1
-    return float(i)
-
-
-def _clip_edge(e: float, size: int) -> int:
-    """clip_edges of one finite integer edge: into [0, size]."""
-    return 0 if e <= 0 else min(int(e), size)
 
 
 def psroi_bins(lo: np.ndarray, hi: np.ndarray, scale, pooled: int, size: int):

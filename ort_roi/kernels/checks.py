@@ -191,6 +191,62 @@ def _as_array(op: str, name: str, a) -> np.ndarray:
     return a
 
 
+# --- the small path's accepts (kernels/small.py): None wherever a check could refuse ---------
+
+_INTS = frozenset(TYPES["I"])  # (a set: a dtype's hash is cheaper than its == to each)
+
+
+def few_boxes(X, boxes, cols: int) -> list[float] | None:
+    """A small call's X and boxes as ``check_features`` and ``check_boxes`` would accept
+    them: X a NumPy [N, C, H, W] float32 / float64 with H, W >= 1, boxes a NumPy [R, cols]
+    of its dtype, at most FEW_VALUES values, all finite. Returns the boxes' values (Python
+    floats, row by row), or None (anything else: the checks then run, and say why)."""
+    if type(X) is not np.ndarray or type(boxes) is not np.ndarray or X.ndim != 4 \
+            or X.dtype not in _FINITE_MAX or boxes.dtype != X.dtype or boxes.ndim != 2 \
+            or boxes.shape[1] != cols or boxes.size > FEW_VALUES or not (X.shape[2] and X.shape[3]):
+        return None
+    values = boxes.ravel().tolist()
+    return values if math.isfinite(sum(values)) else None
+
+
+def few_counted(X, boxes, counts) -> tuple[list[int], list[float]] | None:
+    """``check_counted_boxes``'s accept (``few_boxes``; counts a NumPy int32 / int64 [N],
+    each >= 0, summing to R): (each box's image, the boxes' values), or None."""
+    values = few_boxes(X, boxes, 4)
+    if values is None or type(counts) is not np.ndarray or counts.dtype not in _INTS \
+            or counts.shape != X.shape[:1]:
+        return None
+    c = counts.tolist()
+    if not c or min(c) < 0 or sum(c) != boxes.shape[0]:
+        return None
+    return [0] * c[0] if len(c) == 1 else [i for i, n in enumerate(c) for _ in range(n)], values
+
+
+def few_batch_rois(X, rois) -> tuple[list[int], list[float]] | None:
+    """``check_batch_rois``'s accept (``few_boxes`` of [R, 5] rows, each batch index an
+    integer in [0, N)): (each box's image, the boxes' values without the batch column), or
+    None."""
+    values = few_boxes(X, rois, 5)
+    if values is None:
+        return None
+    n, batch = X.shape[0], values[::5]
+    if not all(0 <= v < n and v == int(v) for v in batch):
+        return None
+    del values[::5]
+    return [int(v) for v in batch], values
+
+
+def few_indexed(X, boxes, indices) -> tuple[list[int], list[float]] | None:
+    """``check_boxes`` and ``batch_from_indices``' accept (``few_boxes``; indices a NumPy
+    int32 / int64 [R], each in [0, N)): (each box's image, the boxes' values), or None."""
+    values = few_boxes(X, boxes, 4)
+    if values is None or type(indices) is not np.ndarray or indices.dtype not in _INTS \
+            or indices.shape != boxes.shape[:1]:
+        return None
+    batch, n = indices.tolist(), X.shape[0]
+    return (batch, values) if all(0 <= i < n for i in batch) else None
+
+
 def check_box_sizes(op: str, name: str, boxes: np.ndarray, spatial_scale,
                     levels: np.ndarray | None = None, first_level: int = 0) -> None:
     """Samples of a box whose scaled size overflows T are undefined: reject it.

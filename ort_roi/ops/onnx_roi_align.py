@@ -15,7 +15,9 @@ import numpy as np
 
 from ..definitions.align import onnx_roi_align as definition
 from ..geometry import MMCV_EMPTY_MAX, onnx_geometry
-from ..kernels.checks import batch_from_indices, check_boxes, check_features, compute_align, quiet
+from ..kernels import small as few
+from ..kernels.checks import batch_from_indices, check_boxes, check_features, compute_align, \
+    few_indexed, quiet
 from ..kernels.dispatch import steps
 from ..spec import DOMAIN, FEATURE_MAP, Attr, Input, NodeForm, Op, OpSpec, Output, pooled_attrs, \
     sampling_ratio_attr, spatial_scale_attr
@@ -85,9 +87,21 @@ def onnx_roi_align(X: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray, *
                          empty=None if a["mode"] == "onnx_max" else MMCV_EMPTY_MAX)
 
 
+def small(X, rois, batch_indices, *, coordinate_transformation_mode: str, mode: str,
+          output_height: int, output_width: int, sampling_ratio: int, spatial_scale: float):
+    """``onnx_roi_align`` of a small call (resolved attributes; mode avg), or None
+    (``kernels/small.py``)."""
+    got = None if mode != "avg" else few_indexed(X, rois, batch_indices)
+    if got is None:
+        return None
+    return few.align(X, got[0], rois, got[1], pooled_h=output_height, pooled_w=output_width,
+                     spatial_scale=spatial_scale, sampling_ratio=sampling_ratio,
+                     geometry=onnx_geometry(coordinate_transformation_mode))
+
+
 ENTRY = Op(
     specs=(SPEC,), kernel=onnx_roi_align, definition=definition,
-    steps=(steps.align, steps.align_max),
+    steps=(steps.align, steps.align_max), small=small,
     forms=(NodeForm(DOMAIN, "RoiAlign", SPEC, "ort-roi convert (from ONNX RoiAlign)", _ORACLE),
            NodeForm("", "RoiAlign", SPEC, "torchvision, mmdeploy (onnxruntime >= 0.4), "
                     "paddle2onnx", _ORACLE, registered=False, two_maxes=True,

@@ -6,7 +6,8 @@ import numpy as np
 
 from ..definitions.align import roi_align as definition
 from ..geometry import roi_align_geometry
-from ..kernels.checks import check_counted_boxes, check_features, compute_align, quiet
+from ..kernels import small as few
+from ..kernels.checks import check_counted_boxes, check_features, compute_align, few_counted, quiet
 from ..kernels.dispatch import steps
 from ..spec import DOMAIN, FEATURE_MAP, NodeForm, Op, OpSpec, Output, aligned_attr, counted_boxes, \
     pooled_attrs, sampling_ratio_attr, spatial_scale_attr
@@ -61,8 +62,20 @@ def roi_align(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
                          geometry=roi_align_geometry(a["aligned"]), name="boxes")
 
 
+def small(X, boxes, boxes_num, *, pooled_height: int, pooled_width: int,
+          spatial_scale: float, sampling_ratio: int, aligned: int):
+    """``roi_align`` of a small call (resolved attributes), or None (``kernels/small.py``)."""
+    got = few_counted(X, boxes, boxes_num)
+    if got is None:
+        return None
+    return few.align(X, got[0], boxes, got[1], pooled_h=pooled_height, pooled_w=pooled_width,
+                     spatial_scale=spatial_scale, sampling_ratio=sampling_ratio,
+                     geometry=roi_align_geometry(aligned))
+
+
 ENTRY = Op(
     own=True, specs=(SPEC,), kernel=roi_align, definition=definition, steps=(steps.align,),
+    small=small,
     forms=(NodeForm(DOMAIN, "RoIAlign", SPEC, "ort_roi graphs (ort_roi.builders)",
                     "Paddle roi_align"),),
 )

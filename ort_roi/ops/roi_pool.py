@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.pooling import roi_pool as definition
-from ..kernels.checks import check_counted_boxes, check_features, check_output_size, quiet
+from ..kernels import small as few
+from ..kernels.checks import check_counted_boxes, check_features, check_output_size, \
+    few_counted, quiet
 from ..kernels.dispatch import compute, steps
 from ..spec import DOMAIN, FEATURE_MAP, NodeForm, Op, OpSpec, Output, counted_boxes, pooled_attrs, \
     spatial_scale_attr
@@ -49,8 +51,19 @@ def roi_pool(X: np.ndarray, boxes: np.ndarray, boxes_num: np.ndarray, *,
                    pw=a["pooled_width"], spatial_scale=a["spatial_scale"])
 
 
+def small(X, boxes, boxes_num, *, pooled_height: int, pooled_width: int,
+          spatial_scale: float):
+    """``roi_pool`` of a small call (resolved attributes), or None (``kernels/small.py``)."""
+    got = few_counted(X, boxes, boxes_num)
+    if got is None:
+        return None
+    return few.max_pool(X, *got, pooled_h=pooled_height,
+                        pooled_w=pooled_width, spatial_scale=spatial_scale)
+
+
 ENTRY = Op(
     own=True, specs=(SPEC,), kernel=roi_pool, definition=definition, steps=(steps.max_pool,),
+    small=small,
     forms=(NodeForm(DOMAIN, "RoIPool", SPEC, "ort_roi graphs (ort_roi.builders)",
                     "Paddle roi_pool"),),
 )

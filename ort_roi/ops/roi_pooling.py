@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.pooling import roi_pooling as definition
+from ..kernels import small as few
 from ..kernels.checks import batch_from_column, check_boxes, check_features, check_output_size, \
-    quiet
+    few_batch_rois, quiet
 from ..kernels.dispatch import compute, steps
 from ..spec import BATCH_ROIS, DOMAIN, FEATURE_MAP, SCALE_DOC, Attr, NodeForm, Op, OpSpec, Output, \
     pooled_attrs, spatial_scale_attr
@@ -64,9 +65,19 @@ def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_h: int, pooled_w: int
                    pw=a["pooled_w"])
 
 
+def small(X, rois, *, pooled_h: int, pooled_w: int, spatial_scale: float, method: str):
+    """``roi_pooling`` of a small call (resolved attributes; method max), or None
+    (``kernels/small.py``)."""
+    got = None if method != "max" else few_batch_rois(X, rois)
+    if got is None:
+        return None
+    return few.max_pool(X, *got, pooled_h=pooled_h, pooled_w=pooled_w,
+                        spatial_scale=spatial_scale)
+
+
 ENTRY = Op(
     own=True, specs=(SPEC,), kernel=roi_pooling, definition=definition,
-    steps=(steps.max_pool, steps.bilinear_pool),
+    steps=(steps.max_pool, steps.bilinear_pool), small=small,
     forms=(NodeForm(DOMAIN, "ROIPooling", SPEC, "ort_roi graphs (ort_roi.builders)",
                     "MXNet ROIPooling (max), OpenVINO ROIPooling-1 (bilinear)"),
            NodeForm("", "MaxRoiPool", SPEC, "ONNX graphs (MaxRoiPool-1)",

@@ -79,6 +79,7 @@ class FloatTokens:
             _free.extend(self.held)
             self.held = []
             _parsed.clear()  # cached attribute text may hold the tokens just freed
+            _resolved.clear()
 
 
 def tokens_held() -> int:
@@ -123,6 +124,28 @@ def parse_attrs(spec: OpSpec, text: Mapping[str, str]) -> dict[str, Any]:
         if len(_parsed) < 1024:
             _parsed[key] = out
     return dict(out)
+
+
+_resolved: dict = {}  # the same key -> the attributes resolved, or None (refused)
+
+
+def resolved_attrs(spec: OpSpec, text: Mapping[str, str]) -> dict[str, Any] | None:
+    """A node's attributes as its kernel resolves them (``parse_attrs``, then
+    ``spec.resolve``: defaults filled, values checked), once per node text; None where they
+    are refused (the kernel, called with ``parse_attrs``, then says why). The small path's
+    attributes (``Op.small``); the dict is shared: do not change it."""
+    key = (spec.name, spec.domain, tuple(text.items()))
+    try:
+        return _resolved[key]
+    except KeyError:
+        pass
+    try:
+        out = spec.resolve(parse_attrs(spec, text))
+    except RoiOpError:
+        out = None
+    if len(_resolved) < 1024:
+        _resolved[key] = out
+    return out
 
 
 def _parse_attrs(spec: OpSpec, text: Mapping[str, str]) -> dict[str, Any]:

@@ -26,10 +26,10 @@ import numpy as np
 from .. import forksafe
 from ..errors import RoiOpError
 from ..kernels import device
-from ..ops import FORMS, kernel
+from ..ops import FORMS, entry, kernel
 from ..spec import DOMAIN, MAX_OUTPUT_ELEMENTS, TYPES, Attr, OpSpec
 from . import locate
-from .attributes import parse_attrs
+from .attributes import parse_attrs, resolved_attrs
 
 log = logging.getLogger("ort_roi")
 
@@ -37,8 +37,9 @@ _DT = {np.dtype(np.float32): "dt_float", np.dtype(np.float64): "dt_double",
        np.dtype(np.int32): "dt_int32", np.dtype(np.int64): "dt_int64"}
 _ATTR_DT = {int: "dt_int64", float: "dt_float", str: "dt_string"}
 
-#: kernel id -> (spec, output dtype, kernel) for every registered overload of ours.
-_KERNELS: dict[int, tuple[OpSpec, np.dtype, Callable[..., np.ndarray]]] = {}
+#: kernel id -> (spec, output dtype, kernel, the op's small path or None) for every
+#: registered overload of ours.
+_KERNELS: dict[int, tuple[OpSpec, np.dtype, Callable[..., np.ndarray], Callable | None]] = {}
 _lock = forksafe.RLock()
 
 
@@ -121,16 +122,33 @@ def _fallback(spec: OpSpec, feed, text: Mapping[str, str], dtype: np.dtype) -> t
     return tuple(out)
 
 
-def _run(k_id: int, feed, text: Mapping[str, str]):
-    spec, dtype, kernel = _KERNELS[k_id]
+def _small(small: Callable, spec: OpSpec, feed, text: Mapping[str, str]) -> tuple | None:
+    """The op's small path (``Op.small``, kernels/small.py) on the CPU, with the node's
+    resolved attributes: its output, or None where it declines (the kernel runs). A
+    FloatingPointError (NumPy's ``seterr`` set to raise: the kernel computes quietly) is a
+    decline too."""
+    attrs = resolved_attrs(spec, text)
+    if attrs is None or device.get_backend() == "cupy":
+        return None
     try:
-        attrs = parse_attrs(spec, text)
-        ys = device.call(kernel, feed, spec.features, **attrs)
-        if len(ys) != len(spec.outputs):
-            # attributes that contradict the op (its levels, ...): its shape rule names them
-            spec.output_shapes([getattr(f, "shape", None) for f in feed], attrs)
-            raise RoiOpError(spec.name, "attributes", f"give {len(ys)} outputs; the node "
-                             f"declares {len(spec.outputs)}")
+        y = small(*feed, **attrs)
+    except FloatingPointError:
+        return None
+    return None if y is None else (y,)
+
+
+def _run(k_id: int, feed, text: Mapping[str, str]):
+    spec, dtype, kernel, small = _KERNELS[k_id]
+    try:
+        ys = None if small is None else _small(small, spec, feed, text)
+        if ys is None:
+            attrs = parse_attrs(spec, text)
+            ys = device.call(kernel, feed, spec.features, **attrs)
+            if len(ys) != len(spec.outputs):
+                # attributes that contradict the op (its levels, ...): its shape rule names them
+                spec.output_shapes([getattr(f, "shape", None) for f in feed], attrs)
+                raise RoiOpError(spec.name, "attributes", f"give {len(ys)} outputs; the "
+                                 f"node declares {len(spec.outputs)}")
         ys = tuple(np.ascontiguousarray(y, dtype=o.dtype(dtype))
                    for y, o in zip(ys, spec.outputs))
     except BaseException as e:  # noqa: BLE001 - nothing may leave a kernel (it aborts)
@@ -236,7 +254,8 @@ def _overloads(spec: OpSpec):
                 yield types, tx
 
 
-def _add(spec: OpSpec, kernel: Callable[..., np.ndarray], domain: str, op_type: str) -> None:
+def _add(spec: OpSpec, kernel: Callable[..., np.ndarray], domain: str, op_type: str,
+         small: Callable | None = None) -> None:
     _ocos = extensions()
     PyCustomOpDef, Opdef = _ocos.PyCustomOpDef, _ocos.Opdef
 
@@ -247,7 +266,7 @@ def _add(spec: OpSpec, kernel: Callable[..., np.ndarray], domain: str, op_type: 
             inputs=[getattr(PyCustomOpDef, _DT[t]) for t in types],
             outputs=[getattr(PyCustomOpDef, _DT[o.dtype(out_dtype)]) for o in spec.outputs],
             attrs=attrs)
-        _KERNELS[opdef._nativedef.obj_id] = (spec, out_dtype, kernel)
+        _KERNELS[opdef._nativedef.obj_id] = (spec, out_dtype, kernel, small)
 
 
 def register() -> None:
@@ -258,7 +277,7 @@ def register() -> None:
     a growing array whose addresses the sessions keep, so an op added to a domain after a
     session has used that domain leaves dangling pointers (a later session or run crashes).
     """
-    _register_all(None, [(f.spec, kernel(f.spec), f.domain, f.op_type)
+    _register_all(None, [(f.spec, kernel(f.spec), f.domain, f.op_type, entry(f.spec).small)
                          for f in FORMS if f.registered]
                   + [(_guard(f), _refuse, f.domain, f.op_type) for f in FORMS if f.guard_levels])
 

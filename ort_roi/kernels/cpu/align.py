@@ -28,13 +28,12 @@ NHWC copy of X:
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ...geometry import (MMCV_EMPTY_MAX, bilinear_weights, crop_weights,
                          max_sample_positions, neighbours, sample_positions, sample_taps,
                          sampling_grid)
+from ...geometry.few import align_weights_few
 from . import strategies, workspace
 from .parallel import for_ranges
 
@@ -260,16 +259,26 @@ def _align_planes(X, batch, start, bin_size, grid, ph: int, pw: int, out, rows):
 def _align_small(X, batch, start, bin_size, grid, ph: int, pw: int):
     """align() for a small problem: every sample's weights on every row / column at once
     (A [R, 2, max(ph, pw), max(H, W)], y then x: bin p's mean 1-D weights over the map's
-    rows and columns), then out[r] = Ay[r] @ X[b] @ Ax[r].T. X is made C-contiguous first:
-    OpenBLAS picks its routine by the operands' layout, and a channels-last view gave other
-    last bits than its contiguous copy (every map the bridge hands over is contiguous)."""
-    X = np.ascontiguousarray(X)
+    rows and columns), then ``small_product``."""
     N, C, H, W = X.shape
     A = _small_weights_few(start, bin_size, grid, max(ph, pw), (H, W), X.dtype)
     if A is None:
         A = _small_weights(start, bin_size, grid, max(ph, pw), (H, W), X.dtype)
+    return small_product(X, batch, A, ph, pw)
+
+
+def small_product(X, batch, A: np.ndarray, ph: int, pw: int) -> np.ndarray:
+    """The small strategy's output from its weights A [R, 2, P, S] of X's dtype:
+    out[r] = Ay[r] @ X[b] @ Ax[r].T, a new [R, C, ph, pw]. X is made C-contiguous first:
+    OpenBLAS picks its routine by the operands' layout, and a channels-last view gave other
+    last bits than its contiguous copy (every map the bridge hands over is contiguous); one
+    image is read as it is (``batch`` a list or array of each box's image): the same
+    products of the same matrices as its copy per box."""
+    X = np.ascontiguousarray(X)
+    H, W = X.shape[2:]
     Ay, Ax = A[:, 0, :ph, :H], A[:, 1, :pw, :W]
-    return np.matmul(Ay[:, None] @ X[batch], Ax.transpose(0, 2, 1)[:, None])
+    return np.matmul(Ay[:, None] @ (X[0] if X.shape[0] == 1 else X[batch]),
+                     Ax.transpose(0, 2, 1)[:, None])
 
 
 def _small_weights(start, bin_size, grid, P: int, size: tuple[int, int], dtype):
@@ -291,71 +300,32 @@ def _small_weights(start, bin_size, grid, P: int, size: tuple[int, int], dtype):
 #: _small_weights_few: at most this many samples (boxes x 2 axes x bins x grid) a call and
 #: weights (boxes x 2 axes x bins x map side): beyond, the arrays cost less (measured, CPU
 #: time: 8 samples 13-17 us against 41 us, 16 samples and 256 weights 34-38 against 45-46,
-#: 24 samples or 512 weights level, 64 samples 64 against 49) ...
+#: 24 samples or 512 weights level, 64 samples 64 against 49).
 FEW_SAMPLES = 16
 FEW_WEIGHTS = 256
-#: ... and this many samples per bin side: with every nonzero weight >= 2**-24, a float64
-#: sum of at most 32 float32 weights in [2**-24, 1] is exact in any order (its terms are
-#: multiples of 2**-47 below 2**6: 53 bits), so it does not depend on NumPy's order of sums.
-FEW_GRID_MAX = 32
-_LEAST_WEIGHT = 2.0 ** -24
+
+
+def few_weights_fit(R: int, P: int, G: int, size: tuple[int, int]) -> bool:
+    """Whether the scalar weights (geometry.align_weights_few) are the faster for R boxes,
+    P bins per axis and G samples per bin side on a map of ``size``."""
+    return R * 2 * P * G <= FEW_SAMPLES and R * 2 * P * max(size) <= FEW_WEIGHTS
 
 
 def _small_weights_few(start, bin_size, grid, P: int, size: tuple[int, int], dtype):
-    """_small_weights, bit for bit, with scalars: for a few samples of float32 boxes (a call
-    of W6's size: a dozen NumPy scalars per sample instead of ~40 array calls a call).
-
-    The same arithmetic in T: y = (start + p*bin) + (k + 0.5)*bin/grid (sample_positions),
-    the neighbours clamped as geometry.neighbours does, each sample's (1 - frac, frac) added
-    to its low and high index in float64 (k in order), divided by the grid, then cast.
-    Returns None (the caller takes _small_weights) for float64 (whose sums could round
-    otherwise in another order), more than FEW_SAMPLES samples or FEW_WEIGHTS weights, a
-    grid over FEW_GRID_MAX, or a weight under 2**-24 (a sample within 2**-24 past an index:
-    sums could round)."""
+    """_small_weights, bit for bit, with scalars (geometry.align_weights_few) for a few
+    samples of float32 boxes (a call of W6's size: a dozen NumPy scalars per sample instead
+    of ~40 array calls a call). None (the caller takes _small_weights) for float64 (whose
+    sums could round otherwise in another order), beyond ``few_weights_fit`` or where
+    align_weights_few declines."""
     if dtype != np.float32:
         return None
     R = start.shape[0]
-    gs = grid.tolist()
-    G = max(1, max(max(g) for g in gs))
-    if G > FEW_GRID_MAX or R * 2 * P * G > FEW_SAMPLES or R * 2 * P * max(size) > FEW_WEIGHTS:
+    grids = [tuple(g) for g in grid.tolist()]
+    if not few_weights_fit(R, P, max(1, max(max(g) for g in grids)), size):
         return None
-    t = np.float32
-    ks = [t(k) + t(0.5) for k in range(G)]  # k + 0.5, in T
-    S = max(size)
-    A = [0.0] * (R * 2 * P * S)
-    for r in range(R):
-        for ax in (0, 1):
-            g, n = gs[r][ax], size[ax]
-            if g <= 0:
-                continue
-            a0, b, tg = start[r, ax], bin_size[r, ax], t(g)
-            for p in range(P):
-                a = a0 + t(p) * b
-                row = ((r * 2 + ax) * P + p) * S
-                for k in range(g):
-                    y = float(a + ks[k] * b / tg)
-                    if not -1 <= y <= n:  # outside (NaN too): no weight
-                        continue
-                    y = min(y, n) if y > 0 else 0.0  # fmin(fmax(y, 0), size); NaN: 0
-                    low = math.floor(y)
-                    if low >= n - 1:  # at or past the last index: it alone, weight 1
-                        A[row + n - 1] += 1.0
-                        continue
-                    frac = y - low  # exact in T: y and low are within one of each other
-                    if frac < _LEAST_WEIGHT:
-                        if frac > 0:
-                            return None
-                        A[row + low] += 1.0
-                        continue
-                    # 1 - frac: exact in float64 (frac >= 2**-24), rounded to T (below
-                    # 1/2 only where y < 1: from low = 1 on frac's bits are T's at 1)
-                    A[row + low] += float(t(1.0 - frac)) if low == 0 else 1.0 - frac
-                    A[row + low + 1] += frac
-    # / max(grid, 1) in float64, then to T (np.array casts each as astype does)
-    n = P * S
-    A = [v / g for i, g in enumerate(max(g, 1) for box in gs for g in box)
-         for v in A[i * n:(i + 1) * n]]
-    return np.array(A, dtype).reshape(R, 2, P, S)
+    A = align_weights_few(list(zip(start[:, 0], start[:, 1], bin_size[:, 0], bin_size[:, 1])),
+                          grids, P, size)
+    return None if A is None else np.array(A, dtype).reshape(R, 2, P, max(size))
 
 
 #: Samples x channels gathered per step of the max (bounds the scratch memory).

@@ -14,6 +14,8 @@ are shared among the cores.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...geometry import roi_pool_bins, roi_pool_bins_few
@@ -25,31 +27,38 @@ def max_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int, pw: i
              spatial_scale: float) -> np.ndarray:
     """ROIPooling max / RoIPool of checked inputs; boxes are [R, 4] rows [x1, y1, x2, y2]."""
     R, C = boxes.shape[0], X.shape[1]
-    few = R * ph * pw <= FEW_BINS and R * C * ph * pw <= FEW_OUT
-    if few and strategies.forced("max_pool") is None:  # (a forced strategy is tested alone)
-        out = _pool_max_few(X, batch, boxes, ph, pw, spatial_scale)
+    if strategies.forced("max_pool") is None:  # (a forced strategy is tested alone)
+        out = None
+        if R * C * ph * pw <= FEW_MAXIMA and X.size <= FEW_MAP:
+            out = pool_max_few(X, batch.tolist(), boxes.ravel().tolist(), ph, pw, spatial_scale)
+        elif R * ph * pw <= FEW_BINS and R * C * ph * pw <= FEW_OUT:
+            out = _pool_max_bins(X, batch, boxes, ph, pw, spatial_scale)
         if out is not None:
             return out
     (hlo, hhi), (wlo, whi) = roi_pool_bins(boxes, spatial_scale, ph, pw, *X.shape[2:])
     return pool_max(X, batch, hlo, hhi, wlo, whi)
 
 
-#: _pool_max_few: at most this many bins (boxes x ph x pw) a call (a box's bins cost ~6 us,
+#: pool_max_few: at most this many outputs (each a window's max in Python) and values of X
+#: (all read): measured against the kernel's other paths (a call alone, 4 channels, boxes on
+#: the map; us): 2 outputs 6 against 15, 32: 20 / 62, 64: 63 / 66, 128: 99 / 79.
+FEW_MAXIMA = 48
+FEW_MAP = 1024
+#: _pool_max_bins: at most this many bins (boxes x ph x pw) a call (a box's bins cost ~6 us,
 #: each bin ~4 us more: measured, CPU time, against 45-55 us for the arrays on small maps:
-#: 2 bins 19 against 53 us, 4 bins 32 against 46, 8 bins 61 against 50) ...
+#: 2 bins 19 against 53 us, 4 bins 32 against 46, 8 bins 61 against 50) and outputs.
 FEW_BINS = 6
-#: ... and output elements (each is looked at in Python).
 FEW_OUT = 256
 
 
-def _pool_max_few(X, batch, boxes, ph: int, pw: int, spatial_scale: float):
-    """max_pool for a few bins (a W6 call), bit for bit: the bins with scalars
-    (geometry.roi_pool_bins_few), then each bin's max over its window of X, 0 for an empty
-    bin. A max is one of its values; only a max of 0 (+0 or -0, as the order of the
-    comparisons has it) or NaN (whose bits) could come out otherwise than from
-    pool_max's arrays: then None, and the caller takes pool_max."""
+def _pool_max_bins(X, batch, boxes, ph: int, pw: int, spatial_scale: float):
+    """max_pool for a few bins on any map, bit for bit, or None (the caller takes the
+    arrays): the bins with scalars (geometry.roi_pool_bins_few), then each bin's max over
+    its window of X by NumPy (every channel at once), 0 for an empty bin. A max is one of
+    its values; only a max of 0 (+0 or -0, as the order of the comparisons has it) or NaN
+    (whose bits) could come out otherwise than from pool_max's arrays: then None."""
     N, C, H, W = X.shape
-    bins = roi_pool_bins_few(boxes, spatial_scale, ph, pw, H, W)
+    bins = roi_pool_bins_few(boxes.ravel().tolist(), X.dtype, spatial_scale, ph, pw, H, W)
     if bins is None:
         return None
     out = workspace.output((boxes.shape[0], C, ph, pw), X.dtype)
@@ -67,6 +76,50 @@ def _pool_max_few(X, batch, boxes, ph: int, pw: int, spatial_scale: float):
         if any(v[p][q] == 0 or v[p][q] != v[p][q] for v in values[r]):
             return None
     return out
+
+
+def pool_max_few(X: np.ndarray, batch: list[int], values: list[float], ph: int, pw: int,
+                 spatial_scale: float) -> np.ndarray | None:
+    """max_pool for a few bins on a small map (at most FEW_MAP values), bit for bit, in
+    Python's numbers: the boxes' values [x1, y1, x2, y2] row by row, their bins with
+    scalars (geometry.roi_pool_bins_few), each bin's max over its window of X (a max is one
+    of its values), 0 for an empty bin; a new [R, C, ph, pw]. None (the caller takes the
+    arrays) for a larger map, bins the scalars decline, or a window holding NaN (NumPy's
+    max propagates it, with its bits) or whose max is 0 with zeros of both signs (NumPy's
+    max may give either)."""
+    N, C, H, W = X.shape
+    if X.size > FEW_MAP or len(batch) * C * ph * pw > FEW_MAXIMA:
+        return None
+    bins = roi_pool_bins_few(values, X.dtype, spatial_scale, ph, pw, H, W)
+    if bins is None:
+        return None
+    x = X.ravel().tolist()
+    finite = math.isfinite(sum(x))  # no NaN anywhere: a window's max is known but for 0
+    out = []
+    for b, (rows, cols) in zip(batch, bins):
+        for c in range(C):
+            plane = (b * C + c) * H * W
+            for h0, h1 in rows:
+                r0, r1 = plane + h0 * W, plane + h1 * W
+                for w0, w1 in cols:
+                    if h1 <= h0 or w1 <= w0:
+                        out.append(0.0)
+                        continue
+                    window = x[r0:r1] if w1 - w0 == W else \
+                        [v for r in range(r0, r1, W) for v in x[r + w0:r + w1]]
+                    m = max(window)
+                    if (m == 0 or not finite) and not _max_is_known(window, m):
+                        return None
+                    out.append(m)
+    return np.array(out, X.dtype).reshape(len(batch), C, ph, pw)
+
+
+def _max_is_known(window: list[float], m: float) -> bool:
+    """Whether NumPy's max of ``window`` is ``m`` bit for bit in any order of comparisons:
+    no NaN in it, and not a max of 0 with zeros of both signs."""
+    if any(v != v for v in window):
+        return False
+    return m != 0 or len({math.copysign(1.0, v) for v in window if v == 0}) == 1
 
 
 def _levels(length: np.ndarray, ladder: np.ndarray) -> np.ndarray:

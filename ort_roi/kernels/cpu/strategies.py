@@ -105,7 +105,8 @@ def force(**choices: Any):
 
 def forced(name: str, default=None):
     """The forced strategy or tuning ``name`` on this thread, else ``default``."""
-    return getattr(_local, "forced", {}).get(name, default)
+    f = getattr(_local, "forced", None)
+    return f.get(name, default) if f else default
 
 
 # --- the choices ----------------------------------------------------------------------------
