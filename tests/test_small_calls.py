@@ -2,7 +2,10 @@
 paths they stand in for, on a few hundred random small calls each, with the inputs that
 break such code (degenerate, reversed and off-map boxes, .5 ties, tiny fractions, huge
 values, zeros of both signs and NaN in the map, float32 and float64); the fast accepts of
-the checks leave every error as it was."""
+the checks leave every error as it was. The small path the bridge tries before each kernel
+(``Op.small``, kernels/small.py) gives the kernel's output bit for bit or declines, directly
+and through real sessions, and every check a W6-sized call can fail still fails there with
+the kernel's words."""
 
 import importlib
 
@@ -241,9 +244,12 @@ def _small_call(rng, op: str, dtype):
             mode=str(rng.choice(["avg", "avg", "max"])))
     if op == "RoIPool":
         return (X, boxes, counts), dict(pooled_height=ph, pooled_width=pw, spatial_scale=scale)
+    method = str(rng.choice(["max", "bilinear"]))
+    if method == "bilinear" and rng.integers(2):  # normalized boxes, some past the edges
+        boxes = np.where(rng.integers(0, 3, (R, 4)) == 0, rng.choice([0.0, 0.5, 1.0], (R, 4)),
+                         rng.uniform(-0.2, 1.2, (R, 4))).astype(dtype)
     rois = np.concatenate([batch[:, None].astype(dtype), boxes], 1)
-    return (X, rois), dict(pooled_h=ph, pooled_w=pw, spatial_scale=scale,
-                           method=str(rng.choice(["max", "max", "bilinear"])))
+    return (X, rois), dict(pooled_h=ph, pooled_w=pw, spatial_scale=scale, method=method)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -313,7 +319,7 @@ def test_a_session_takes_the_small_path_with_the_kernels_output(op, monkeypatch)
     for _ in range(16):
         inputs, attrs = _small_call(rng, op, np.float32)
         inputs[0][...] = np.nan_to_num(inputs[0])  # (finite maps)
-        attrs.update({k: v for k, v in (("mode", "avg"), ("method", "max")) if k in attrs})
+        attrs.update({"mode": "avg"} if "mode" in attrs else {})  # (max: the kernel's alone)
         try:
             want = kern(*inputs, **attrs)
         except ort_roi.RoiOpError:
@@ -432,10 +438,10 @@ def _feed(sess, inputs) -> dict:
     return dict(zip([i.name for i in sess.get_inputs()], inputs))
 
 
-def test_the_small_path_declines_forced_strategies_and_raising_floats(monkeypatch):
+def test_the_small_path_declines_forced_strategies_and_ignores_seterr(monkeypatch):
     """A forced strategy is the kernel's to run (tests force one alone); NumPy's seterr set
-    to raise does not turn a small call into an error (the kernel computes quietly): both
-    give the kernel's output, the second through a session."""
+    to raise does not turn a small call into an error (the small path computes quietly, as
+    the kernel): the kernel's output, through a session."""
     from ort_roi.kernels.cpu import strategies
     from ort_roi.ops import entry
     from ort_roi.spec import DOMAIN
@@ -456,19 +462,35 @@ def test_the_small_path_declines_forced_strategies_and_raising_floats(monkeypatc
     assert np.array_equal(_bits(y), _bits(want))
 
 
-def test_the_small_path_is_quiet_on_non_finite_maps():
-    """inf and NaN in X propagate through the small path's products without a warning, as
-    through the kernel's (which runs quietly)."""
+def test_the_small_path_is_quiet():
+    """No floating-point warning leaves the small path, as none leaves the kernel: inf and
+    NaN in X through the products, a huge box whose samples overflow T (found by review: a
+    fixed sampling ratio of 3 on a box of +-8e37), tiny maps under np.seterr(under="warn");
+    each the kernel's output."""
     import warnings
 
     from ort_roi.ops import entry
     from ort_roi.spec import DOMAIN
 
-    inputs, attrs = _w6_inputs("RoIAlign")
-    inputs[0][0, 0, 1, 1], inputs[0][0, 0, 2, 2] = np.inf, -np.inf
     spec = entry((DOMAIN, "RoIAlign")).spec
+    non_finite, _ = _w6_inputs("RoIAlign")
+    non_finite[0][0, 0, 1, 1], non_finite[0][0, 0, 2, 2] = np.inf, -np.inf
+    huge, _ = _w6_inputs("RoIAlign")
+    huge[1][...] = [[-8e37, -8e37, 8e37, 8e37], [-8e37, -0.0, -0.5, -0.0]]
+    tiny, _ = _w6_inputs("RoIAlign")
+    tiny[0][...] = 1.2e-38
+    for inputs, attrs in [(non_finite, dict(pooled_height=1, pooled_width=1)),
+                          (huge, dict(pooled_height=3, pooled_width=1, sampling_ratio=3,
+                                      aligned=0)),
+                          (tiny, dict(pooled_height=2, pooled_width=2))]:
+        with warnings.catch_warnings(), np.errstate(all="warn"):
+            warnings.simplefilter("error")
+            y = entry(spec).small(*inputs, **spec.resolve(attrs))
+        assert y is not None
+        assert np.array_equal(_bits(y), _bits(ops.roi_align(*inputs, **attrs))), attrs
+    sess, feed = _session("RoIAlign", huge, dict(pooled_height=3, pooled_width=1,
+                                                 sampling_ratio=3, aligned=0))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        y = entry(spec).small(*inputs, **spec.resolve(attrs))
-    assert y is not None and np.array_equal(_bits(y), _bits(ops.roi_align(*inputs, **attrs)))
-    assert not np.isfinite(y).all()
+        y = sess.run(None, feed)[0]
+    assert np.isfinite(y).all()

@@ -101,8 +101,8 @@ def category(filename: str) -> str | None:
     """Where time spent in a function of ``filename`` is charged: "checks" (the ops'
     functions, the attribute and input checks), "geometry" (ort_roi.geometry, the levels),
     "kernel" (kernels/cpu and the small path, kernels/small.py), "bridge" (the rest of
-    ort_roi: the invocation hook, attribute parsing, the backend dispatch); None for code not of ort_roi (NumPy's, onnxruntime's:
-    charged as its callers are)."""
+    ort_roi: the invocation hook, attribute parsing, the backend dispatch); None for code
+    not of ort_roi (NumPy's, onnxruntime's: charged as its callers are)."""
     p = filename.replace("\\", "/")
     if "/ort_roi/" not in p:
         return None

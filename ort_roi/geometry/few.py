@@ -52,12 +52,12 @@ _T_OF: dict[float, np.float32] = {}  # a node's attributes in T (a NumPy scalar 
 
 
 def _t(v: float) -> np.float32:
-    """v in T, made once per value."""
+    """v in T, made once per value (not zeros: 0.0 and -0.0 are one key)."""
     try:
         return _T_OF[v]
     except KeyError:
         t = _T(v)
-        if len(_T_OF) < 1024:
+        if v and len(_T_OF) < 1024:  # (NaN is never found again: no attribute is NaN)
             _T_OF[v] = t
         return t
 
@@ -161,10 +161,10 @@ def roi_pool_bins_few(values: list[float], dtype, spatial_scale: float, ph: int,
 
 #: roi_pool_bins_few: scaled box edges below this are exact integers all the way.
 _EXACT_EDGE = float(2 ** 22)
-_F32 = struct.Struct("f")
+_FLOAT32 = struct.Struct("f")
 
 
-def _to_float32(x: float, pack=_F32.pack, unpack=_F32.unpack) -> float:
+def _to_float32(x: float, pack=_FLOAT32.pack, unpack=_FLOAT32.unpack) -> float:
     """x (within float32's range) rounded to float32 (to nearest, ties to even), as a
     Python float."""
     return unpack(pack(x))[0]
@@ -172,7 +172,7 @@ def _to_float32(x: float, pack=_F32.pack, unpack=_F32.unpack) -> float:
 
 def _pool_edges(lo: float, hi: float, pooled: int, size: int, to_t) -> list[tuple[int, int]]:
     """One axis's bins [lo, hi) of max pooling, clipped to [0, size]: from the edges rounded
-    half away from zero (``_round_half_away``, inline), bin p spans
+    half away from zero (C's round(), exact for values below 2**22), bin p spans
     [floor(p*bin), ceil((p+1)*bin)) from the start, fl(p * bin) in T (``to_t``); one bin
     is the whole box, [start, start + length)."""
     a, b = math.trunc(lo), math.trunc(hi)
@@ -183,7 +183,7 @@ def _pool_edges(lo: float, hi: float, pooled: int, size: int, to_t) -> list[tupl
     length = b - a + 1 if b >= a else 1
     if pooled == 1:
         e = a + length
-        return [(0 if a <= 0 else a if a < size else size, 0 if e <= 0 else e if e < size else size)]
+        return [(0 if a <= 0 else min(a, size), 0 if e <= 0 else min(e, size))]
     bin_size = to_t(length / pooled)
     edges, end = [], 0.0
     for p in range(pooled):
@@ -191,11 +191,3 @@ def _pool_edges(lo: float, hi: float, pooled: int, size: int, to_t) -> list[tupl
         e0, e1 = math.floor(start) + a, math.ceil(end) + a
         edges.append((0 if e0 <= 0 else min(e0, size), 0 if e1 <= 0 else min(e1, size)))
     return edges
-
-
-def _round_half_away(x: float) -> float:
-    """round_half_away of one finite value below 2**22 (exact: an integer)."""
-    i = math.trunc(x)
-    if abs(x - i) >= 0.5:
-        i += 1 if x > 0 else -1
-    return float(i)

@@ -4,7 +4,6 @@ one sample per bin, normalized boxes): its sample positions and their neighbours
 
 from __future__ import annotations
 
-
 import numpy as np
 
 

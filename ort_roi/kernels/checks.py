@@ -199,11 +199,13 @@ _INTS = frozenset(TYPES["I"])  # (a set: a dtype's hash is cheaper than its == t
 def few_boxes(X, boxes, cols: int) -> list[float] | None:
     """A small call's X and boxes as ``check_features`` and ``check_boxes`` would accept
     them: X a NumPy [N, C, H, W] float32 / float64 with H, W >= 1, boxes a NumPy [R, cols]
-    of its dtype, at most FEW_VALUES values, all finite. Returns the boxes' values (Python
-    floats, row by row), or None (anything else: the checks then run, and say why)."""
+    of its dtype, 1 to FEW_VALUES values (no boxes: the kernel's at once), all finite.
+    Returns the boxes' values (Python floats, row by row), or None (anything else: the
+    checks then run, and say why)."""
     if type(X) is not np.ndarray or type(boxes) is not np.ndarray or X.ndim != 4 \
             or X.dtype not in _FINITE_MAX or boxes.dtype != X.dtype or boxes.ndim != 2 \
-            or boxes.shape[1] != cols or boxes.size > FEW_VALUES or not (X.shape[2] and X.shape[3]):
+            or boxes.shape[1] != cols or not 0 < boxes.size <= FEW_VALUES \
+            or not (X.shape[2] and X.shape[3]):
         return None
     values = boxes.ravel().tolist()
     return values if math.isfinite(sum(values)) else None
@@ -247,6 +249,15 @@ def few_indexed(X, boxes, indices) -> tuple[list[int], list[float]] | None:
     return (batch, values) if all(0 <= i < n for i in batch) else None
 
 
+def few_sizes_fit(values: list[float], spatial_scale: float, dtype) -> bool:
+    """``check_box_sizes``' fast accept of a few finite box values (Python floats) and one
+    scale: the scale and every |corner * scale| within a quarter of T's largest value leave
+    each scaled size finite in T (the products and their difference round to at most half
+    of it)."""
+    most, s = _FINITE_MAX[np.dtype(dtype)] / 4, abs(float(spatial_scale))
+    return s <= most and (not values or max(max(values), -min(values)) * s <= most)
+
+
 def check_box_sizes(op: str, name: str, boxes: np.ndarray, spatial_scale,
                     levels: np.ndarray | None = None, first_level: int = 0) -> None:
     """Samples of a box whose scaled size overflows T are undefined: reject it.
@@ -255,13 +266,8 @@ def check_box_sizes(op: str, name: str, boxes: np.ndarray, spatial_scale,
     ``levels`` [R], named in the message counting from ``first_level``)."""
     per_box = np.ndim(spatial_scale) > 0
     if not per_box and boxes.size <= FEW_VALUES and boxes.dtype in _FINITE_MAX:
-        # a few boxes: the scale and every |corner * scale| within a quarter of T's largest
-        # value leave each scaled size finite in T (the products and their difference round
-        # to at most half of it); NaN and larger values go on to the check in T
-        most, scale, values = _FINITE_MAX[boxes.dtype] / 4, abs(float(spatial_scale)), \
-            boxes.ravel().tolist()
-        if scale <= most and math.isfinite(sum(values)) and \
-                max(map(abs, values), default=0.0) * scale <= most:  # (no NaN: a finite sum)
+        values = boxes.ravel().tolist()  # (NaN and larger values: on to the check in T)
+        if math.isfinite(sum(values)) and few_sizes_fit(values, spatial_scale, boxes.dtype):
             return
     s = spatial_scale if per_box else boxes.dtype.type(spatial_scale)
     size = boxes[:, 2:] * s - boxes[:, :2] * s

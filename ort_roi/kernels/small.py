@@ -9,27 +9,25 @@ scalars (``geometry.few``, ``geometry.roi_pool_bins_few``) and the output with t
 strategies' own last step. Every function returns None for anything it does not take
 whole: an input a check would refuse, a box whose scaled size could overflow, a call the
 kernel would compute by another strategy (or a forced one), a value whose bits the scalars
-cannot promise (a max of 0 or NaN, a weight under 2**-24). The kernel then runs, with every
-error and bit it has; the small path never raises an error of its own.
+cannot promise (a max of 0 with zeros of both signs, NaN, a weight under 2**-24). The kernel
+then runs, with every error and bit it has; the small path raises no error of its own and,
+like the kernels, computes quietly (no floating-point warning, whatever ``np.seterr`` says).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
 from ..geometry import BoxGeometry
 from ..geometry.few import align_bins_few, align_weights_few, sampling_grid_few
 from ..spec import MAX_OUTPUT_ELEMENTS
+from .checks import few_sizes_fit
 from .cpu import strategies
 from .cpu.align import small_product
+from .cpu.bilinear import bilinear_pool_few
 from .cpu.max_pool import pool_max_few
 
 _F32 = np.dtype(np.float32)
-#: Scales and |corner * scale| up to a quarter of float32's largest value leave every scaled
-#: size finite (``checks.check_box_sizes``'s fast accept).
-_MOST = float(np.finfo(np.float32).max) / 4
 #: ``align``: at most this many samples (boxes x 2 axes x bins x grid) and weights (boxes x
 #: 2 axes x bins x map side) a call. Measured against the kernel (a call alone, 4 channels,
 #: boxes on the map, sampling ratio 2; us): 8 samples 22 against 47, 16: 33 / 55, 32 (96
@@ -37,25 +35,6 @@ _MOST = float(np.finfo(np.float32).max) / 4
 #: 136 / 105.
 ALIGN_SAMPLES = 56
 ALIGN_WEIGHTS = 512
-#: Maps of at most this many values are read in Python to see that the products cannot
-#: raise a floating-point warning (``_quiet``: no ``np.errstate`` to pay).
-_FEW_X = 256
-
-
-def _quiet(X: np.ndarray) -> bool:
-    """X small, finite and within a quarter of float32's largest value: a product with
-    weights that sum to about 1 per bin can neither overflow nor meet inf * 0."""
-    if X.size > _FEW_X:
-        return False
-    x = X.ravel().tolist()
-    return not x or (math.isfinite(sum(x)) and max(max(x), -min(x)) <= _MOST)
-
-
-def _sizes_fit(values: list[float], spatial_scale: float, most: float) -> bool:
-    """No scaled box size can overflow: the scale and every |corner * scale| <= ``most``
-    (``values`` finite)."""
-    s = abs(spatial_scale)
-    return s <= most and (not values or max(max(values), -min(values)) * s <= most)
 
 
 def align(X: np.ndarray, batch: list[int], boxes: np.ndarray, values: list[float], *,
@@ -66,28 +45,49 @@ def align(X: np.ndarray, batch: list[int], boxes: np.ndarray, values: list[float
     resolved attributes: the small strategy's output (``cpu.align._align_small``), or None.
     """
     N, C, H, W = X.shape
-    R = boxes.shape[0]
-    if X.dtype != _F32 or not (R and C) or not _sizes_fit(values, spatial_scale, _MOST) \
-            or R * C * pooled_h * pooled_w > MAX_OUTPUT_ELEMENTS:
+    R, P = boxes.shape[0], max(pooled_h, pooled_w)
+    if X.dtype != _F32 or not (R and C) or R * 2 * P * max(H, W) > ALIGN_WEIGHTS \
+            or not strategies.align_is_small(R, C, H, W, pooled_h, pooled_w, 1) \
+            or R * C * pooled_h * pooled_w > MAX_OUTPUT_ELEMENTS \
+            or not few_sizes_fit(values, spatial_scale, _F32):
         return None
+    # quiet, as the kernel: a huge box overflows T on purpose (its samples then fall off the
+    # map), NaN and inf in X propagate
+    with np.errstate(all="ignore"):
+        return _align(X, batch, boxes, pooled_h, pooled_w, spatial_scale, sampling_ratio,
+                      geometry)
+
+
+def _align(X, batch, boxes, pooled_h: int, pooled_w: int, spatial_scale: float,
+           sampling_ratio: int, geometry: BoxGeometry) -> np.ndarray | None:
+    """``align`` of inputs that passed its first tests: the bins, the grids, the weights
+    and the products."""
+    N, C, H, W = X.shape
+    R, P = boxes.shape[0], max(pooled_h, pooled_w)
     bins = align_bins_few(boxes, spatial_scale, geometry, pooled_h, pooled_w)
     if sampling_ratio > 0:  # one grid for every bin
         G, grids = sampling_ratio, [(sampling_ratio, sampling_ratio)] * R
     else:
         grids = [(sampling_grid_few(b[2], 0), sampling_grid_few(b[3], 0)) for b in bins]
         G = max(max(g) for g in grids)
-    P = max(pooled_h, pooled_w)
-    if not (strategies.align_is_small(R, C, H, W, pooled_h, pooled_w, G)
-            and R * 2 * P * G <= ALIGN_SAMPLES and R * 2 * P * max(H, W) <= ALIGN_WEIGHTS):
+    if not (R * 2 * P * G <= ALIGN_SAMPLES
+            and strategies.align_is_small(R, C, H, W, pooled_h, pooled_w, G)):
         return None
     A = align_weights_few(bins, grids, P, (H, W))
     if A is None:
         return None
-    A = np.array(A, _F32).reshape(R, 2, P, max(H, W))
-    if _quiet(X):
-        return small_product(X, batch, A, pooled_h, pooled_w)
-    with np.errstate(all="ignore"):  # NaN and inf in X propagate quietly, as in the kernel
-        return small_product(X, batch, A, pooled_h, pooled_w)
+    return small_product(X, batch, np.array(A, _F32).reshape(R, 2, P, max(H, W)), pooled_h,
+                         pooled_w)
+
+
+def bilinear_pool(X: np.ndarray, batch: list[int], boxes: np.ndarray, *, pooled_h: int,
+                  pooled_w: int) -> np.ndarray | None:
+    """Bilinear ROIPooling (``cpu.bilinear_pool``) of accepted inputs (``checks.few_*``: X,
+    each box's image, the normalized boxes [R, 4]), with resolved attributes:
+    ``cpu.bilinear.bilinear_pool_few`` (one sample per bin with scalars of T), or None
+    (a larger call), quietly as the kernel."""
+    with np.errstate(all="ignore"):  # (inf in X: inf - inf propagates NaN, as in the kernel)
+        return bilinear_pool_few(X, batch, boxes, pooled_h, pooled_w)
 
 
 def max_pool(X: np.ndarray, batch: list[int], values: list[float], *, pooled_h: int,

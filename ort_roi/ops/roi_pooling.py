@@ -66,13 +66,14 @@ def roi_pooling(X: np.ndarray, rois: np.ndarray, *, pooled_h: int, pooled_w: int
 
 
 def small(X, rois, *, pooled_h: int, pooled_w: int, spatial_scale: float, method: str):
-    """``roi_pooling`` of a small call (resolved attributes; method max), or None
-    (``kernels/small.py``)."""
-    got = None if method != "max" else few_batch_rois(X, rois)
+    """``roi_pooling`` of a small call (resolved attributes), or None (``kernels/small.py``)."""
+    got = few_batch_rois(X, rois)
     if got is None:
         return None
-    return few.max_pool(X, *got, pooled_h=pooled_h, pooled_w=pooled_w,
-                        spatial_scale=spatial_scale)
+    if method == "max":
+        return few.max_pool(X, *got, pooled_h=pooled_h, pooled_w=pooled_w,
+                            spatial_scale=spatial_scale)
+    return few.bilinear_pool(X, got[0], rois[:, 1:], pooled_h=pooled_h, pooled_w=pooled_w)
 
 
 ENTRY = Op(

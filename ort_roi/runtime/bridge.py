@@ -123,17 +123,14 @@ def _fallback(spec: OpSpec, feed, text: Mapping[str, str], dtype: np.dtype) -> t
 
 
 def _small(small: Callable, spec: OpSpec, feed, text: Mapping[str, str]) -> tuple | None:
-    """The op's small path (``Op.small``, kernels/small.py) on the CPU, with the node's
-    resolved attributes: its output, or None where it declines (the kernel runs). A
-    FloatingPointError (NumPy's ``seterr`` set to raise: the kernel computes quietly) is a
-    decline too."""
+    """The op's small path (``Op.small``, kernels/small.py) with the node's resolved
+    attributes: its output, or None where it declines (the kernel runs). It computes on the
+    CPU, for the "auto" backend too (a small call costs less there than its copies to a
+    GPU); only a "cupy" backend sends every call to the kernel."""
     attrs = resolved_attrs(spec, text)
     if attrs is None or device.get_backend() == "cupy":
         return None
-    try:
-        y = small(*feed, **attrs)
-    except FloatingPointError:
-        return None
+    y = small(*feed, **attrs)
     return None if y is None else (y,)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...geometry import bilinear_pool_neighbours, bilinear_pool_positions
@@ -64,4 +66,64 @@ def bilinear_pool(X: np.ndarray, batch: np.ndarray, boxes: np.ndarray, ph: int,
             o3[r[s], :, p[s]] = A
 
     for_ranges(on_map.size, work, min_chunk=step)
+    return out
+
+
+#: bilinear_pool_few: at most this many outputs (each interpolated with scalars of T).
+FEW_OUT = 64
+
+
+def bilinear_pool_few(X: np.ndarray, batch: list[int], boxes: np.ndarray, ph: int,
+                      pw: int) -> np.ndarray | None:
+    """bilinear_pool for a few outputs (a W6 call), bit for bit, with NumPy scalars of T: the
+    samples and their neighbours as geometry.bilinear_pool_positions and
+    bilinear_pool_neighbours make them (``_samples_few``), each sample on the map
+    interpolated as bilinear_pool does (top = tl + (tr - tl) dx, bottom likewise, then
+    top + (bottom - top) dy, in T), 0 off it; a new [R, C, ph, pw]. None past FEW_OUT
+    outputs (the caller takes bilinear_pool)."""
+    N, C, H, W = X.shape
+    R = boxes.shape[0]
+    if R * C * ph * pw > FEW_OUT:
+        return None
+    t, b, x = X.dtype.type, boxes.ravel(), X.ravel()
+    zero = t(0)
+    out = []
+    for r in range(R):
+        ys = _samples_few(b[4 * r + 1], b[4 * r + 3], ph, H, t)
+        xs = _samples_few(b[4 * r], b[4 * r + 2], pw, W, t)
+        for c in range(C):
+            plane = (batch[r] * C + c) * H * W
+            for y in ys:
+                for s in xs:
+                    if y is None or s is None:
+                        out.append(zero)
+                        continue
+                    top, bottom = plane + y[0] * W, plane + y[1] * W
+                    tl, tr, bl, br = x[top + s[0]], x[top + s[1]], x[bottom + s[0]], \
+                        x[bottom + s[1]]
+                    upper = tl + (tr - tl) * s[2]
+                    lower = bl + (br - bl) * s[2]
+                    out.append(upper + (lower - upper) * y[2])
+    return np.array(out, X.dtype).reshape(R, C, ph, pw)
+
+
+def _samples_few(lo, hi, pooled: int, size: int, t) -> list:
+    """One box's samples along an axis (``lo``, ``hi``: its normalized edges, scalars of T):
+    per sample (low, high, fraction of high in T), or None off the map; the positions as
+    geometry.bilinear_pool_positions places them, in T, the neighbours as
+    bilinear_pool_neighbours takes them (the fraction c - floor(c) is exact)."""
+    extent = t(size - 1)
+    if pooled == 1:
+        cs = [(lo + hi) * t(0.5) * extent]
+    else:
+        step = (hi - lo) * extent / t(pooled - 1)
+        start = lo * extent
+        cs = [t(p) * step + start for p in range(pooled - 1)] + [hi * extent]
+    out = []
+    for c in cs:
+        if not 0 <= c <= size - 1:  # (NaN too)
+            out.append(None)
+            continue
+        low = math.floor(c)  # frac = c - floor(c): +0 for c = -0 (-0 - -0), as in T
+        out.append((low, min(math.ceil(c), size - 1), t(float(c) - low + 0.0)))
     return out
