@@ -211,7 +211,7 @@ def test_bench_small_charges_time_by_module():
 
 # --- the small path the bridge tries first (Op.small, kernels/small.py) ------------------------
 
-SMALL_OPS = ("RoIAlign", "RoiAlign", "RoIPool", "ROIPooling")
+SMALL_OPS = ("RoIAlign", "RoiAlign", "RoIPool", "ROIPooling", "PSROIPool")
 
 
 def _small_call(rng, op: str, dtype):
@@ -219,6 +219,9 @@ def _small_call(rng, op: str, dtype):
     of both signs, the boxes of ``_boxes`` (off the map, reversed, .5 ties, huge), every
     image count (some zero), every geometry and grid."""
     N, C, H, W, R = (int(v) for v in rng.integers(1, [3, 4, 7, 7, 5]))
+    ph, pw = (int(v) for v in rng.integers(1, 4, 2))
+    if op == "PSROIPool":  # one channel per output channel and bin
+        C *= ph * pw
     X = rng.standard_normal((N, C, H, W)).astype(dtype)
     kind = rng.integers(6)
     if kind == 0:
@@ -230,7 +233,6 @@ def _small_call(rng, op: str, dtype):
     boxes = _boxes(rng, R, dtype)
     counts = np.bincount(rng.integers(0, N, R), minlength=N).astype(rng.choice([np.int32, np.int64]))
     batch = np.repeat(np.arange(N), counts)
-    ph, pw = (int(v) for v in rng.integers(1, 4, 2))
     scale = float(np.float32(rng.choice([1.0, 0.5, 0.25, 1 / 3, 2.0, 1e30])))
     if op == "RoIAlign":
         return (X, boxes, counts), dict(pooled_height=ph, pooled_width=pw, spatial_scale=scale,
@@ -244,6 +246,9 @@ def _small_call(rng, op: str, dtype):
             mode=str(rng.choice(["avg", "avg", "max"])))
     if op == "RoIPool":
         return (X, boxes, counts), dict(pooled_height=ph, pooled_width=pw, spatial_scale=scale)
+    if op == "PSROIPool":
+        return (X, boxes, counts), dict(output_channels=C // (ph * pw), pooled_height=ph,
+                                        pooled_width=pw, spatial_scale=scale)
     method = str(rng.choice(["max", "bilinear"]))
     if method == "bilinear" and rng.integers(2):  # normalized boxes, some past the edges
         boxes = np.where(rng.integers(0, 3, (R, 4)) == 0, rng.choice([0.0, 0.5, 1.0], (R, 4)),
@@ -355,6 +360,9 @@ def _w6_inputs(op: str):
             dict(pooled_h=1, pooled_w=1, spatial_scale=1.0)
     if op == "RoiAlign":
         return [X, boxes, np.zeros(2, np.int64)], dict(output_height=1, output_width=1)
+    if op == "PSROIPool":
+        return [X, boxes, np.array([2], np.int32)], dict(output_channels=1, pooled_height=1,
+                                                         pooled_width=1)
     return [X, boxes, np.array([2], np.int32)], dict(pooled_height=1, pooled_width=1)
 
 
@@ -372,6 +380,10 @@ def _spoiled(op: str):
         inputs, attrs = _w6_inputs(op)
         spoil(inputs)
         cases.append((what, inputs, attrs))
+    if op == "PSROIPool":  # one channel per output channel and bin
+        inputs, attrs = _w6_inputs(op)
+        cases.append(("two channels for one", [np.concatenate([inputs[0]] * 2, 1), *inputs[1:]],
+                      attrs))
     if op in ("RoIAlign", "RoiAlign"):  # (max pooling takes any finite box)
         inputs, attrs = _w6_inputs(op)
         inputs[1][0, [0, 2]] = -3e38, 3e38

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import BoxGeometry
+from ..geometry import BoxGeometry, psroi_bins
 from ..geometry.few import align_bins_few, align_weights_few, sampling_grid_few
 from ..spec import MAX_OUTPUT_ELEMENTS
 from .checks import few_sizes_fit
@@ -26,6 +26,7 @@ from .cpu import strategies
 from .cpu.align import small_product
 from .cpu.bilinear import bilinear_pool_few
 from .cpu.max_pool import pool_max_few
+from .cpu.psroi import pool_bins_few
 
 _F32 = np.dtype(np.float32)
 #: ``align``: at most this many samples (boxes x 2 axes x bins x grid) and weights (boxes x
@@ -99,3 +100,19 @@ def max_pool(X: np.ndarray, batch: list[int], values: list[float], *, pooled_h: 
     if strategies.forced("max_pool") is not None:
         return None
     return pool_max_few(X, batch, values, pooled_h, pooled_w, spatial_scale)
+
+
+def psroi_pool(X: np.ndarray, batch: list[int], rois: np.ndarray, *, output_channels: int,
+               spatial_scale: float, pooled_height: int, pooled_width: int) -> np.ndarray | None:
+    """Paddle's psroi_pool (``cpu.psroi.pool_bins``) of accepted inputs (``checks.few_*``: X
+    with one channel per output channel and bin, each box's image, rois [R, 4]), with
+    resolved attributes: the bins as the kernel makes them (``geometry.psroi_bins``), each
+    bin's mean with scalars of T (``cpu.psroi.pool_bins_few``), or None (a larger call),
+    quietly as the kernel."""
+    N, C, H, W = X.shape
+    with np.errstate(all="ignore"):  # (a huge box overflows T on purpose, as in the kernel)
+        s = X.dtype.type(spatial_scale)
+        hlo, hhi = psroi_bins(rois[:, 1], rois[:, 3], s, pooled_height, H)
+        wlo, whi = psroi_bins(rois[:, 0], rois[:, 2], s, pooled_width, W)
+        return pool_bins_few(X, batch, hlo, hhi, wlo, whi, output_channels, pooled_height,
+                             pooled_width)

@@ -6,7 +6,8 @@ import numpy as np
 
 from ..definitions.psroi import psroi_pool as definition
 from ..geometry import psroi_bins
-from ..kernels.checks import check_counted_boxes, check_features, quiet
+from ..kernels import small as few
+from ..kernels.checks import check_counted_boxes, check_features, few_counted, quiet
 from ..kernels.dispatch import compute, steps
 from ..spec import DOMAIN, Attr, Input, NodeForm, Op, OpSpec, Output, check_channels, \
     counted_boxes, pooled_attrs, spatial_scale_attr
@@ -63,8 +64,20 @@ def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
                    ph=ph, pw=pw)
 
 
+def small(X, rois, rois_num, *, output_channels: int, spatial_scale: float,
+          pooled_height: int, pooled_width: int):
+    """``psroi_pool`` of a small call (resolved attributes), or None (``kernels/small.py``)."""
+    got = few_counted(X, rois, rois_num)
+    if got is None or X.shape[1] != output_channels * pooled_height * pooled_width:
+        return None
+    return few.psroi_pool(X, got[0], rois, output_channels=output_channels,
+                          spatial_scale=spatial_scale, pooled_height=pooled_height,
+                          pooled_width=pooled_width)
+
+
 ENTRY = Op(
     own=True, specs=(SPEC,), kernel=psroi_pool, definition=definition, steps=(steps.pool_bins,),
+    small=small,
     forms=(NodeForm(DOMAIN, "PSROIPool", SPEC, "ort_roi graphs (ort_roi.builders)",
                     "Paddle psroi_pool"),),
 )

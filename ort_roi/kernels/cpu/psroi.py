@@ -63,3 +63,42 @@ def pool_bins(X: np.ndarray, batch: np.ndarray, hlo, hhi, wlo, whi, oc: int, ph:
 
     for_ranges(order.size, work, min_chunk=256)
     return np.ascontiguousarray(sums.reshape(R, ph, pw, oc).transpose(0, 3, 1, 2))
+
+
+#: pool_bins_few: at most this many pixels summed (every bin's window, each output channel) a
+#: call, with scalars of T.
+FEW_PIXELS = 1024
+
+
+def pool_bins_few(X: np.ndarray, batch: list[int], hlo, hhi, wlo, whi, oc: int, ph: int,
+                  pw: int) -> np.ndarray | None:
+    """pool_bins for a few small bins (a W6-sized call), bit for bit: each bin's window of its
+    input channel summed pixel by pixel in T, row by row (pool_bins' order), divided by its
+    size in T; 0 for an empty bin; a new [R, oc, ph, pw]. None past FEW_PIXELS pixels (the
+    caller takes pool_bins)."""
+    N, C, H, W = X.shape
+    hl, hh, wl, wh = hlo.tolist(), hhi.tolist(), wlo.tolist(), whi.tolist()
+    pixels = oc * sum(sum(max(b - a, 0) for a, b in zip(hl[r], hh[r]))
+                      * sum(max(b - a, 0) for a, b in zip(wl[r], wh[r])) for r in range(len(hl)))
+    if pixels > FEW_PIXELS:
+        return None
+    t, x = X.dtype.type, X.ravel()
+    zero = t(0)
+    out = []
+    for r, b in enumerate(batch):
+        for c in range(oc):
+            for p in range(ph):
+                h0, h1 = hl[r][p], hh[r][p]
+                for q in range(pw):
+                    w0, w1 = wl[r][q], wh[r][q]
+                    if h1 <= h0 or w1 <= w0:
+                        out.append(zero)
+                        continue
+                    plane = (b * C + (c * ph + p) * pw + q) * H * W
+                    total = x[plane + h0 * W + w0]
+                    for y in range(h0, h1):
+                        row = plane + y * W
+                        for i in range(row + w0 + (y == h0), row + w1):
+                            total = total + x[i]
+                    out.append(total / t((h1 - h0) * (w1 - w0)))
+    return np.array(out, X.dtype).reshape(len(batch), oc, ph, pw)
