@@ -474,6 +474,32 @@ def test_the_small_path_declines_forced_strategies_and_ignores_seterr(monkeypatc
     assert np.array_equal(_bits(y), _bits(want))
 
 
+def test_nan_outputs_are_the_kernels():
+    """Which NaN an operation of two NaNs gives (sign, payload) differs between NumPy's
+    scalars and its arrays (found by review): where an output of bilinear ROIPooling or
+    PSROIPool is NaN, the small path leaves the call to the kernel, whose bits come out."""
+    from ort_roi.ops import entry
+    from ort_roi.spec import DOMAIN
+
+    X = np.broadcast_to(np.array([np.nan, -np.nan], np.float32).reshape(1, 1, 1, 2),
+                        (1, 2, 1, 2)).copy()
+    bilinear = entry((DOMAIN, "ROIPooling"))
+    rois = np.array([[0, 0.5, 0, 0.5, 0]], np.float32)
+    attrs = dict(pooled_h=1, pooled_w=1, spatial_scale=1.0, method="bilinear")
+    assert bilinear.small(X, rois, **bilinear.spec.resolve(attrs)) is None
+    ps = entry((DOMAIN, "PSROIPool"))
+    args = (X, np.array([[0, 0, 1, 0]], np.float32), np.array([1], np.int64))
+    attrs = dict(output_channels=2, spatial_scale=1.0, pooled_height=1, pooled_width=1)
+    assert ps.small(*args, **ps.spec.resolve(attrs)) is None
+    for op, inputs, attrs in (("ROIPooling", (X, rois), dict(pooled_h=1, pooled_w=1,
+                                                             spatial_scale=1.0,
+                                                             method="bilinear")),
+                              ("PSROIPool", args, attrs)):
+        sess, feed = _session(op, inputs, attrs)
+        assert np.array_equal(_bits(sess.run(None, feed)[0]),
+                              _bits(entry((DOMAIN, op)).kernel(*inputs, **attrs)))
+
+
 def test_the_small_path_is_quiet():
     """No floating-point warning leaves the small path, as none leaves the kernel: inf and
     NaN in X through the products, a huge box whose samples overflow T (found by review: a

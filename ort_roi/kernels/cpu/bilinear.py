@@ -79,8 +79,10 @@ def bilinear_pool_few(X: np.ndarray, batch: list[int], boxes: np.ndarray, ph: in
     samples and their neighbours as geometry.bilinear_pool_positions and
     bilinear_pool_neighbours make them (``_samples_few``), each sample on the map
     interpolated as bilinear_pool does (top = tl + (tr - tl) dx, bottom likewise, then
-    top + (bottom - top) dy, in T), 0 off it; a new [R, C, ph, pw]. None past FEW_OUT
-    outputs (the caller takes bilinear_pool)."""
+    top + (bottom - top) dy, in T), 0 off it; a new [R, C, ph, pw]. None (the caller takes
+    bilinear_pool) past FEW_OUT outputs, or where an output is NaN: which NaN an operation
+    of two NaNs gives (its sign, its payload) differs between NumPy's scalars and its
+    arrays, and between arrays of one element and more."""
     N, C, H, W = X.shape
     R = boxes.shape[0]
     if R * C * ph * pw > FEW_OUT:
@@ -104,7 +106,8 @@ def bilinear_pool_few(X: np.ndarray, batch: list[int], boxes: np.ndarray, ph: in
                     upper = tl + (tr - tl) * s[2]
                     lower = bl + (br - bl) * s[2]
                     out.append(upper + (lower - upper) * y[2])
-    return np.array(out, X.dtype).reshape(R, C, ph, pw)
+    y = np.array(out, X.dtype)
+    return None if np.isnan(y.sum()) else y.reshape(R, C, ph, pw)  # (inf - inf too: None)
 
 
 def _samples_few(lo, hi, pooled: int, size: int, t) -> list:

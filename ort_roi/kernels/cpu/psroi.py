@@ -65,18 +65,22 @@ def pool_bins(X: np.ndarray, batch: np.ndarray, hlo, hhi, wlo, whi, oc: int, ph:
     return np.ascontiguousarray(sums.reshape(R, ph, pw, oc).transpose(0, 3, 1, 2))
 
 
-#: pool_bins_few: at most this many pixels summed (every bin's window, each output channel) a
-#: call, with scalars of T.
+#: pool_bins_few: at most this many pixels summed (every bin's window, each output channel)
+#: and outputs a call, with scalars of T.
 FEW_PIXELS = 1024
+FEW_OUT = 256
 
 
 def pool_bins_few(X: np.ndarray, batch: list[int], hlo, hhi, wlo, whi, oc: int, ph: int,
                   pw: int) -> np.ndarray | None:
     """pool_bins for a few small bins (a W6-sized call), bit for bit: each bin's window of its
     input channel summed pixel by pixel in T, row by row (pool_bins' order), divided by its
-    size in T; 0 for an empty bin; a new [R, oc, ph, pw]. None past FEW_PIXELS pixels (the
-    caller takes pool_bins)."""
+    size in T; 0 for an empty bin; a new [R, oc, ph, pw]. None (the caller takes pool_bins)
+    past FEW_PIXELS pixels or FEW_OUT outputs, or where an output is NaN: which NaN a sum of
+    two NaNs gives (its sign, its payload) differs between NumPy's scalars and its arrays."""
     N, C, H, W = X.shape
+    if len(batch) * oc * ph * pw > FEW_OUT:
+        return None
     hl, hh, wl, wh = hlo.tolist(), hhi.tolist(), wlo.tolist(), whi.tolist()
     pixels = oc * sum(sum(max(b - a, 0) for a, b in zip(hl[r], hh[r]))
                       * sum(max(b - a, 0) for a, b in zip(wl[r], wh[r])) for r in range(len(hl)))
@@ -101,4 +105,5 @@ def pool_bins_few(X: np.ndarray, batch: list[int], hlo, hhi, wlo, whi, oc: int, 
                         for i in range(row + w0 + (y == h0), row + w1):
                             total = total + x[i]
                     out.append(total / t((h1 - h0) * (w1 - w0)))
-    return np.array(out, X.dtype).reshape(len(batch), oc, ph, pw)
+    y = np.array(out, X.dtype)
+    return None if np.isnan(y.sum()) else y.reshape(len(batch), oc, ph, pw)  # (inf - inf too)
