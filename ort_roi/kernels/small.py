@@ -9,7 +9,8 @@ scalars (``geometry.few``, ``geometry.roi_pool_bins_few``) and the output with t
 strategies' own last step. Every function returns None for anything it does not take
 whole: an input a check would refuse, a box whose scaled size could overflow, a call the
 kernel would compute by another strategy (or a forced one), a value whose bits the scalars
-cannot promise (a max of 0 with zeros of both signs, NaN, a weight under 2**-24). The kernel
+cannot promise (a max of 0 with zeros of both signs, a NaN out of NaNs, a weight under
+2**-24). The kernel
 then runs, with every error and bit it has; the small path raises no error of its own and,
 like the kernels, computes quietly (no floating-point warning, whatever ``np.seterr`` says).
 """
