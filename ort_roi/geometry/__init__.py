@@ -36,7 +36,8 @@ from .crop_and_resize import (crop_and_resize_nearest_index, crop_and_resize_nei
                               crop_and_resize_positions)
 from .few import roi_pool_bins_few
 from .pooling import (bilinear_pool_neighbours, bilinear_pool_positions, clip_edges,
-                      max_pool_bins, psroi_bins, roi_pool_bins, round_half_away)
+                      max_pool_bins, psroi_bins, psroi_box_bins, roi_pool_bins,
+                      round_half_away)
 from .rotated import ROTATED_ROW, mmdeploy_rotated_rows, rotated_rows, rotated_samples
 from .sampling import bilinear_weights, max_sample_positions, neighbours, sample_positions, \
     sample_taps
@@ -58,7 +59,7 @@ __all__ = [
     "EXPLICIT_GRID_MAX", "axis_weights", "crop_weights",
     # pooling
     "round_half_away", "clip_edges", "max_pool_bins", "roi_pool_bins", "roi_pool_bins_few",
-    "psroi_bins",
+    "psroi_bins", "psroi_box_bins",
     "bilinear_pool_positions", "bilinear_pool_neighbours",
     # torchvision
     "INT_MIN", "c_int", "wrap_int32", "torchvision_psroi_bins", "torchvision_sample_grid",

@@ -64,6 +64,14 @@ def psroi_bins(lo: np.ndarray, hi: np.ndarray, scale, pooled: int, size: int):
     return clip_edges(a, size), clip_edges(b, size)
 
 
+def psroi_box_bins(boxes: np.ndarray, spatial_scale: float, ph: int, pw: int, H: int, W: int):
+    """Paddle psroi_pool's bins of boxes [R, 4] = [x1, y1, x2, y2] (``psroi_bins`` per axis,
+    the scale in T): (row lo, row hi) [R, ph] and (column lo, column hi) [R, pw]."""
+    s = boxes.dtype.type(spatial_scale)
+    return (psroi_bins(boxes[:, 1], boxes[:, 3], s, ph, H),
+            psroi_bins(boxes[:, 0], boxes[:, 2], s, pw, W))
+
+
 # --- bilinear ROIPooling (OpenVINO): one sample per bin, normalized boxes ----------------------
 
 def bilinear_pool_positions(lo: np.ndarray, hi: np.ndarray, pooled: int, size: int) -> np.ndarray:

@@ -10,16 +10,16 @@ strategies' own last step. Every function returns None for anything it does not 
 whole: an input a check would refuse, a box whose scaled size could overflow, a call the
 kernel would compute by another strategy (or a forced one), a value whose bits the scalars
 cannot promise (a max of 0 with zeros of both signs, a NaN out of NaNs, a weight under
-2**-24). The kernel
-then runs, with every error and bit it has; the small path raises no error of its own and,
-like the kernels, computes quietly (no floating-point warning, whatever ``np.seterr`` says).
+2**-24). The kernel then runs, with every error and bit it has; the small path raises no
+error of its own and, like the kernels, computes quietly (no floating-point warning,
+whatever ``np.seterr`` says).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import BoxGeometry, psroi_bins
+from ..geometry import BoxGeometry, psroi_box_bins
 from ..geometry.few import align_bins_few, align_weights_few, sampling_grid_few
 from ..spec import MAX_OUTPUT_ELEMENTS
 from .checks import few_sizes_fit
@@ -56,30 +56,20 @@ def align(X: np.ndarray, batch: list[int], boxes: np.ndarray, values: list[float
     # quiet, as the kernel: a huge box overflows T on purpose (its samples then fall off the
     # map), NaN and inf in X propagate
     with np.errstate(all="ignore"):
-        return _align(X, batch, boxes, pooled_h, pooled_w, spatial_scale, sampling_ratio,
-                      geometry)
-
-
-def _align(X, batch, boxes, pooled_h: int, pooled_w: int, spatial_scale: float,
-           sampling_ratio: int, geometry: BoxGeometry) -> np.ndarray | None:
-    """``align`` of inputs that passed its first tests: the bins, the grids, the weights
-    and the products."""
-    N, C, H, W = X.shape
-    R, P = boxes.shape[0], max(pooled_h, pooled_w)
-    bins = align_bins_few(boxes, spatial_scale, geometry, pooled_h, pooled_w)
-    if sampling_ratio > 0:  # one grid for every bin
-        G, grids = sampling_ratio, [(sampling_ratio, sampling_ratio)] * R
-    else:
-        grids = [(sampling_grid_few(b[2], 0), sampling_grid_few(b[3], 0)) for b in bins]
-        G = max(max(g) for g in grids)
-    if not (R * 2 * P * G <= ALIGN_SAMPLES
-            and strategies.align_is_small(R, C, H, W, pooled_h, pooled_w, G)):
-        return None
-    A = align_weights_few(bins, grids, P, (H, W))
-    if A is None:
-        return None
-    return small_product(X, batch, np.array(A, _F32).reshape(R, 2, P, max(H, W)), pooled_h,
-                         pooled_w)
+        bins = align_bins_few(boxes, spatial_scale, geometry, pooled_h, pooled_w)
+        if sampling_ratio > 0:  # one grid for every bin
+            G, grids = sampling_ratio, [(sampling_ratio, sampling_ratio)] * R
+        else:
+            grids = [(sampling_grid_few(b[2], 0), sampling_grid_few(b[3], 0)) for b in bins]
+            G = max(max(g) for g in grids)
+        if not (R * 2 * P * G <= ALIGN_SAMPLES
+                and strategies.align_is_small(R, C, H, W, pooled_h, pooled_w, G)):
+            return None
+        A = align_weights_few(bins, grids, P, (H, W))
+        if A is None:
+            return None
+        return small_product(X, batch, np.array(A, _F32).reshape(R, 2, P, max(H, W)),
+                             pooled_h, pooled_w)
 
 
 def bilinear_pool(X: np.ndarray, batch: list[int], boxes: np.ndarray, *, pooled_h: int,
@@ -107,13 +97,11 @@ def psroi_pool(X: np.ndarray, batch: list[int], rois: np.ndarray, *, output_chan
                spatial_scale: float, pooled_height: int, pooled_width: int) -> np.ndarray | None:
     """Paddle's psroi_pool (``cpu.psroi.pool_bins``) of accepted inputs (``checks.few_*``: X
     with one channel per output channel and bin, each box's image, rois [R, 4]), with
-    resolved attributes: the bins as the kernel makes them (``geometry.psroi_bins``), each
+    resolved attributes: the bins as the kernel makes them (``geometry.psroi_box_bins``), each
     bin's mean with scalars of T (``cpu.psroi.pool_bins_few``), or None (a larger call),
     quietly as the kernel."""
-    N, C, H, W = X.shape
     with np.errstate(all="ignore"):  # (a huge box overflows T on purpose, as in the kernel)
-        s = X.dtype.type(spatial_scale)
-        hlo, hhi = psroi_bins(rois[:, 1], rois[:, 3], s, pooled_height, H)
-        wlo, whi = psroi_bins(rois[:, 0], rois[:, 2], s, pooled_width, W)
+        (hlo, hhi), (wlo, whi) = psroi_box_bins(rois, spatial_scale, pooled_height,
+                                                pooled_width, *X.shape[2:])
         return pool_bins_few(X, batch, hlo, hhi, wlo, whi, output_channels, pooled_height,
                              pooled_width)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..definitions.psroi import psroi_pool as definition
-from ..geometry import psroi_bins
+from ..geometry import psroi_box_bins
 from ..kernels import small as few
 from ..kernels.checks import check_counted_boxes, check_features, few_counted, quiet
 from ..kernels.dispatch import compute, steps
@@ -56,10 +56,7 @@ def psroi_pool(X: np.ndarray, rois: np.ndarray, rois_num: np.ndarray, *,
     X = check_features(op, X)
     check_channels(op, X.shape[1], oc, ph, pw)
     rois, batch = check_counted_boxes(op, ("rois", "rois_num"), rois, rois_num, X)
-    s = X.dtype.type(a["spatial_scale"])
-    rows = psroi_bins(rois[:, 1], rois[:, 3], s, ph, X.shape[2])
-    cols = psroi_bins(rois[:, 0], rois[:, 2], s, pw, X.shape[3])
-    (hlo, hhi), (wlo, whi) = rows, cols
+    (hlo, hhi), (wlo, whi) = psroi_box_bins(rois, a["spatial_scale"], ph, pw, *X.shape[2:])
     return compute(steps.pool_bins, X, batch=batch, hlo=hlo, hhi=hhi, wlo=wlo, whi=whi, oc=oc,
                    ph=ph, pw=pw)
 

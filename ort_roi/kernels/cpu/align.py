@@ -305,23 +305,18 @@ FEW_SAMPLES = 16
 FEW_WEIGHTS = 256
 
 
-def few_weights_fit(R: int, P: int, G: int, size: tuple[int, int]) -> bool:
-    """Whether the scalar weights (geometry.align_weights_few) are the faster for R boxes,
-    P bins per axis and G samples per bin side on a map of ``size``."""
-    return R * 2 * P * G <= FEW_SAMPLES and R * 2 * P * max(size) <= FEW_WEIGHTS
-
-
 def _small_weights_few(start, bin_size, grid, P: int, size: tuple[int, int], dtype):
     """_small_weights, bit for bit, with scalars (geometry.align_weights_few) for a few
     samples of float32 boxes (a call of W6's size: a dozen NumPy scalars per sample instead
     of ~40 array calls a call). None (the caller takes _small_weights) for float64 (whose
-    sums could round otherwise in another order), beyond ``few_weights_fit`` or where
-    align_weights_few declines."""
+    sums could round otherwise in another order), beyond FEW_SAMPLES samples or FEW_WEIGHTS
+    weights, or where align_weights_few declines."""
     if dtype != np.float32:
         return None
     R = start.shape[0]
     grids = [tuple(g) for g in grid.tolist()]
-    if not few_weights_fit(R, P, max(1, max(max(g) for g in grids)), size):
+    G = max(1, max(max(g) for g in grids))
+    if R * 2 * P * G > FEW_SAMPLES or R * 2 * P * max(size) > FEW_WEIGHTS:
         return None
     A = align_weights_few(list(zip(start[:, 0], start[:, 1], bin_size[:, 0], bin_size[:, 1])),
                           grids, P, size)
